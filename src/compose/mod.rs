@@ -1,0 +1,341 @@
+//! compose-manager client: one typed call per endpoint the engine uses.
+//!
+//! The contract is `reference/compose-manager-api.md`. Every call carries `Authorization:
+//! Bearer <token>` and `X-Triggered-By`. `up`, `down` and `dry_run` read the NDJSON stream to
+//! its end ([`stream`]); their bodies can only name one service ([`request`]). A streaming call
+//! whose answer may have reached the host but gave no verdict returns
+//! [`StreamOutcome::Unknown`], never an error, so nobody resends `up` blindly (SPEC §9 rule 5).
+//! The token and env values are never logged nor shown by `Debug`.
+
+mod error;
+mod lines;
+mod plan;
+mod request;
+mod stream;
+#[cfg(test)]
+mod tests;
+mod wire;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use reqwest::{RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+
+pub use error::ComposeError;
+pub use request::{DownRequest, LogsRequest, UpRequest};
+pub use stream::{DryRunResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
+pub use wire::{DeployedRecord, HostStatus, InFlight, ProjectDeployments, PsEntry, VersionInfo};
+
+use request::{ComposeBody, LogsBody};
+use stream::{Streamed, Transcript};
+
+const UP: &str = "/compose/up";
+const DOWN: &str = "/compose/down";
+const LOGS: &str = "/compose/logs";
+const PS: &str = "/docker/ps";
+const EVICT: &str = "/docker/evict";
+const STATUS: &str = "/status";
+const VERSION: &str = "/version";
+
+/// Timeouts and identity of a [`ComposeClient`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Whole non-streaming calls (status, version, ps, logs, the probe).
+    pub request_timeout: Duration,
+    /// Longest silence on a streaming call: before its answer starts, and between chunks.
+    pub stream_idle_timeout: Duration,
+    /// `X-Triggered-By` value.
+    pub triggered_by: String,
+    /// compose project of the host, used to turn `<project>-<service>-<n>` into `<service>`.
+    pub project: String,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            stream_idle_timeout: Duration::from_secs(600),
+            triggered_by: "canaryd".to_owned(),
+            project: "work".to_owned(),
+        }
+    }
+}
+
+/// A client for one host's compose-manager. Cheap to clone.
+#[derive(Clone)]
+pub struct ComposeClient {
+    http: reqwest::Client,
+    base_url: Arc<str>,
+    opts: Arc<ClientOptions>,
+}
+
+impl fmt::Debug for ComposeClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ComposeClient")
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+impl ComposeClient {
+    /// A client for `base_url` (`http://host:8080`, trailing `/` ignored).
+    pub fn new(base_url: &str, token: &str, opts: ClientOptions) -> Result<Self, ComposeError> {
+        let base_url = check_base_url(base_url)?;
+        if token.is_empty() {
+            return Err(ComposeError::InvalidRequest {
+                message: "compose-manager token is empty".into(),
+            });
+        }
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            ComposeError::InvalidRequest {
+                message: "compose-manager token is not a valid header value".into(),
+            }
+        })?;
+        auth.set_sensitive(true);
+        let actor = HeaderValue::from_str(&opts.triggered_by).map_err(|_| {
+            ComposeError::InvalidRequest {
+                message: format!(
+                    "X-Triggered-By {:?} is not a valid header value",
+                    opts.triggered_by
+                ),
+            }
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(HeaderName::from_static("x-triggered-by"), actor);
+        let http = reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .default_headers(headers)
+            .build()
+            .map_err(|e| ComposeError::InvalidRequest {
+                message: format!("could not build the HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            base_url: base_url.into(),
+            opts: Arc::new(opts),
+        })
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// A real scoped `compose/up` of `req.service` (never `dry_run`, never `force_recreate`).
+    pub async fn up(&self, req: &UpRequest) -> Result<StreamResult, ComposeError> {
+        let body = ComposeBody::up(req)?;
+        self.log_compose_call(UP, &body, req.env.len(), &req.tag);
+        Ok(self.stream(UP, &body).await?.result)
+    }
+
+    /// The same `compose/up` with `"dry_run": true`. Probe [`Self::supports_dry_run`] first:
+    /// an older compose-manager ignores the flag and deploys for real.
+    pub async fn dry_run(&self, req: &UpRequest) -> Result<DryRunResult, ComposeError> {
+        let body = ComposeBody::dry_run(req)?;
+        self.log_compose_call("/compose/up (dry run)", &body, req.env.len(), &req.tag);
+        let streamed = self.stream(UP, &body).await?;
+        let (raw_plan, plan) = match streamed.plan {
+            Some((value, raw)) => (
+                Some(value),
+                Some(plan::normalise_plan(&raw, &self.opts.project)),
+            ),
+            None => (None, None),
+        };
+        Ok(DryRunResult {
+            stream: streamed.result,
+            plan,
+            raw_plan,
+        })
+    }
+
+    /// A scoped `compose/down` of `req.service` (never `volumes`).
+    pub async fn down(&self, req: &DownRequest) -> Result<StreamResult, ComposeError> {
+        let body = ComposeBody::down(req)?;
+        self.log_compose_call(DOWN, &body, req.env.len(), &req.tag);
+        Ok(self.stream(DOWN, &body).await?.result)
+    }
+
+    /// The last `req.tail` log lines of one service: compose's prefixed `output` text.
+    pub async fn logs(&self, req: &LogsRequest) -> Result<String, ComposeError> {
+        let body = LogsBody::new(req)?;
+        let request = self.http.post(self.url(LOGS)).json(&body);
+        let answer: wire::OutputIn = self.call(LOGS, request).await?;
+        Ok(answer.output)
+    }
+
+    /// The host's containers (`GET /docker/ps`).
+    pub async fn ps(&self) -> Result<Vec<PsEntry>, ComposeError> {
+        let answer: wire::OutputIn = self.call(PS, self.http.get(self.url(PS))).await?;
+        wire::parse_ps_output(PS, &answer.output)
+    }
+
+    /// The operation holding the host's lock, if any (`GET /status`).
+    pub async fn status(&self) -> Result<HostStatus, ComposeError> {
+        self.call(STATUS, self.http.get(self.url(STATUS))).await
+    }
+
+    /// What the host last deployed (`GET /version`).
+    pub async fn version(&self) -> Result<VersionInfo, ComposeError> {
+        self.call(VERSION, self.http.get(self.url(VERSION))).await
+    }
+
+    /// Whether the host understands `dry_run`, without side effects: `POST /docker/evict`
+    /// with `{}` is `422` on the newest compose-manager (true) and `404` on older ones (false).
+    pub async fn supports_dry_run(&self) -> Result<bool, ComposeError> {
+        let request = self.http.post(self.url(EVICT)).json(&serde_json::json!({}));
+        let (status, text) = self.send_whole(EVICT, request).await?;
+        match status {
+            422 => Ok(true),
+            404 => Ok(false),
+            200..=299 => Err(ComposeError::protocol(
+                EVICT,
+                0,
+                &text,
+                format!("the capability probe (an empty evict body) was accepted with {status}"),
+            )),
+            _ => Err(ComposeError::from_status(EVICT, status, &text)),
+        }
+    }
+
+    fn url(&self, endpoint: &str) -> String {
+        format!("{}{endpoint}", self.base_url)
+    }
+
+    fn log_compose_call(&self, what: &str, body: &ComposeBody<'_>, env_keys: usize, tag: &str) {
+        tracing::debug!(
+            compose.url = %self.base_url,
+            compose.endpoint = what,
+            compose.service = body.service(),
+            compose.tag = tag,
+            env.keys = env_keys,
+            "calling compose-manager"
+        );
+    }
+
+    /// Sends a streaming call and reads its NDJSON answer to the end.
+    async fn stream(
+        &self,
+        endpoint: &'static str,
+        body: &ComposeBody<'_>,
+    ) -> Result<Streamed, ComposeError> {
+        let idle = self.opts.stream_idle_timeout;
+        let started = Instant::now();
+        let send = self.http.post(self.url(endpoint)).json(body).send();
+        let response = match tokio::time::timeout(idle, send).await {
+            Ok(Ok(response)) => response,
+            // Nothing reached the host: safe to report as an error (and to retry).
+            Ok(Err(err)) if err.is_connect() || err.is_builder() => {
+                return Err(ComposeError::from_transport(endpoint, &err));
+            }
+            // The request may have reached the host: the outcome is unknown.
+            Ok(Err(err)) => {
+                return Transcript::new(endpoint).finish(Some(format!("no answer: {err}")));
+            }
+            Err(_) => {
+                let why = format!("no answer within {} ms", idle.as_millis());
+                return Transcript::new(endpoint).finish(Some(why));
+            }
+        };
+        let status = response.status();
+        if status != StatusCode::OK {
+            let text = tokio::time::timeout(self.opts.request_timeout, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err(ComposeError::from_status(endpoint, status.as_u16(), &text));
+        }
+        let streamed = stream::read_stream(response, endpoint, idle).await;
+        if let Ok(streamed) = &streamed {
+            tracing::debug!(
+                compose.endpoint = endpoint,
+                outcome = ?streamed.result.outcome,
+                lines = streamed.result.n_lines,
+                duration_ms = started.elapsed().as_millis() as u64,
+                "compose stream ended"
+            );
+        }
+        streamed
+    }
+
+    /// Sends a whole call with the request timeout; returns status and body text.
+    async fn send_whole(
+        &self,
+        endpoint: &'static str,
+        request: RequestBuilder,
+    ) -> Result<(u16, String), ComposeError> {
+        let started = Instant::now();
+        let response = request
+            .timeout(self.opts.request_timeout)
+            .send()
+            .await
+            .map_err(|e| ComposeError::from_transport(endpoint, &e))?;
+        let status = response.status().as_u16();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ComposeError::from_transport(endpoint, &e))?;
+        tracing::debug!(
+            compose.url = %self.base_url,
+            compose.endpoint = endpoint,
+            http.status = status,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "compose-manager answered"
+        );
+        Ok((status, text))
+    }
+
+    /// A whole call whose 200 answer is JSON of type `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        endpoint: &'static str,
+        request: RequestBuilder,
+    ) -> Result<T, ComposeError> {
+        let (status, text) = self.send_whole(endpoint, request).await?;
+        if status != 200 {
+            return Err(ComposeError::from_status(endpoint, status, &text));
+        }
+        serde_json::from_str(&text).map_err(|e| {
+            ComposeError::protocol(endpoint, 0, &text, format!("unexpected answer: {e}"))
+        })
+    }
+}
+
+/// `http://host[:port][/prefix]`, without a trailing `/`, credentials, query or fragment.
+fn check_base_url(raw: &str) -> Result<String, ComposeError> {
+    let trimmed = raw.trim().trim_end_matches('/');
+    let invalid = |message: &str| ComposeError::InvalidUrl {
+        url: trimmed.to_owned(),
+        message: message.to_owned(),
+    };
+    let url = reqwest::Url::parse(trimmed).map_err(|e| invalid(&e.to_string()))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ComposeError::InvalidUrl {
+            url: "<redacted>".into(),
+            message: "credentials do not belong in the URL: use the token".into(),
+        });
+    }
+    if url.scheme() != "http" {
+        return Err(invalid(
+            "only http:// is supported (compose-manager listens on plain HTTP)",
+        ));
+    }
+    if url.host_str().map_or(true, str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("no query or fragment allowed"));
+    }
+    Ok(trimmed.to_owned())
+}

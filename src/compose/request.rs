@@ -1,0 +1,291 @@
+//! What the engine asks compose-manager to do, and the only bodies the client can send.
+//!
+//! The safety rules of SPEC §9 live in the shapes here: a compose body has `services: [one]`
+//! (an array of one, not a list), no `force_recreate` field, always the full `env`, and
+//! `dry_run` only when built by [`ComposeBody::dry_run`]. Every field is checked before a
+//! request exists. `Debug` prints env keys, never values.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::error::ComposeError;
+
+/// A scoped `compose/up` (or its dry run) of one service.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpRequest {
+    /// Git ref of the compose repo, e.g. `v0.0.452`.
+    pub tag: String,
+    /// Compose file path in the repo, e.g. `prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml`.
+    pub file: String,
+    /// The one compose service to bring up.
+    pub service: String,
+    /// The host's full env map merged with the plan's overrides. Values are secret.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A scoped `compose/down` of one service.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DownRequest {
+    /// Git ref of the compose repo (compose-manager checks it, including its age).
+    pub tag: String,
+    /// Compose file path in the repo.
+    pub file: String,
+    /// The one compose service to take down.
+    pub service: String,
+    /// The host's full env map merged with the plan's overrides. Values are secret.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The last `tail` log lines of one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogsRequest {
+    /// Compose file path in the repo.
+    pub file: String,
+    /// The one compose service to read.
+    pub service: String,
+    /// How many lines from the end.
+    pub tail: u32,
+}
+
+impl fmt::Debug for UpRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpRequest")
+            .field("tag", &self.tag)
+            .field("file", &self.file)
+            .field("service", &self.service)
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl fmt::Debug for DownRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DownRequest")
+            .field("tag", &self.tag)
+            .field("file", &self.file)
+            .field("service", &self.service)
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Body of `compose/up` and `compose/down`. Deliberately not `Debug`: it holds env values.
+#[derive(Serialize)]
+pub(crate) struct ComposeBody<'a> {
+    tag: &'a str,
+    file: &'a str,
+    services: [&'a str; 1],
+    env: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "is_false")]
+    dry_run: bool,
+}
+
+impl<'a> ComposeBody<'a> {
+    /// A real `compose/up`: never carries `dry_run`.
+    pub(crate) fn up(req: &'a UpRequest) -> Result<Self, ComposeError> {
+        Self::checked(&req.tag, &req.file, &req.service, &req.env, false)
+    }
+
+    /// A `compose/up` with `"dry_run": true`.
+    pub(crate) fn dry_run(req: &'a UpRequest) -> Result<Self, ComposeError> {
+        Self::checked(&req.tag, &req.file, &req.service, &req.env, true)
+    }
+
+    /// A scoped `compose/down` (never `volumes`, never `dry_run`: down ignores it).
+    pub(crate) fn down(req: &'a DownRequest) -> Result<Self, ComposeError> {
+        Self::checked(&req.tag, &req.file, &req.service, &req.env, false)
+    }
+
+    fn checked(
+        tag: &'a str,
+        file: &'a str,
+        service: &'a str,
+        env: &'a BTreeMap<String, String>,
+        dry_run: bool,
+    ) -> Result<Self, ComposeError> {
+        check_tag(tag)?;
+        check_file(file)?;
+        check_service(service)?;
+        check_env(env)?;
+        Ok(Self {
+            tag,
+            file,
+            services: [service],
+            env,
+            dry_run,
+        })
+    }
+
+    pub(crate) fn service(&self) -> &'a str {
+        self.services[0]
+    }
+}
+
+/// Body of `compose/logs`.
+#[derive(Debug, Serialize)]
+pub(crate) struct LogsBody<'a> {
+    file: &'a str,
+    tail: u32,
+    services: [&'a str; 1],
+}
+
+impl<'a> LogsBody<'a> {
+    pub(crate) fn new(req: &'a LogsRequest) -> Result<Self, ComposeError> {
+        check_file(&req.file)?;
+        check_service(&req.service)?;
+        Ok(Self {
+            file: &req.file,
+            tail: req.tail,
+            services: [&req.service],
+        })
+    }
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+fn refuse(message: String) -> ComposeError {
+    ComposeError::InvalidRequest { message }
+}
+
+/// One compose service name (`[A-Za-z0-9._-]+`): refuses empty, whitespace, commas, lists.
+pub(crate) fn check_service(service: &str) -> Result<(), ComposeError> {
+    if service.trim().is_empty() {
+        return Err(refuse(
+            "service is empty: refusing an unscoped compose call".into(),
+        ));
+    }
+    if let Some(bad) = service
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(refuse(format!(
+            "service {service:?} is not one compose service name (contains {bad:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// A git ref: non-empty, `[A-Za-z0-9._/-]` only.
+fn check_tag(tag: &str) -> Result<(), ComposeError> {
+    if tag.is_empty() {
+        return Err(refuse("tag is empty".into()));
+    }
+    if tag
+        .chars()
+        .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-')))
+    {
+        return Err(refuse(format!(
+            "tag {tag:?} has characters outside [A-Za-z0-9._/-]"
+        )));
+    }
+    Ok(())
+}
+
+/// A relative path inside the compose repo: no `..`, not absolute, no control characters.
+fn check_file(file: &str) -> Result<(), ComposeError> {
+    if file.trim().is_empty() {
+        return Err(refuse("file is empty".into()));
+    }
+    if file.starts_with('/') || file.split('/').any(|part| part == "..") {
+        return Err(refuse(format!(
+            "file {file:?} is not a relative path inside the compose repo"
+        )));
+    }
+    if file.chars().any(char::is_control) {
+        return Err(refuse(format!("file {file:?} has control characters")));
+    }
+    Ok(())
+}
+
+/// Keys `[A-Za-z_][A-Za-z0-9_]*`, values without newlines (as compose-manager checks too).
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), ComposeError> {
+    for (key, value) in env {
+        let mut chars = key.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(refuse(format!(
+                "invalid env var key {key:?} (must match [A-Za-z_][A-Za-z0-9_]*)"
+            )));
+        }
+        if value.contains(['\n', '\r']) {
+            return Err(refuse(format!(
+                "env var {key:?} value must not contain newlines"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn up(service: &str) -> UpRequest {
+        UpRequest {
+            tag: "v0.0.452".into(),
+            file: "prod/a.yaml".into(),
+            service: service.into(),
+            env: BTreeMap::from([("HF_TOKEN".to_owned(), "hf_secret".to_owned())]),
+        }
+    }
+
+    #[test]
+    fn a_compose_body_names_exactly_one_service_and_never_force_recreate() {
+        let req = up("model-sg-glm53-w4afp8-tp4-r2");
+        let body = serde_json::to_value(ComposeBody::up(&req).expect("valid")).expect("json");
+        assert_eq!(
+            body,
+            json!({"tag": "v0.0.452", "file": "prod/a.yaml",
+                   "services": ["model-sg-glm53-w4afp8-tp4-r2"],
+                   "env": {"HF_TOKEN": "hf_secret"}})
+        );
+        let dry = serde_json::to_value(ComposeBody::dry_run(&req).expect("valid")).expect("json");
+        assert_eq!(dry["dry_run"], json!(true));
+        assert!(dry.get("force_recreate").is_none());
+    }
+
+    #[test]
+    fn list_like_or_blank_services_are_refused() {
+        for bad in ["", " ", "\t", "a,b", "a b", " a", "a\n", "[\"a\"]", "a;b"] {
+            let err = ComposeBody::up(&up(bad)).err();
+            assert!(
+                matches!(err, Some(ComposeError::InvalidRequest { .. })),
+                "{bad:?} was accepted"
+            );
+        }
+        for good in ["nginx", "model-sg-glm53-w4afp8-tp4-r2", "a_b.c"] {
+            assert!(ComposeBody::up(&up(good)).is_ok(), "{good:?} was refused");
+        }
+    }
+
+    #[test]
+    fn bad_tags_files_and_env_are_refused_without_echoing_values() {
+        let mut req = up("r2");
+        req.tag = "v1 && rm".into();
+        assert!(ComposeBody::up(&req).is_err());
+        let mut req = up("r2");
+        req.file = "../etc/passwd".into();
+        assert!(ComposeBody::up(&req).is_err());
+        let mut req = up("r2");
+        req.env.insert("1BAD".into(), "x".into());
+        assert!(ComposeBody::up(&req).is_err());
+        let mut req = up("r2");
+        req.env.insert("GOOD".into(), "line1\nsecret-value".into());
+        let err = ComposeBody::up(&req).err().expect("refused").to_string();
+        assert!(!err.contains("secret-value"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_never_shows_env_values() {
+        let shown = format!("{:?}", up("r2"));
+        assert!(shown.contains("HF_TOKEN"), "{shown}");
+        assert!(!shown.contains("hf_secret"), "{shown}");
+    }
+}

@@ -1,0 +1,304 @@
+//! What the client sends, and what it makes of the JSON answers.
+
+use serde_json::{json, Value};
+use wiremock::matchers::{body_json, header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+use super::*;
+use crate::compose::{ComposeError, LogsRequest};
+
+async fn stream_ok(server: &MockServer, at: &str) {
+    Mock::given(method("POST"))
+        .and(path(at))
+        .respond_with(stream_body(ndjson(&[OUT, DONE_OK])))
+        .mount(server)
+        .await;
+}
+
+async fn only_request(server: &MockServer) -> Request {
+    let mut requests = server.received_requests().await.expect("recording on");
+    assert_eq!(requests.len(), 1, "exactly one request");
+    requests.remove(0)
+}
+
+fn header_of(request: &Request, name: &str) -> Option<String> {
+    request
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn body_of(request: &Request) -> Value {
+    serde_json::from_slice(&request.body).expect("JSON body")
+}
+
+fn assert_identity(request: &Request) {
+    assert_eq!(
+        header_of(request, "authorization").as_deref(),
+        Some("Bearer cm-secret-token")
+    );
+    assert_eq!(
+        header_of(request, "x-triggered-by").as_deref(),
+        Some("canaryd")
+    );
+}
+
+fn expected_env() -> Value {
+    json!({"GLM53_HICACHE_RAM_BUDGET": "406GiB", "HF_TOKEN": "hf_very_secret"})
+}
+
+#[tokio::test]
+async fn up_sends_one_service_the_full_env_and_neither_force_recreate_nor_dry_run() {
+    let server = MockServer::start().await;
+    stream_ok(&server, "/compose/up").await;
+    client(&server).up(&up_req(R2)).await.expect("ok");
+    let request = only_request(&server).await;
+    assert_identity(&request);
+    assert_eq!(
+        header_of(&request, "content-type").as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(
+        body_of(&request),
+        json!({"tag": "v0.0.452", "file": FILE, "services": [R2], "env": expected_env()})
+    );
+}
+
+#[tokio::test]
+async fn dry_run_sends_the_same_body_plus_dry_run_true() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/compose/up"))
+        .and(header("authorization", "Bearer cm-secret-token"))
+        .and(body_json(
+            json!({"tag": "v0.0.452", "file": FILE, "services": [R2],
+                              "env": expected_env(), "dry_run": true}),
+        ))
+        .respond_with(stream_body(ndjson(&[DONE_OK])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let result = client(&server).dry_run(&up_req(R2)).await.expect("ok");
+    assert!(result.stream.succeeded());
+}
+
+#[tokio::test]
+async fn down_sends_one_service_the_full_env_and_nothing_else() {
+    let server = MockServer::start().await;
+    stream_ok(&server, "/compose/down").await;
+    let result = client(&server).down(&down_req(R2)).await.expect("ok");
+    assert!(result.succeeded());
+    let request = only_request(&server).await;
+    assert_identity(&request);
+    assert_eq!(
+        body_of(&request),
+        json!({"tag": "v0.0.451", "file": FILE, "services": [R2], "env": expected_env()})
+    );
+}
+
+#[tokio::test]
+async fn blank_comma_or_whitespace_services_are_refused_before_any_request() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(500))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let c = client(&server);
+    for bad in ["", "   ", "r1,r2", "r1 r2", "r2\n", "\tr2"] {
+        let refused = |r: Result<(), ComposeError>| match r {
+            Err(err @ ComposeError::InvalidRequest { .. }) => {
+                assert_eq!(err.code(), "invalid_request")
+            }
+            other => panic!("{bad:?} gave {other:?}"),
+        };
+        refused(c.up(&up_req(bad)).await.map(drop));
+        refused(c.dry_run(&up_req(bad)).await.map(drop));
+        refused(c.down(&down_req(bad)).await.map(drop));
+        let logs = LogsRequest {
+            file: FILE.into(),
+            service: bad.into(),
+            tail: 10,
+        };
+        refused(c.logs(&logs).await.map(drop));
+    }
+    let seen = server.received_requests().await.expect("recording on");
+    assert!(seen.is_empty(), "requests were sent: {}", seen.len());
+}
+
+#[tokio::test]
+async fn logs_sends_file_tail_and_one_service_and_returns_the_output() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/compose/logs"))
+        .and(body_json(
+            json!({"file": FILE, "tail": 500, "services": [R2]}),
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"status": "ok", "output": "r2  | event-loop stall dump armed: x\n"}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let logs = LogsRequest {
+        file: FILE.into(),
+        service: R2.into(),
+        tail: 500,
+    };
+    let output = client(&server).logs(&logs).await.expect("ok");
+    assert_eq!(output, "r2  | event-loop stall dump armed: x\n");
+    assert_identity(&only_request(&server).await);
+}
+
+#[tokio::test]
+async fn ps_splits_its_output_into_containers() {
+    let server = MockServer::start().await;
+    let output = concat!(
+        r#"{"ID":"a1","Names":"model-sg-glm53-w4afp8-tp4-r1","Image":"sglang:1","State":"running","Status":"Up 2 hours","Labels":"x=y"}"#,
+        "\n",
+        r#"{"ID":"b2","Names":"nginx","Image":"nginx:1.27","State":"running","Status":"Up 2 hours"}"#,
+        "\n"
+    );
+    Mock::given(method("GET"))
+        .and(path("/docker/ps"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
+        )
+        .mount(&server)
+        .await;
+    let entries = client(&server).ps().await.expect("ok");
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0].names, "model-sg-glm53-w4afp8-tp4-r1");
+    assert_eq!(entries[1].image, "nginx:1.27");
+    assert_eq!(entries[1].labels, "");
+    assert_identity(&only_request(&server).await);
+}
+
+#[tokio::test]
+async fn status_reports_the_operation_in_flight() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/status"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok",
+            "in_flight": {"action": "compose_down", "started_at": "2026-05-01T10:00:00+00:00",
+                          "tag": "v0.0.451", "file": FILE, "services": [R2]}})),
+        )
+        .mount(&server)
+        .await;
+    let status = client(&server).status().await.expect("ok");
+    let in_flight = status.in_flight.expect("busy");
+    assert_eq!(in_flight.action, "compose_down");
+    assert_eq!(in_flight.services, vec![R2.to_owned()]);
+    assert_eq!(in_flight.tag.as_deref(), Some("v0.0.451"));
+}
+
+#[tokio::test]
+async fn version_reads_the_per_project_deployments_and_still_sends_the_token() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/version"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok",
+            "tag": "v0.0.452", "commit": "abc", "file": FILE, "file_sha256": "ff",
+            "image": "cm@sha256:1",
+            "projects": {"work": {"current": {"tag": "v0.0.452", "commit": "abc", "file": FILE,
+                                              "file_sha256": "ff"},
+                                  "previous": {"tag": "v0.0.451"}}}})),
+        )
+        .mount(&server)
+        .await;
+    let version = client(&server).version().await.expect("ok");
+    assert_eq!(version.image.as_deref(), Some("cm@sha256:1"));
+    let work = &version.projects["work"];
+    assert_eq!(
+        work.previous.as_ref().and_then(|p| p.tag.as_deref()),
+        Some("v0.0.451")
+    );
+    assert_identity(&only_request(&server).await);
+}
+
+async fn probe_answering(template: ResponseTemplate) -> (Result<bool, ComposeError>, Value) {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/docker/evict"))
+        .respond_with(template)
+        .mount(&server)
+        .await;
+    let answer = client(&server).supports_dry_run().await;
+    let body = body_of(&only_request(&server).await);
+    (answer, body)
+}
+
+#[tokio::test]
+async fn the_probe_says_dry_run_is_supported_on_422() {
+    let text = "Failed to deserialize the JSON body into the target type: missing field `model`";
+    let (answer, body) = probe_answering(ResponseTemplate::new(422).set_body_string(text)).await;
+    assert_eq!(answer, Ok(true));
+    assert_eq!(body, json!({}));
+}
+
+#[tokio::test]
+async fn the_probe_says_dry_run_is_unsupported_on_404() {
+    let (answer, _) = probe_answering(ResponseTemplate::new(404)).await;
+    assert_eq!(answer, Ok(false));
+}
+
+#[tokio::test]
+async fn the_probe_fails_on_anything_else() {
+    let (answer, _) = probe_answering(error_body(500, "boom")).await;
+    assert_eq!(answer.map_err(|e| e.code()), Err("compose_server_error"));
+    let (answer, _) = probe_answering(ResponseTemplate::new(200)).await;
+    assert_eq!(answer.map_err(|e| e.code()), Err("compose_protocol"));
+}
+
+#[test]
+fn bad_base_urls_are_refused() {
+    for bad in [
+        "",
+        "gpu02:8080",
+        "https://gpu02.internal:8080",
+        "ftp://gpu02",
+        "http://user:pw@gpu02:8080",
+        "http://gpu02:8080/?x=1",
+    ] {
+        let err = ComposeClient::new(bad, TOKEN, ClientOptions::default()).err();
+        assert!(
+            matches!(err, Some(ComposeError::InvalidUrl { .. })),
+            "{bad:?} gave {err:?}"
+        );
+    }
+    let shown = format!(
+        "{:?}",
+        ComposeClient::new("http://user:pw@gpu02:8080", TOKEN, ClientOptions::default()).err()
+    );
+    assert!(!shown.contains("pw"), "{shown}");
+}
+
+#[test]
+fn the_base_url_loses_its_trailing_slash_and_debug_hides_the_token() {
+    let c = ComposeClient::new(
+        "http://gpu02.internal:8080/",
+        TOKEN,
+        ClientOptions::default(),
+    )
+    .expect("valid");
+    assert_eq!(c.base_url(), "http://gpu02.internal:8080");
+    let shown = format!("{c:?}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert!(ComposeClient::new("http://h:1", "", ClientOptions::default()).is_err());
+    assert!(ComposeClient::new("http://h:1", "bad\ntoken", ClientOptions::default()).is_err());
+}
+
+#[test]
+fn client_options_default_to_the_documented_values() {
+    let o = ClientOptions::default();
+    assert_eq!(o.connect_timeout, std::time::Duration::from_secs(5));
+    assert_eq!(o.request_timeout, std::time::Duration::from_secs(30));
+    assert_eq!(o.stream_idle_timeout, std::time::Duration::from_secs(600));
+    assert_eq!(
+        (o.triggered_by.as_str(), o.project.as_str()),
+        ("canaryd", "work")
+    );
+}
