@@ -1,0 +1,323 @@
+//! Configuration (SPEC §3): `config/canaryd.yaml`, resolved into a [`ResolvedConfig`].
+//!
+//! Loading reads the YAML (unknown keys refused), resolves relative paths against the config
+//! file's folder, reads every host's env file, takes every secret from the env var named in
+//! the file, and checks URLs, names and durations. Errors print as `file:line: key: message`,
+//! so `canaryd serve` can stop with exit code 2 and point at the culprit. Secrets are held in
+//! [`Secret`] and [`EnvMap`], whose `Debug` never shows a value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::domain::plan::KnownTargets;
+
+mod env_file;
+mod file;
+mod url;
+
+/// The daemon's configuration, every path resolved and every secret loaded.
+#[derive(Debug, Clone)]
+pub struct ResolvedConfig {
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// SQLite file (created and migrated at start).
+    pub database: PathBuf,
+    /// Folder of `*.yaml` runbooks.
+    pub runbooks_dir: PathBuf,
+    /// API bearer tokens. Empty means no auth, which `serve` only allows on loopback.
+    pub tokens: Vec<ApiToken>,
+    /// Hosts by name.
+    pub hosts: BTreeMap<String, HostConfig>,
+    /// compose-manager client timings.
+    pub compose: ComposeTuning,
+    /// How long finished rollouts are kept; `None` keeps them forever.
+    pub retention_days: Option<u32>,
+}
+
+/// One API token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    /// Who holds it; recorded as the actor of what it does.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// The bearer value.
+    pub secret: Secret,
+}
+
+/// What a token may do: `viewer` reads; `oncall` reads, aborts and rolls back; `operator`
+/// does everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Read only.
+    Viewer,
+    /// Read, abort, roll back.
+    Oncall,
+    /// Everything, including starting canaries.
+    Operator,
+}
+
+impl Role {
+    /// `viewer`, `oncall` or `operator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::Oncall => "oncall",
+            Self::Operator => "operator",
+        }
+    }
+
+    /// Every role may read.
+    pub fn can_read(self) -> bool {
+        true
+    }
+
+    /// Oncall and operator may start a rollback.
+    pub fn can_rollback(self) -> bool {
+        matches!(self, Self::Oncall | Self::Operator)
+    }
+
+    /// Oncall and operator may abort a rollout.
+    pub fn can_abort(self) -> bool {
+        matches!(self, Self::Oncall | Self::Operator)
+    }
+
+    /// Only operators start canaries.
+    pub fn can_operate(self) -> bool {
+        matches!(self, Self::Operator)
+    }
+}
+
+/// One GPU host and its compose-manager.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The key under `hosts:` (`gpu02`).
+    pub name: String,
+    /// `http(s)://host[:port]`, without a trailing slash.
+    pub compose_manager_url: String,
+    /// compose-manager bearer token.
+    pub token: Secret,
+    /// The host's full env map (from its env file), sent on every compose call.
+    pub env: EnvMap,
+    /// Compose project; `work` (compose-manager's default) unless configured. compose-manager
+    /// refuses `work` as an explicit override, so callers omit the field for it.
+    pub project: String,
+    /// Replicas (compose services) canaryd may roll, by service name.
+    pub replicas: BTreeMap<String, ReplicaConfig>,
+}
+
+/// One replica canaryd may roll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// Replicas of the same group on a host are each other's peers.
+    pub group: String,
+    /// The replica's `/health` URL.
+    pub health_url: String,
+}
+
+impl HostConfig {
+    /// The other replicas of `service`'s group on this host (empty for an unknown service).
+    pub fn peers(&self, service: &str) -> Vec<&str> {
+        let Some(me) = self.replicas.get(service) else {
+            return Vec::new();
+        };
+        self.replicas
+            .iter()
+            .filter(|(name, r)| name.as_str() != service && r.group == me.group)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+}
+
+/// compose-manager client timings (`compose:` in the config; all optional).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComposeTuning {
+    /// TCP connect timeout (default 5s).
+    pub connect_timeout: Duration,
+    /// Timeout of a non-streaming call: ps, logs, status, version (default 30s).
+    pub request_timeout: Duration,
+    /// Longest silence allowed inside an NDJSON stream (default 15m: a `down` waits out the
+    /// engines' 5m stop grace without printing).
+    pub stream_idle_timeout: Duration,
+    /// First backoff after a `409` busy answer (default 2s).
+    pub busy_retry_initial: Duration,
+    /// Backoff cap (default 60s).
+    pub busy_retry_max: Duration,
+}
+
+impl Default for ComposeTuning {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            stream_idle_timeout: Duration::from_secs(15 * 60),
+            busy_retry_initial: Duration::from_secs(2),
+            busy_retry_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A secret value: `Debug` and `Display` print `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A host's env map. Its values may be secrets, so `Debug` prints the keys only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvMap(BTreeMap<String, String>);
+
+impl EnvMap {
+    /// Wraps a map.
+    pub fn new(map: BTreeMap<String, String>) -> Self {
+        Self(map)
+    }
+
+    /// The map itself, for merging into a compose call.
+    pub fn expose(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+
+    /// A copy of the map, for merging into a compose call.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.0.clone()
+    }
+
+    /// The keys, safe to log.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for EnvMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnvMap")
+            .field("keys", &self.0.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A configuration that cannot be used. Displays as `file:line: key: message`, leaving out
+/// the parts that are not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The config file or env file at fault.
+    pub file: Option<PathBuf>,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// Dotted key path (`hosts.gpu02.token_env`).
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}", file.display())?;
+            if let Some(line) = self.line {
+                write!(f, ":{line}")?;
+            }
+            f.write_str(": ")?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl ResolvedConfig {
+    /// Whether `listen` is a loopback address.
+    pub fn is_loopback_listen(&self) -> bool {
+        self.listen.ip().is_loopback()
+    }
+
+    /// `serve` refuses a non-loopback `listen` without tokens (SPEC §3).
+    pub fn check_listen_safety(&self) -> Result<(), ConfigError> {
+        if self.is_loopback_listen() || !self.tokens.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError {
+            file: None,
+            line: None,
+            key: Some("listen".to_string()),
+            message: format!(
+                "refusing to listen on {} without auth tokens: add auth.tokens or listen on 127.0.0.1",
+                self.listen
+            ),
+        })
+    }
+
+    /// The hosts and replicas a plan may name, with the given runbook names.
+    pub fn known_targets(&self, runbooks: &BTreeSet<String>) -> KnownTargets {
+        KnownTargets {
+            replicas: self
+                .hosts
+                .iter()
+                .map(|(name, host)| (name.clone(), host.replicas.keys().cloned().collect()))
+                .collect(),
+            runbooks: runbooks.clone(),
+        }
+    }
+}
+
+/// Loads the config at `path`, taking secrets from the process environment.
+pub fn load(path: &Path) -> Result<ResolvedConfig, ConfigError> {
+    load_with_env(path, &|key| std::env::var(key).ok())
+}
+
+/// Loads the config at `path`, taking secrets from `env` (tests pass a map lookup).
+pub fn load_with_env(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ResolvedConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: Some(path.to_path_buf()),
+        line: None,
+        key: None,
+        message: format!("cannot read the config file: {e}"),
+    })?;
+    file::resolve(path, &text, env)
+}
+
+#[cfg(test)]
+mod tests;

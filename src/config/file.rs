@@ -1,0 +1,339 @@
+//! The config file's exact shape (serde, unknown keys refused) and its resolution.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::url::check_url;
+use super::{
+    env_file, ApiToken, ComposeTuning, ConfigError, EnvMap, HostConfig, ReplicaConfig,
+    ResolvedConfig, Role, Secret,
+};
+use crate::domain::duration::parse_duration;
+use crate::domain::plan::is_env_key;
+use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    listen: String,
+    database: PathBuf,
+    runbooks_dir: PathBuf,
+    #[serde(default)]
+    auth: Option<AuthFile>,
+    hosts: BTreeMap<String, HostFile>,
+    #[serde(default)]
+    compose: Option<ComposeFile>,
+    #[serde(default)]
+    retention_days: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthFile {
+    #[serde(default)]
+    tokens: Vec<TokenFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    name: String,
+    role: Role,
+    token_env: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostFile {
+    compose_manager_url: String,
+    token_env: String,
+    env_file: PathBuf,
+    #[serde(default)]
+    project: Option<String>,
+    replicas: BTreeMap<String, ReplicaFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicaFile {
+    group: String,
+    health_url: String,
+}
+
+/// Durations stay text here and are parsed in `resolve_compose`, so errors name the key.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ComposeFile {
+    connect_timeout: Option<String>,
+    request_timeout: Option<String>,
+    stream_idle_timeout: Option<String>,
+    busy_retry_initial: Option<String>,
+    busy_retry_max: Option<String>,
+}
+
+/// Builds errors that point at a key of the config file.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn error(&self, segs: &[Seg<'_>], message: impl Into<String>) -> ConfigError {
+        let key = segs
+            .iter()
+            .map(|s| match s {
+                Seg::Key(k) => format!(".{k}"),
+                Seg::Index(i) => format!("[{i}]"),
+            })
+            .collect::<String>();
+        ConfigError {
+            file: Some(self.path.to_path_buf()),
+            line: locate(self.text, segs),
+            key: Some(key.trim_start_matches('.').to_string()),
+            message: message.into(),
+        }
+    }
+
+    fn secret(
+        &self,
+        segs: &[Seg<'_>],
+        var: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Secret, ConfigError> {
+        if !is_env_key(var) {
+            return Err(self.error(
+                segs,
+                format!("`{var}` is not a valid environment variable name"),
+            ));
+        }
+        match env(var) {
+            None => Err(self.error(segs, format!("environment variable {var} is not set"))),
+            Some(v) if v.is_empty() => {
+                Err(self.error(segs, format!("environment variable {var} is empty")))
+            }
+            Some(v) => Ok(Secret::new(v)),
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Resolves `p` against the config file's folder unless it is absolute.
+fn relative(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+pub(super) fn resolve(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ResolvedConfig, ConfigError> {
+    use Seg::Key;
+    let src = Source { path, text };
+    let raw: ConfigFile = serde_yaml::from_str(text).map_err(|e| {
+        let (line, message) = describe_yaml_error(&e);
+        ConfigError {
+            file: Some(path.to_path_buf()),
+            line,
+            key: None,
+            message,
+        }
+    })?;
+    let base = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let listen: SocketAddr = raw.listen.parse().map_err(|_| {
+        let why = format!(
+            "\"{}\" is not an IP:port address such as 127.0.0.1:7878",
+            raw.listen
+        );
+        src.error(&[Key("listen")], why)
+    })?;
+    if raw.database.as_os_str().is_empty() {
+        return Err(src.error(&[Key("database")], "must be a file path"));
+    }
+    let runbooks_dir = relative(&base, &raw.runbooks_dir);
+    if !runbooks_dir.is_dir() {
+        let why = format!("{} is not a directory", runbooks_dir.display());
+        return Err(src.error(&[Key("runbooks_dir")], why));
+    }
+    let tokens = resolve_tokens(&src, raw.auth.map(|a| a.tokens).unwrap_or_default(), env)?;
+    if raw.hosts.is_empty() {
+        return Err(src.error(&[Key("hosts")], "at least one host is required"));
+    }
+    let mut hosts = BTreeMap::new();
+    for (name, h) in raw.hosts {
+        let host = resolve_host(&src, &base, &name, h, env)?;
+        hosts.insert(name, host);
+    }
+    let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
+    if raw.retention_days == Some(0) {
+        let why = "must be at least 1 (leave it out to keep everything)";
+        return Err(src.error(&[Key("retention_days")], why));
+    }
+    Ok(ResolvedConfig {
+        listen,
+        database: relative(&base, &raw.database),
+        runbooks_dir,
+        tokens,
+        hosts,
+        compose,
+        retention_days: raw.retention_days,
+    })
+}
+
+fn resolve_tokens(
+    src: &Source<'_>,
+    raw: Vec<TokenFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ApiToken>, ConfigError> {
+    let mut tokens: Vec<ApiToken> = Vec::new();
+    for (i, t) in raw.into_iter().enumerate() {
+        let at = |key| {
+            [
+                Seg::Key("auth"),
+                Seg::Key("tokens"),
+                Seg::Index(i),
+                Seg::Key(key),
+            ]
+        };
+        if t.name.trim().is_empty() {
+            return Err(src.error(&at("name"), "must not be empty"));
+        }
+        if tokens.iter().any(|other| other.name == t.name) {
+            return Err(src.error(&at("name"), format!("duplicate token name `{}`", t.name)));
+        }
+        let secret = src.secret(&at("token_env"), &t.token_env, env)?;
+        if let Some(other) = tokens.iter().find(|other| other.secret == secret) {
+            let why = format!(
+                "token `{}` has the same secret as token `{}`: each token must be distinct",
+                t.name, other.name
+            );
+            return Err(src.error(&at("token_env"), why));
+        }
+        tokens.push(ApiToken {
+            name: t.name,
+            role: t.role,
+            secret,
+        });
+    }
+    Ok(tokens)
+}
+
+fn resolve_host(
+    src: &Source<'_>,
+    base: &Path,
+    name: &str,
+    h: HostFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<HostConfig, ConfigError> {
+    use Seg::Key;
+    let at = |key| [Key("hosts"), Key(name), Key(key)];
+    if !valid_name(name) {
+        let why = "a host name must be letters, digits, `.`, `_` or `-`";
+        return Err(src.error(&[Key("hosts"), Key(name)], why));
+    }
+    let url = check_url(&h.compose_manager_url, false)
+        .map_err(|e| src.error(&at("compose_manager_url"), e))?;
+    let token = src.secret(&at("token_env"), &h.token_env, env)?;
+    let env_path = relative(base, &h.env_file);
+    let env_text = std::fs::read_to_string(&env_path).map_err(|e| {
+        src.error(
+            &at("env_file"),
+            format!("cannot read {}: {e}", env_path.display()),
+        )
+    })?;
+    let host_env = env_file::parse(&env_path, &env_text)?;
+    let project = h.project.unwrap_or_else(|| "work".to_string());
+    let canonical = project.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && project
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !canonical || project == "dstack" {
+        let why = format!("\"{project}\" is not a usable compose project (lowercase [a-z0-9_-], starting with a letter or digit; `dstack` is reserved)");
+        return Err(src.error(&at("project"), why));
+    }
+    if h.replicas.is_empty() {
+        return Err(src.error(&at("replicas"), "at least one replica is required"));
+    }
+    let mut replicas = BTreeMap::new();
+    for (service, r) in h.replicas {
+        let replica = [Key("hosts"), Key(name), Key("replicas"), Key(&service)];
+        let field = |key| [replica[0], replica[1], replica[2], replica[3], Key(key)];
+        if !valid_name(&service) {
+            let why = "a replica must be a compose service name (letters, digits, `.`, `_`, `-`)";
+            return Err(src.error(&replica, why));
+        }
+        if !valid_name(&r.group) {
+            let why = "must be a non-empty name (letters, digits, `.`, `_`, `-`)";
+            return Err(src.error(&field("group"), why));
+        }
+        let health_url =
+            check_url(&r.health_url, true).map_err(|e| src.error(&field("health_url"), e))?;
+        replicas.insert(
+            service,
+            ReplicaConfig {
+                group: r.group,
+                health_url,
+            },
+        );
+    }
+    Ok(HostConfig {
+        name: name.to_string(),
+        compose_manager_url: url,
+        token,
+        env: EnvMap::new(host_env),
+        project,
+        replicas,
+    })
+}
+
+fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, ConfigError> {
+    let d = ComposeTuning::default();
+    let read =
+        |key: &str, text: Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+            let at = [Seg::Key("compose"), Seg::Key(key)];
+            match text.as_deref().map(parse_duration) {
+                None => Ok(default),
+                Some(Err(e)) => Err(src.error(&at, e)),
+                Some(Ok(d)) if d.is_zero() => Err(src.error(&at, "must be longer than zero")),
+                Some(Ok(d)) => Ok(d),
+            }
+        };
+    let tuning = ComposeTuning {
+        connect_timeout: read("connect_timeout", c.connect_timeout, d.connect_timeout)?,
+        request_timeout: read("request_timeout", c.request_timeout, d.request_timeout)?,
+        stream_idle_timeout: read(
+            "stream_idle_timeout",
+            c.stream_idle_timeout,
+            d.stream_idle_timeout,
+        )?,
+        busy_retry_initial: read(
+            "busy_retry_initial",
+            c.busy_retry_initial,
+            d.busy_retry_initial,
+        )?,
+        busy_retry_max: read("busy_retry_max", c.busy_retry_max, d.busy_retry_max)?,
+    };
+    if tuning.busy_retry_initial > tuning.busy_retry_max {
+        let at = [Seg::Key("compose"), Seg::Key("busy_retry_initial")];
+        return Err(src.error(&at, "must not be longer than busy_retry_max"));
+    }
+    Ok(tuning)
+}

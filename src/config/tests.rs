@@ -1,0 +1,347 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+
+/// A valid config in a temp folder: `canaryd.yaml`, `env/gpu02.env`, `runbooks/`.
+const BASE: &str = "\
+listen: 127.0.0.1:7878
+database: canaryd.db
+runbooks_dir: runbooks
+auth:
+  tokens:
+    - {name: ops-alice, role: operator, token_env: CANARYD_TOKEN_OPS_ALICE}
+    - {name: oncall,    role: oncall,   token_env: CANARYD_TOKEN_ONCALL}
+hosts:
+  gpu02:
+    compose_manager_url: http://gpu02.internal:8080
+    token_env: GPU02_COMPOSE_MANAGER_TOKEN
+    env_file: env/gpu02.env
+    replicas:
+      model-sg-glm53-w4afp8-tp4-r1: {group: glm53-long, health_url: http://gpu02.internal:18001/health}
+      model-sg-glm53-w4afp8-tp4-r2: {group: glm53-long, health_url: http://gpu02.internal:18002/health}
+      model-sg-glm52-w4a-tp4-r1: {group: glm52, health_url: http://gpu02.internal:18003/health}
+";
+
+const ENV_FILE: &str = "# fake\nGLM53_HICACHE_RAM_BUDGET=406GiB\nMODEL_PROXY_TOKEN=change-me\n";
+
+fn fake_env(key: &str) -> Option<String> {
+    let vars = [
+        ("CANARYD_TOKEN_OPS_ALICE", "alice-secret"),
+        ("CANARYD_TOKEN_ONCALL", "oncall-secret"),
+        ("CANARYD_TOKEN_AUDIT", "audit-secret"),
+        ("GPU02_COMPOSE_MANAGER_TOKEN", "cm-secret"),
+        ("EMPTY_VAR", ""),
+    ];
+    vars.iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.to_string())
+}
+
+fn write_setup(config: &str, env_file: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("env")).expect("mkdir env");
+    std::fs::create_dir_all(dir.path().join("runbooks")).expect("mkdir runbooks");
+    std::fs::write(dir.path().join("env/gpu02.env"), env_file).expect("write env");
+    let path = dir.path().join("canaryd.yaml");
+    std::fs::write(&path, config).expect("write config");
+    (dir, path)
+}
+
+fn load_text(config: &str) -> Result<ResolvedConfig, ConfigError> {
+    let (_dir, path) = write_setup(config, ENV_FILE);
+    load_with_env(&path, &fake_env)
+}
+
+#[test]
+fn a_valid_config_resolves_paths_secrets_and_defaults() {
+    let (dir, path) = write_setup(BASE, ENV_FILE);
+    let config = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.listen.to_string(), "127.0.0.1:7878");
+    assert_eq!(config.database, dir.path().join("canaryd.db"));
+    assert_eq!(config.runbooks_dir, dir.path().join("runbooks"));
+    assert_eq!(config.tokens[0].name, "ops-alice");
+    assert_eq!(config.tokens[0].role, Role::Operator);
+    assert_eq!(config.tokens[0].secret.expose(), "alice-secret");
+    let host = &config.hosts["gpu02"];
+    assert_eq!(host.name, "gpu02");
+    assert_eq!(host.compose_manager_url, "http://gpu02.internal:8080");
+    assert_eq!(host.token.expose(), "cm-secret");
+    assert_eq!(host.project, "work");
+    assert_eq!(host.env.expose()["GLM53_HICACHE_RAM_BUDGET"], "406GiB");
+    assert_eq!(
+        host.replicas[R2].health_url,
+        "http://gpu02.internal:18002/health"
+    );
+    assert_eq!(config.compose, ComposeTuning::default());
+    assert_eq!(config.retention_days, None);
+    assert!(config.is_loopback_listen());
+    assert_eq!(config.check_listen_safety(), Ok(()));
+}
+
+#[test]
+fn peers_are_the_other_replicas_of_the_same_group_on_the_host() {
+    let config = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let host = &config.hosts["gpu02"];
+    assert_eq!(host.peers(R2), vec![R1]);
+    assert_eq!(host.peers(R1), vec![R2]);
+    assert!(host.peers("model-sg-glm52-w4a-tp4-r1").is_empty());
+    assert!(host.peers("nginx").is_empty());
+    let runbooks = BTreeSet::from(["single-replica-canary".to_string()]);
+    let known = config.known_targets(&runbooks);
+    assert_eq!(known.replicas["gpu02"].len(), 3);
+    assert_eq!(known.runbooks, runbooks);
+}
+
+#[test]
+fn secrets_never_show_in_debug_output() {
+    let config = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let debug = format!("{config:?}");
+    for secret in [
+        "alice-secret",
+        "oncall-secret",
+        "cm-secret",
+        "406GiB",
+        "change-me",
+    ] {
+        assert!(!debug.contains(secret), "{secret} leaked: {debug}");
+    }
+    assert!(
+        debug.contains("GLM53_HICACHE_RAM_BUDGET"),
+        "env keys are shown: {debug}"
+    );
+    assert_eq!(Secret::new("x").to_string(), "***");
+}
+
+#[test]
+fn optional_settings_are_read() {
+    let text = format!(
+        "{BASE}retention_days: 90\ncompose:\n  connect_timeout: 2s\n  busy_retry_max: 5m\n"
+    );
+    let text = text.replace(
+        "    env_file: env/gpu02.env\n",
+        "    env_file: env/gpu02.env\n    project: glm53\n",
+    );
+    let config = load_text(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.retention_days, Some(90));
+    assert_eq!(config.compose.connect_timeout, Duration::from_secs(2));
+    assert_eq!(config.compose.busy_retry_max, Duration::from_secs(300));
+    assert_eq!(config.compose.request_timeout, Duration::from_secs(30));
+    assert_eq!(config.hosts["gpu02"].project, "glm53");
+}
+
+#[test]
+#[rustfmt::skip]
+fn bad_configs_are_refused_naming_file_line_and_key() {
+    // (case, edit of BASE as (from, to), expected text after "<dir>/canaryd.yaml")
+    let cases: &[(&str, (&str, &str), &str)] = &[
+        ("an unknown top-level key", ("listen:", "colour: blue\nlisten:"), ":1: unknown field `colour`"),
+        ("an unknown host key", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    sudo: true\n"), ":13: hosts.gpu02: unknown field `sudo`"),
+        ("an unknown replica key", ("{group: glm52,", "{group: glm52, port: 1,"), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1: unknown field `port`"),
+        ("a missing host token", ("GPU02_COMPOSE_MANAGER_TOKEN", "GPU02_MISSING_TOKEN"), ":11: hosts.gpu02.token_env: environment variable GPU02_MISSING_TOKEN is not set"),
+        ("a missing api token", ("CANARYD_TOKEN_ONCALL", "NOPE"), ":7: auth.tokens[1].token_env: environment variable NOPE is not set"),
+        ("an empty env var", ("CANARYD_TOKEN_ONCALL", "EMPTY_VAR"), ":7: auth.tokens[1].token_env: environment variable EMPTY_VAR is empty"),
+        ("an unreadable env file", ("env/gpu02.env", "env/gpu99.env"), ":12: hosts.gpu02.env_file: cannot read"),
+        ("an unknown role", ("role: oncall", "role: admin"), ":7: auth.tokens[1].role: unknown variant `admin`, expected one of `viewer`, `oncall`, `operator`"),
+        ("a duplicate token name", ("name: oncall,", "name: ops-alice,"), ":7: auth.tokens[1].name: duplicate token name `ops-alice`"),
+        ("a shared token secret", ("CANARYD_TOKEN_ONCALL", "CANARYD_TOKEN_OPS_ALICE"), ":7: auth.tokens[1].token_env: token `oncall` has the same secret as token `ops-alice`"),
+        ("a bad listen address", ("127.0.0.1:7878", "localhost"), ":1: listen: \"localhost\" is not an IP:port address"),
+        ("a compose-manager URL without scheme", ("http://gpu02.internal:8080", "gpu02.internal:8080"), ":10: hosts.gpu02.compose_manager_url: \"gpu02.internal:8080\" is not an http(s)://host[:port] URL: the scheme"),
+        ("a compose-manager URL with a path", ("http://gpu02.internal:8080", "http://gpu02.internal:8080/api"), ":10: hosts.gpu02.compose_manager_url: \"http://gpu02.internal:8080/api\" is not an http(s)://host[:port] URL: no path expected"),
+        ("a compose-manager URL with a bad port", ("gpu02.internal:8080", "gpu02.internal:99999"), ":10: hosts.gpu02.compose_manager_url: \"http://gpu02.internal:99999\" is not an http(s)://host[:port] URL: the port"),
+        ("a URL with credentials", ("http://gpu02.internal:8080", "http://u:p@gpu02.internal:8080"), ":10: hosts.gpu02.compose_manager_url: \"http://u:p@gpu02.internal:8080\" is not an http(s)://host[:port] URL: credentials"),
+        ("a bad health URL", ("http://gpu02.internal:18002/health", "ftp://gpu02/health"), ":15: hosts.gpu02.replicas.model-sg-glm53-w4afp8-tp4-r2.health_url: \"ftp://gpu02/health\" is not an http(s)://host[:port]/path URL"),
+        ("a health URL with a space", ("18002/health", "18002/he alth"), ":15: hosts.gpu02.replicas.model-sg-glm53-w4afp8-tp4-r2.health_url"),
+        ("a missing runbooks folder", ("runbooks_dir: runbooks", "runbooks_dir: nowhere"), ":3: runbooks_dir: "),
+        ("a reserved project", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: dstack\n"), ":13: hosts.gpu02.project: \"dstack\" is not a usable compose project"),
+        ("a project with capitals", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: Work\n"), ":13: hosts.gpu02.project: \"Work\""),
+        ("a replica without a group", ("{group: glm52,", "{group: \"\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.group: must be a non-empty name"),
+        ("a missing field", ("listen: 127.0.0.1:7878\n", ""), ":1: missing field `listen`"),
+        ("a tab-broken YAML", ("hosts:\n", "hosts:\n\t"), ":9: found character that cannot start any token"),
+    ];
+    for (case, (from, to), expected) in cases {
+        assert!(BASE.contains(from), "{case}: edit does not apply");
+        let err = load_text(&BASE.replacen(from, to, 1)).expect_err(case).to_string();
+        let after = err.split("canaryd.yaml").nth(1).unwrap_or_else(|| panic!("{case}: no file in {err}"));
+        assert!(after.starts_with(expected), "{case}:\n  got:      {err}\n  expected: …canaryd.yaml{expected}");
+    }
+}
+
+#[test]
+#[rustfmt::skip]
+fn bad_optional_settings_are_refused_naming_the_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("a duration without a unit", "compose:\n  connect_timeout: 5\n", "compose.connect_timeout: invalid duration `5`: missing unit"),
+        ("a zero duration", "compose:\n  request_timeout: 0s\n", "compose.request_timeout: must be longer than zero"),
+        ("backoff that starts above its cap", "compose:\n  busy_retry_initial: 2m\n  busy_retry_max: 1m\n", "compose.busy_retry_initial: must not be longer than busy_retry_max"),
+        ("an unknown compose knob", "compose:\n  retries: 3\n", "compose: unknown field `retries`"),
+        ("zero retention", "retention_days: 0\n", "retention_days: must be at least 1"),
+        ("negative retention", "retention_days: -1\n", "retention_days: invalid type: integer `-1`, expected u32"),
+    ];
+    for (case, extra, expected) in cases {
+        let err = load_text(&format!("{BASE}{extra}")).expect_err(case).to_string();
+        let after = err.split("canaryd.yaml:").nth(1).unwrap_or_else(|| panic!("{case}: no file:line in {err}"));
+        let (line, message) = after.split_once(": ").unwrap_or_else(|| panic!("{case}: {err}"));
+        assert!(line.parse::<usize>().is_ok_and(|l| l >= 17), "{case}: line of the key: {err}");
+        assert!(message.starts_with(expected), "{case}:\n  got:      {err}\n  expected: {expected}");
+    }
+}
+
+#[test]
+fn a_config_without_hosts_or_replicas_is_refused() {
+    let hosts_at = BASE.find("hosts:").expect("hosts");
+    let err = load_text(&format!("{}hosts: {{}}\n", &BASE[..hosts_at]))
+        .expect_err("no hosts")
+        .to_string();
+    assert!(
+        err.ends_with("canaryd.yaml:8: hosts: at least one host is required"),
+        "{err}"
+    );
+    let replicas_at = BASE.find("    replicas:").expect("replicas");
+    let err = load_text(&format!("{}    replicas: {{}}\n", &BASE[..replicas_at]))
+        .expect_err("no replicas")
+        .to_string();
+    assert!(
+        err.ends_with("canaryd.yaml:13: hosts.gpu02.replicas: at least one replica is required"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_env_file_line_is_reported_in_the_env_file() {
+    let (_dir, path) = write_setup(BASE, "A=1\nthis is not a line\n");
+    let err = load_with_env(&path, &fake_env)
+        .expect_err("bad env file")
+        .to_string();
+    assert!(
+        err.ends_with("gpu02.env:2: expected KEY=VALUE, a `#` comment or a blank line"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let err =
+        load_with_env(Path::new("/nonexistent/canaryd.yaml"), &fake_env).expect_err("missing");
+    assert!(
+        err.to_string()
+            .starts_with("/nonexistent/canaryd.yaml: cannot read the config file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_non_loopback_listen_needs_tokens() {
+    let open = BASE.replace("127.0.0.1:7878", "0.0.0.0:7878");
+    let config = load_text(&open).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!config.is_loopback_listen());
+    assert_eq!(
+        config.check_listen_safety(),
+        Ok(()),
+        "tokens are configured"
+    );
+    let start = open.find("auth:").expect("auth");
+    let end = open.find("hosts:").expect("hosts");
+    let no_auth = format!("{}{}", &open[..start], &open[end..]);
+    let config = load_text(&no_auth).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.tokens.is_empty());
+    let err = config
+        .check_listen_safety()
+        .expect_err("open without tokens")
+        .to_string();
+    assert!(
+        err.starts_with("listen: refusing to listen on 0.0.0.0:7878 without auth tokens"),
+        "{err}"
+    );
+    let local = load_text(&no_auth.replace("0.0.0.0:7878", "\"[::1]:7878\""))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(local.check_listen_safety(), Ok(()));
+}
+
+#[test]
+fn roles_grant_what_the_spec_says() {
+    let table: Vec<String> = [Role::Viewer, Role::Oncall, Role::Operator]
+        .iter()
+        .map(|r| {
+            format!(
+                "{} read={} abort={} rollback={} operate={}",
+                r.as_str(),
+                r.can_read(),
+                r.can_abort(),
+                r.can_rollback(),
+                r.can_operate()
+            )
+        })
+        .collect();
+    assert_eq!(
+        table,
+        [
+            "viewer read=true abort=false rollback=false operate=false",
+            "oncall read=true abort=true rollback=true operate=false",
+            "operator read=true abort=true rollback=true operate=true",
+        ]
+    );
+}
+
+#[test]
+fn urls_are_checked_by_shape() {
+    let ok = [
+        (
+            "http://gpu02.internal:8080",
+            false,
+            "http://gpu02.internal:8080",
+        ),
+        ("https://10.0.0.2:8080/", false, "https://10.0.0.2:8080"),
+        ("http://[::1]:8080", false, "http://[::1]:8080"),
+        (
+            "http://gpu02:18002/health",
+            true,
+            "http://gpu02:18002/health",
+        ),
+    ];
+    for (url, with_path, expected) in ok {
+        assert_eq!(
+            url::check_url(url, with_path).as_deref(),
+            Ok(expected),
+            "{url}"
+        );
+    }
+    for url in [
+        "http://",
+        "http://:80",
+        "http://a:0",
+        "http://a:b",
+        "http://[::1",
+        "https://a b",
+        "HTTP://a",
+    ] {
+        assert!(url::check_url(url, true).is_err(), "{url}");
+    }
+}
+
+#[test]
+fn the_shipped_config_loads_with_its_env_vars_set() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/canaryd.yaml");
+    let config = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.tokens.len(), 3);
+    assert!(config
+        .runbooks_dir
+        .join("single-replica-canary.yaml")
+        .is_file());
+    let host = &config.hosts["gpu02"];
+    assert_eq!(host.peers(R2), vec![R1]);
+    assert_eq!(host.env.expose()["MODEL_PROXY_TOKEN"], "change-me");
+    let names: BTreeMap<_, _> = host
+        .replicas
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.group.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        BTreeMap::from([(R1, "glm53-long"), (R2, "glm53-long")])
+    );
+}

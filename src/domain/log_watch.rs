@@ -1,0 +1,315 @@
+//! Watches successive `compose/logs` tails for required and forbidden lines.
+//!
+//! compose-manager's `compose/logs` answers a buffered tail (`--tail N`), so each poll sees a
+//! window that moves: lines repeat between polls and old ones scroll away. `LogWatch` keeps what
+//! it has learnt across polls: a required pattern, once matched, stays matched (with the line
+//! and the time of the poll that first showed it); a forbidden line is reported at first sight
+//! and the verdict stays `Forbidden` from then on, even after the line scrolls away.
+//!
+//! Lines may carry compose's `service  | ` prefix (and ANSI colours); patterns are tried on
+//! both the raw line and the message without the prefix, so `re:^ready$` works on the message.
+//! Scoping to the new container's lines (not the previous container's) is the engine's job.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::pattern::LogPattern;
+
+/// Reported lines are cut to this many bytes, to keep step evidence small.
+pub const MAX_LINE_BYTES: usize = 1000;
+
+/// The state of the watch after a poll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum LogVerdict {
+    /// Some required pattern has not appeared yet.
+    Pending,
+    /// Every required pattern has appeared and no forbidden line has (for a forbid-only watch,
+    /// as in `soak`: nothing forbidden so far).
+    Satisfied,
+    /// A forbidden line appeared; the step fails at once.
+    Forbidden {
+        /// The forbidden pattern as written.
+        pattern: String,
+        /// The offending line (prefix stripped, cut to `MAX_LINE_BYTES`).
+        line: String,
+    },
+}
+
+/// A required pattern and the line that first satisfied it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenLine {
+    /// The required pattern as written.
+    pub pattern: String,
+    /// The matching line (prefix stripped, cut to `MAX_LINE_BYTES`).
+    pub line: String,
+    /// When the poll that first showed it was made.
+    pub first_seen_at: DateTime<Utc>,
+}
+
+/// Required and forbidden patterns, and what has been seen of them so far.
+#[derive(Debug, Clone)]
+pub struct LogWatch {
+    require: Vec<LogPattern>,
+    forbid: Vec<LogPattern>,
+    seen: Vec<Option<SeenLine>>,
+    forbidden: Option<(String, String)>,
+}
+
+impl LogWatch {
+    /// A watch for `require` (all must appear) and `forbid` (none may appear). Duplicate
+    /// patterns are kept once. Empty `require` makes a forbid-only watch, as used by `soak`.
+    pub fn new(require: Vec<LogPattern>, forbid: Vec<LogPattern>) -> Self {
+        let require = dedup(require);
+        let seen = vec![None; require.len()];
+        Self {
+            require,
+            forbid: dedup(forbid),
+            seen,
+            forbidden: None,
+        }
+    }
+
+    /// Looks at one `compose/logs` output, taken at `now`, and answers the verdict.
+    pub fn observe(&mut self, output: &str, now: DateTime<Utc>) -> LogVerdict {
+        if self.forbidden.is_some() {
+            return self.verdict();
+        }
+        for raw in output.lines() {
+            let raw = strip_ansi(raw.trim_end_matches('\r'));
+            let message = strip_compose_prefix(&raw);
+            let hit = |p: &LogPattern| p.matches(&raw) || p.matches(message);
+            if let Some(pattern) = self.forbid.iter().find(|p| hit(p)) {
+                self.forbidden = Some((pattern.as_str().to_string(), clip(message)));
+                break;
+            }
+            for (pattern, seen) in self.require.iter().zip(self.seen.iter_mut()) {
+                if seen.is_none() && hit(pattern) {
+                    *seen = Some(SeenLine {
+                        pattern: pattern.as_str().to_string(),
+                        line: clip(message),
+                        first_seen_at: now,
+                    });
+                }
+            }
+        }
+        self.verdict()
+    }
+
+    /// The verdict from everything observed so far.
+    pub fn verdict(&self) -> LogVerdict {
+        if let Some((pattern, line)) = &self.forbidden {
+            LogVerdict::Forbidden {
+                pattern: pattern.clone(),
+                line: line.clone(),
+            }
+        } else if self.seen.iter().all(Option::is_some) {
+            LogVerdict::Satisfied
+        } else {
+            LogVerdict::Pending
+        }
+    }
+
+    /// The required patterns seen so far, in the order they were required.
+    pub fn seen(&self) -> Vec<SeenLine> {
+        self.seen.iter().flatten().cloned().collect()
+    }
+
+    /// The required patterns not seen yet, as written.
+    pub fn missing(&self) -> Vec<String> {
+        self.require
+            .iter()
+            .zip(&self.seen)
+            .filter(|(_, seen)| seen.is_none())
+            .map(|(pattern, _)| pattern.as_str().to_string())
+            .collect()
+    }
+}
+
+fn dedup(patterns: Vec<LogPattern>) -> Vec<LogPattern> {
+    let mut out: Vec<LogPattern> = Vec::with_capacity(patterns.len());
+    for p in patterns {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The message of a compose log line: `model-sg-r2  | text` → `text`. Lines without the
+/// prefix come back unchanged.
+pub fn strip_compose_prefix(line: &str) -> &str {
+    let name_end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        .unwrap_or(line.len());
+    if name_end == 0 {
+        return line;
+    }
+    let after_name = &line[name_end..];
+    let rest = after_name.trim_start_matches(' ');
+    match rest.strip_prefix('|') {
+        // compose pads the name with at least one space before the bar.
+        Some(message) if rest.len() < after_name.len() => {
+            message.strip_prefix(' ').unwrap_or(message)
+        }
+        _ => line,
+    }
+}
+
+/// Removes ANSI colour sequences (`ESC [ ... m`), which compose adds on a terminal.
+fn strip_ansi(line: &str) -> String {
+    if !line.contains('\u{1b}') {
+        return line.to_string();
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn clip(line: &str) -> String {
+    if line.len() <= MAX_LINE_BYTES {
+        return line.to_string();
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn at(second: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 10, 8, 12, 0, second)
+            .single()
+            .expect("valid time")
+    }
+
+    fn patterns(list: &[&str]) -> Vec<LogPattern> {
+        list.iter()
+            .map(|p| LogPattern::parse(p).expect("valid pattern"))
+            .collect()
+    }
+
+    fn canary_watch() -> LogWatch {
+        LogWatch::new(
+            patterns(&[
+                "event-loop stall dump armed",
+                "re:rank_budget_bytes=108984795136\\b",
+            ]),
+            patterns(&[
+                "CUDA error 801",
+                "Traceback (most recent call last)",
+                "out of memory",
+            ]),
+        )
+    }
+
+    const R2: &str = "model-sg-glm53-w4afp8-tp4-r2  | ";
+
+    #[test]
+    fn required_lines_are_remembered_across_moving_windows() {
+        let mut watch = canary_watch();
+        let first = format!("{R2}loading weights\n{R2}HiCache startup RAM: ranks=4 rank_budget_bytes=108984795136 reserve_bytes=10737418240\n");
+        assert_eq!(watch.observe(&first, at(0)), LogVerdict::Pending);
+        assert_eq!(watch.missing(), vec!["event-loop stall dump armed"]);
+        // The budget line has scrolled away; the stall line arrives.
+        let second =
+            format!("{R2}KV pool ready\n{R2}event-loop stall dump armed: path=/tmp/stall\n");
+        assert_eq!(watch.observe(&second, at(5)), LogVerdict::Satisfied);
+        assert!(watch.missing().is_empty());
+        let seen = watch.seen();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].pattern, "event-loop stall dump armed");
+        assert_eq!(seen[0].line, "event-loop stall dump armed: path=/tmp/stall");
+        assert_eq!(seen[0].first_seen_at, at(5));
+        assert_eq!(seen[1].first_seen_at, at(0));
+        // The same lines again do not move the first sighting.
+        assert_eq!(watch.observe(&second, at(10)), LogVerdict::Satisfied);
+        assert_eq!(watch.seen()[0].first_seen_at, at(5));
+    }
+
+    #[test]
+    fn a_forbidden_line_fails_at_once_and_stays_failed() {
+        let mut watch = canary_watch();
+        let output = format!(
+            "{R2}event-loop stall dump armed\n{R2}rank_budget_bytes=108984795136\n{R2}RuntimeError: CUDA error 801: operation not supported\n"
+        );
+        let expected = LogVerdict::Forbidden {
+            pattern: "CUDA error 801".to_string(),
+            line: "RuntimeError: CUDA error 801: operation not supported".to_string(),
+        };
+        assert_eq!(watch.observe(&output, at(0)), expected);
+        assert_eq!(watch.observe("all quiet now", at(5)), expected);
+        assert_eq!(watch.verdict(), expected);
+    }
+
+    #[test]
+    fn a_forbid_only_watch_is_satisfied_until_something_forbidden_appears() {
+        let mut soak = LogWatch::new(vec![], patterns(&["[event-loop-stall]", "CUDA error"]));
+        assert_eq!(soak.observe("", at(0)), LogVerdict::Satisfied);
+        assert_eq!(
+            soak.observe(&format!("{R2}200 OK"), at(5)),
+            LogVerdict::Satisfied
+        );
+        let verdict = soak.observe(&format!("{R2}WARN [event-loop-stall] blocked 3.1s"), at(10));
+        assert!(
+            matches!(verdict, LogVerdict::Forbidden { ref pattern, .. } if pattern == "[event-loop-stall]")
+        );
+    }
+
+    #[test]
+    fn anchored_regexes_see_the_message_without_the_compose_prefix() {
+        let mut watch = LogWatch::new(patterns(&["re:^ready$"]), vec![]);
+        assert_eq!(
+            watch.observe("svc-1  | not ready\r\n", at(0)),
+            LogVerdict::Pending
+        );
+        assert_eq!(
+            watch.observe("svc-1  | \u{1b}[32mready\u{1b}[0m\r\n", at(1)),
+            LogVerdict::Satisfied
+        );
+    }
+
+    #[test]
+    fn the_compose_prefix_is_stripped_only_when_it_is_one() {
+        let cases = [
+            ("model-sg-glm53-w4afp8-tp4-r2  | hello", "hello"),
+            ("svc | x | y", "x | y"),
+            ("svc  |", ""),
+            ("plain line", "plain line"),
+            ("a|b", "a|b"),
+            ("| leading bar", "| leading bar"),
+            ("", ""),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(strip_compose_prefix(line), expected, "{line}");
+        }
+    }
+
+    #[test]
+    fn duplicate_patterns_are_watched_once_and_long_lines_are_cut() {
+        let mut watch = LogWatch::new(patterns(&["x", "x"]), vec![]);
+        assert_eq!(watch.missing(), vec!["x"]);
+        let long = format!("x{}", "é".repeat(MAX_LINE_BYTES));
+        assert_eq!(watch.observe(&long, at(0)), LogVerdict::Satisfied);
+        let line = &watch.seen()[0].line;
+        assert!(line.len() <= MAX_LINE_BYTES + "…".len() && line.ends_with('…'));
+    }
+}

@@ -1,0 +1,11 @@
+//! Pure domain model. No tokio, sqlx, axum or reqwest here, and no clock reads: callers pass `now`.
+
+pub mod compose_file;
+pub mod duration;
+pub mod log_watch;
+pub mod pattern;
+pub mod plan;
+pub mod plan_gate;
+pub mod runbook;
+pub mod state;
+pub mod yaml_line;

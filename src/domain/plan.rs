@@ -1,0 +1,311 @@
+//! The canary plan of SPEC §4: what an operator submits, and its validation into a
+//! [`CanaryPlan`] the engine can run.
+//!
+//! Two stages, two kinds of refusal:
+//! - `parse_json` / `parse_yaml` check the body's shape (an object with known fields of the right
+//!   types). Problems there are *syntax or type* problems: HTTP 400 (`invalid_body`,
+//!   `unknown_field`, `body_too_large`), except a `service` that is not one string, which is
+//!   `invalid_service` so the operator sees which field is wrong.
+//! - `validate` checks the values against the configuration (known host and replica, safe file
+//!   path, tag, env, runbook, reason, patterns). Those are *semantic* problems: HTTP 422.
+//!
+//! Every message starts with the field it is about (`service: ...`, `env.BAD-KEY: ...`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::DEFAULT_CANARY;
+use crate::domain::state::OnFailure;
+
+/// Plans larger than this are refused (`body_too_large`).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A plan as submitted (JSON or YAML body, or built by the CLI from flags).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanSpec {
+    /// The host (`gpu02`).
+    pub host: String,
+    /// The compose file inside the compose repo (`prod/...yaml`).
+    pub file: String,
+    /// The one replica to roll (`model-sg-glm53-w4afp8-tp4-r2`).
+    pub service: String,
+    /// The compose repo's git tag.
+    pub tag: String,
+    /// Why, for the audit trail.
+    pub reason: String,
+    /// Runbook name; `single-replica-canary` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runbook: Option<String>,
+    /// Env overrides merged over the host's env file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Log patterns added to the runbook's required lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_logs: Option<Vec<String>>,
+    /// `rollback` (default) or `halt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+}
+
+/// What the configuration knows: the hosts and their replicas, and the loaded runbooks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KnownTargets {
+    /// host name → its configured replicas (compose services).
+    pub replicas: BTreeMap<String, BTreeSet<String>>,
+    /// Names of the loaded runbooks.
+    pub runbooks: BTreeSet<String>,
+}
+
+/// A validated plan, with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryPlan {
+    /// A configured host.
+    pub host: String,
+    /// A relative `prod/*.yaml` path without `..`.
+    pub file: String,
+    /// A configured replica of `host`.
+    pub service: String,
+    /// A tag of `[A-Za-z0-9._/-]` characters.
+    pub tag: String,
+    /// Non-empty, trimmed.
+    pub reason: String,
+    /// A loaded runbook (default `single-replica-canary`).
+    pub runbook: String,
+    /// Env overrides (keys `[A-Za-z_][A-Za-z0-9_]*`, values without newlines).
+    pub env: BTreeMap<String, String>,
+    /// Extra required log lines.
+    pub require_logs: Vec<LogPattern>,
+    /// What a failure after the replica was touched does (default `rollback`).
+    pub on_failure: OnFailure,
+}
+
+/// A refused plan: a stable code, the field at fault, and a message that names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PlanError {
+    /// `unknown_host`, `unknown_service`, `invalid_service`, `invalid_file`, `invalid_tag`,
+    /// `invalid_env`, `unknown_runbook`, `missing_reason`, `invalid_pattern`,
+    /// `invalid_on_failure`, `unknown_field`, `invalid_body` or `body_too_large`.
+    pub code: &'static str,
+    /// The field at fault (`service`, `env.KEY`, `require_logs[1]`), when there is one.
+    pub field: Option<String>,
+    /// Human-readable, starting with the field.
+    pub message: String,
+}
+
+impl PlanError {
+    fn new(code: &'static str, field: Option<&str>, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            code,
+            message: match field {
+                Some(f) => format!("{f}: {message}"),
+                None => message,
+            },
+            field: field.map(str::to_string),
+        }
+    }
+
+    /// `true` for semantic refusals (HTTP 422); `false` for malformed bodies (HTTP 400:
+    /// `invalid_body`, `unknown_field`, `body_too_large`).
+    pub fn is_unprocessable(&self) -> bool {
+        !matches!(
+            self.code,
+            "invalid_body" | "unknown_field" | "body_too_large"
+        )
+    }
+}
+
+mod parse;
+
+pub use parse::{parse_json, parse_yaml};
+
+/// Checks a plan against the configuration and applies defaults.
+pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, PlanError> {
+    let Some(replicas) = known.replicas.get(&spec.host) else {
+        let hosts: Vec<&str> = known.replicas.keys().map(String::as_str).collect();
+        return Err(PlanError::new(
+            "unknown_host",
+            Some("host"),
+            format!(
+                "\"{}\" is not a configured host (configured: {})",
+                spec.host,
+                hosts.join(", ")
+            ),
+        ));
+    };
+    check_service(&spec.service)?;
+    if !replicas.contains(&spec.service) {
+        let names: Vec<&str> = replicas.iter().map(String::as_str).collect();
+        return Err(PlanError::new(
+            "unknown_service",
+            Some("service"),
+            format!(
+                "\"{}\" is not a configured replica of {} (replicas: {})",
+                spec.service,
+                spec.host,
+                names.join(", ")
+            ),
+        ));
+    }
+    check_file(&spec.file)?;
+    check_tag(&spec.tag)?;
+    if spec.reason.trim().is_empty() {
+        return Err(PlanError::new(
+            "missing_reason",
+            Some("reason"),
+            "must say why (it is kept in the audit trail)",
+        ));
+    }
+    let runbook = spec.runbook.unwrap_or_else(|| DEFAULT_CANARY.to_string());
+    if !known.runbooks.contains(&runbook) {
+        let names: Vec<&str> = known.runbooks.iter().map(String::as_str).collect();
+        return Err(PlanError::new(
+            "unknown_runbook",
+            Some("runbook"),
+            format!(
+                "\"{runbook}\" is not a loaded runbook (loaded: {})",
+                names.join(", ")
+            ),
+        ));
+    }
+    let env = spec.env.unwrap_or_default();
+    for (key, value) in &env {
+        check_env(key, value)?;
+    }
+    let mut require_logs = Vec::new();
+    for (i, text) in spec.require_logs.unwrap_or_default().iter().enumerate() {
+        let pattern = LogPattern::parse(text).map_err(|e| {
+            PlanError::new("invalid_pattern", Some(&format!("require_logs[{i}]")), e)
+        })?;
+        require_logs.push(pattern);
+    }
+    Ok(CanaryPlan {
+        host: spec.host,
+        file: spec.file,
+        service: spec.service,
+        tag: spec.tag,
+        reason: spec.reason.trim().to_string(),
+        runbook,
+        env,
+        require_logs,
+        on_failure: spec.on_failure.unwrap_or(OnFailure::Rollback),
+    })
+}
+
+fn check_service(service: &str) -> Result<(), PlanError> {
+    let fail = |why: &str| {
+        Err(PlanError::new(
+            "invalid_service",
+            Some("service"),
+            format!("{why}, got \"{service}\""),
+        ))
+    };
+    if service.trim().is_empty() {
+        return fail("must name one replica");
+    }
+    if service.contains(',') || service.chars().any(char::is_whitespace) {
+        return fail(
+            "must be exactly one replica name (no commas or spaces: a plan rolls one replica)",
+        );
+    }
+    if !service
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return fail("must be a compose service name ([A-Za-z0-9._-])");
+    }
+    Ok(())
+}
+
+fn check_file(file: &str) -> Result<(), PlanError> {
+    let fail = |why: &str| {
+        Err(PlanError::new(
+            "invalid_file",
+            Some("file"),
+            format!("{why}, got \"{file}\""),
+        ))
+    };
+    if file.is_empty() {
+        return fail("must be a compose file path such as prod/NAME.yaml");
+    }
+    if file.starts_with('/') || file.starts_with('\\') || file.contains(':') {
+        return fail("must be a path relative to the compose repo");
+    }
+    if file.contains("..") {
+        return fail("must not contain `..`");
+    }
+    if !file.starts_with("prod/") {
+        return fail("must be under prod/");
+    }
+    if file.split('/').any(|seg| seg.is_empty() || seg == ".") {
+        return fail("must not contain empty or `.` path segments");
+    }
+    if file
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+    {
+        return fail("must not contain spaces, control characters or backslashes");
+    }
+    if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
+        return fail("must be a .yaml or .yml file");
+    }
+    Ok(())
+}
+
+fn check_tag(tag: &str) -> Result<(), PlanError> {
+    let fail = |why: &str| {
+        Err(PlanError::new(
+            "invalid_tag",
+            Some("tag"),
+            format!("{why}, got \"{tag}\""),
+        ))
+    };
+    if tag.is_empty() {
+        return fail("must be a git tag of the compose repo such as v0.0.452");
+    }
+    if !tag
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
+    {
+        return fail("may only contain letters, digits and `._/-`");
+    }
+    if tag.starts_with('-') {
+        return fail("must not start with `-`");
+    }
+    Ok(())
+}
+
+/// Whether `key` is a valid env var name (`[A-Za-z_][A-Za-z0-9_]*`), as compose-manager checks.
+pub fn is_env_key(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn check_env(key: &str, value: &str) -> Result<(), PlanError> {
+    let field = format!("env.{key}");
+    if !is_env_key(key) {
+        return Err(PlanError::new(
+            "invalid_env",
+            Some(&field),
+            "key must match [A-Za-z_][A-Za-z0-9_]*",
+        ));
+    }
+    if value.contains(['\n', '\r', '\0']) {
+        return Err(PlanError::new(
+            "invalid_env",
+            Some(&field),
+            "value must not contain a newline, carriage return or NUL",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,242 @@
+//! Reading a plan body (JSON or YAML) into a [`PlanSpec`], checking its shape and types only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{PlanError, PlanSpec, MAX_BODY_BYTES};
+use crate::domain::state::OnFailure;
+
+const FIELDS: &[&str] = &[
+    "host",
+    "file",
+    "service",
+    "tag",
+    "reason",
+    "runbook",
+    "env",
+    "require_logs",
+    "on_failure",
+];
+
+/// Parses a JSON plan body. A field given twice is refused (`invalid_body`), not silently
+/// resolved to the last one.
+pub fn parse_json(body: &[u8]) -> Result<PlanSpec, PlanError> {
+    check_size(body.len())?;
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        PlanError::new(
+            "invalid_body",
+            None,
+            format!("the plan is not valid JSON: {e}"),
+        )
+    })?;
+    if value.is_object() {
+        serde_json::from_slice::<UniqueKeys>(body).map_err(|e| {
+            PlanError::new(
+                "invalid_body",
+                None,
+                format!("the plan is not valid JSON: {e}"),
+            )
+        })?;
+    }
+    from_value(value)
+}
+
+/// Parses a YAML plan body (`Content-Type: application/yaml`, `canaryd rollout start PLAN.yaml`).
+pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
+    check_size(body.len())?;
+    // Through serde_yaml's own Value first: it refuses duplicate keys.
+    let yaml: serde_yaml::Value = serde_yaml::from_str(body).map_err(|e| {
+        PlanError::new(
+            "invalid_body",
+            None,
+            format!("the plan is not valid YAML: {e}"),
+        )
+    })?;
+    let value = serde_json::to_value(yaml).map_err(|e| {
+        PlanError::new(
+            "invalid_body",
+            None,
+            format!("the plan is not a plain YAML mapping: {e}"),
+        )
+    })?;
+    from_value(value)
+}
+
+/// A JSON object whose top-level keys are checked for duplicates.
+struct UniqueKeys;
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<UniqueKeys, A::Error> {
+                let mut seen = BTreeSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+                    }
+                }
+                Ok(UniqueKeys)
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+fn check_size(len: usize) -> Result<(), PlanError> {
+    if len > MAX_BODY_BYTES {
+        return Err(PlanError::new(
+            "body_too_large",
+            None,
+            format!("the plan is {len} bytes; the limit is {MAX_BODY_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn from_value(value: Value) -> Result<PlanSpec, PlanError> {
+    let Value::Object(map) = value else {
+        return Err(PlanError::new(
+            "invalid_body",
+            None,
+            format!(
+                "the plan must be an object with fields {}, got {}",
+                FIELDS.join(", "),
+                type_name(&value)
+            ),
+        ));
+    };
+    if let Some(key) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(PlanError::new(
+            "unknown_field",
+            Some(key),
+            format!("unknown field (expected one of: {})", FIELDS.join(", ")),
+        ));
+    }
+    let text = |field: &str, missing: Option<&'static str>| -> Result<Option<String>, PlanError> {
+        match map.get(field) {
+            None | Some(Value::Null) => match missing {
+                Some(code) => Err(PlanError::new(code, Some(field), "is required")),
+                None => Ok(None),
+            },
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Array(_)) if field == "service" => Err(PlanError::new(
+                "invalid_service",
+                Some(field),
+                "must be one replica name, not a list: a plan rolls exactly one replica",
+            )),
+            Some(other) if field == "service" => Err(PlanError::new(
+                "invalid_service",
+                Some(field),
+                format!(
+                    "must be one replica name (a string), got {}",
+                    type_name(other)
+                ),
+            )),
+            Some(other) => Err(PlanError::new(
+                "invalid_body",
+                Some(field),
+                format!(
+                    "must be a string, got {} (quote it in YAML)",
+                    type_name(other)
+                ),
+            )),
+        }
+    };
+    let env = match map.get("env") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(env)) => {
+            let mut out = BTreeMap::new();
+            for (key, value) in env {
+                let Value::String(value) = value else {
+                    return Err(PlanError::new(
+                        "invalid_env",
+                        Some(&format!("env.{key}")),
+                        format!(
+                            "value must be a string, got {} (quote it in YAML)",
+                            type_name(value)
+                        ),
+                    ));
+                };
+                out.insert(key.clone(), value.clone());
+            }
+            Some(out)
+        }
+        Some(other) => {
+            return Err(PlanError::new(
+                "invalid_body",
+                Some("env"),
+                format!(
+                    "must be an object of KEY: value strings, got {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    let require_logs = match map.get("require_logs") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                let Value::String(s) = item else {
+                    return Err(PlanError::new(
+                        "invalid_body",
+                        Some(&format!("require_logs[{i}]")),
+                        format!("must be a string, got {}", type_name(item)),
+                    ));
+                };
+                out.push(s.clone());
+            }
+            Some(out)
+        }
+        Some(other) => {
+            return Err(PlanError::new(
+                "invalid_body",
+                Some("require_logs"),
+                format!("must be a list of strings, got {}", type_name(other)),
+            ))
+        }
+    };
+    let on_failure = match text("on_failure", None)? {
+        None => None,
+        Some(s) => Some(s.parse::<OnFailure>().map_err(|_| {
+            PlanError::new(
+                "invalid_on_failure",
+                Some("on_failure"),
+                format!("must be `rollback` or `halt`, got \"{s}\""),
+            )
+        })?),
+    };
+    Ok(PlanSpec {
+        host: text("host", Some("unknown_host"))?.unwrap_or_default(),
+        file: text("file", Some("invalid_file"))?.unwrap_or_default(),
+        service: text("service", Some("invalid_service"))?.unwrap_or_default(),
+        tag: text("tag", Some("invalid_tag"))?.unwrap_or_default(),
+        reason: text("reason", Some("missing_reason"))?.unwrap_or_default(),
+        runbook: text("runbook", None)?,
+        env,
+        require_logs,
+        on_failure,
+    })
+}

@@ -1,0 +1,233 @@
+use serde_json::{json, Value};
+
+use super::*;
+
+const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
+
+fn known() -> KnownTargets {
+    KnownTargets {
+        replicas: BTreeMap::from([(
+            "gpu02".to_string(),
+            BTreeSet::from([R1.to_string(), R2.to_string()]),
+        )]),
+        runbooks: ["single-replica-canary", "recreate-in-place"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+    }
+}
+
+/// The SPEC §4 example.
+fn example() -> Value {
+    json!({
+        "host": "gpu02",
+        "file": FILE,
+        "service": R2,
+        "tag": "v0.0.452",
+        "reason": "pin glm53-hicache-w4afp8-v3 on r2",
+        "runbook": "single-replica-canary",
+        "env": {"GLM53_HICACHE_RAM_BUDGET": "406GiB"},
+        "require_logs": ["rank_budget_bytes=108984795136", "event-loop stall dump armed"],
+        "on_failure": "rollback"
+    })
+}
+
+fn submit(body: &Value) -> Result<CanaryPlan, PlanError> {
+    let bytes = serde_json::to_vec(body).expect("serialises");
+    validate(parse_json(&bytes)?, &known())
+}
+
+#[test]
+fn the_spec_example_is_accepted_as_written() {
+    let plan = submit(&example()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.service, R2);
+    assert_eq!(plan.runbook, "single-replica-canary");
+    assert_eq!(plan.env["GLM53_HICACHE_RAM_BUDGET"], "406GiB");
+    assert_eq!(plan.require_logs.len(), 2);
+    assert_eq!(plan.on_failure, OnFailure::Rollback);
+}
+
+#[test]
+fn omitted_optional_fields_take_their_defaults() {
+    let body = json!({"host": "gpu02", "file": FILE, "service": R1, "tag": "v1", "reason": "  why  ",
+                      "runbook": null, "env": null});
+    let plan = submit(&body).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.runbook, DEFAULT_CANARY);
+    assert!(plan.env.is_empty() && plan.require_logs.is_empty());
+    assert_eq!(plan.on_failure, OnFailure::Rollback);
+    assert_eq!(plan.reason, "why");
+}
+
+#[test]
+fn a_yaml_plan_reads_like_the_json_one() {
+    let yaml = format!(
+        "host: gpu02\nfile: {FILE}\nservice: {R2}\ntag: v0.0.452\nreason: pin v3 on r2\n\
+         env:\n  GLM53_HICACHE_RAM_BUDGET: 406GiB\nrequire_logs:\n  - \"re:rank_budget_bytes=\\\\d+\"\non_failure: halt\n"
+    );
+    let plan = validate(
+        parse_yaml(&yaml).unwrap_or_else(|e| panic!("{e}")),
+        &known(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plan.on_failure, OnFailure::Halt);
+    assert_eq!(plan.require_logs[0].as_str(), "re:rank_budget_bytes=\\d+");
+}
+
+/// The SPEC example with one field replaced.
+fn with(field: &str, value: Value) -> Value {
+    let mut body = example();
+    body[field] = value;
+    body
+}
+
+/// The SPEC example without one field.
+fn without(field: &str) -> Value {
+    let mut body = example();
+    body.as_object_mut().expect("object").remove(field);
+    body
+}
+
+#[test]
+#[rustfmt::skip]
+fn every_spec_refusal_has_its_code_and_names_the_field() {
+    // (case, body, code, field named at the start of the message, a word the message contains)
+    let cases: Vec<(&str, Value, &str, &str, &str)> = vec![
+        ("an unknown host", with("host", json!("gpu99")), "unknown_host", "host", "\"gpu99\" is not a configured host (configured: gpu02)"),
+        ("a missing host", without("host"), "unknown_host", "host", "is required"),
+        ("a service that is not a replica of the host", with("service", json!("nginx")), "unknown_service", "service", "\"nginx\" is not a configured replica of gpu02"),
+        ("an empty service", with("service", json!("")), "invalid_service", "service", "must name one replica"),
+        ("a whitespace service", with("service", json!("   ")), "invalid_service", "service", "must name one replica"),
+        ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "not a list"),
+        ("a service number", with("service", json!(2)), "invalid_service", "service", "got a number"),
+        ("two services in one string", with("service", json!(format!("{R1},{R2}"))), "invalid_service", "service", "no commas or spaces"),
+        ("a service with a space", with("service", json!("model r2")), "invalid_service", "service", "no commas or spaces"),
+        ("a missing service", without("service"), "invalid_service", "service", "is required"),
+        ("an absolute file", with("file", json!("/etc/passwd.yaml")), "invalid_file", "file", "relative"),
+        ("a file outside prod/", with("file", json!("staging/x.yaml")), "invalid_file", "file", "under prod/"),
+        ("a file climbing out", with("file", json!("prod/../secrets.yaml")), "invalid_file", "file", "`..`"),
+        ("an empty file", with("file", json!("")), "invalid_file", "file", "prod/NAME.yaml"),
+        ("a file that is not YAML", with("file", json!("prod/x.json")), "invalid_file", "file", ".yaml or .yml"),
+        ("a file with an empty segment", with("file", json!("prod//x.yaml")), "invalid_file", "file", "empty or `.`"),
+        ("an empty tag", with("tag", json!("")), "invalid_tag", "tag", "git tag"),
+        ("a tag with a space", with("tag", json!("v1 v2")), "invalid_tag", "tag", "`._/-`"),
+        ("a tag with a shell character", with("tag", json!("v1;rm")), "invalid_tag", "tag", "`._/-`"),
+        ("a tag like an option", with("tag", json!("--force")), "invalid_tag", "tag", "must not start with `-`"),
+        ("a numeric tag in YAML", with("tag", json!(1.1)), "invalid_body", "tag", "quote it"),
+        ("an env key with a dash", with("env", json!({"BAD-KEY": "x"})), "invalid_env", "env.BAD-KEY", "[A-Za-z_][A-Za-z0-9_]*"),
+        ("an env key starting with a digit", with("env", json!({"1X": "x"})), "invalid_env", "env.1X", "key must match"),
+        ("an env value with a newline", with("env", json!({"TOKEN": "a\nb"})), "invalid_env", "env.TOKEN", "newline"),
+        ("an env value with a carriage return", with("env", json!({"TOKEN": "a\rb"})), "invalid_env", "env.TOKEN", "carriage return"),
+        ("an env value that is a number", with("env", json!({"N": 1})), "invalid_env", "env.N", "must be a string"),
+        ("env as a list", with("env", json!(["A=1"])), "invalid_body", "env", "object"),
+        ("an unknown runbook", with("runbook", json!("yolo")), "unknown_runbook", "runbook", "\"yolo\" is not a loaded runbook"),
+        ("a missing reason", without("reason"), "missing_reason", "reason", "is required"),
+        ("an empty reason", with("reason", json!("")), "missing_reason", "reason", "must say why"),
+        ("a whitespace reason", with("reason", json!(" \n")), "missing_reason", "reason", "must say why"),
+        ("a bad required-log regex", with("require_logs", json!(["ok", "re:("])), "invalid_pattern", "require_logs[1]", "invalid regular expression"),
+        ("an empty required log", with("require_logs", json!([""])), "invalid_pattern", "require_logs[0]", "empty log pattern"),
+        ("required logs as a string", with("require_logs", json!("x")), "invalid_body", "require_logs", "list of strings"),
+        ("an unknown on_failure", with("on_failure", json!("retry")), "invalid_on_failure", "on_failure", "`rollback` or `halt`"),
+        ("an unknown field", with("services", json!([R2])), "unknown_field", "services", "unknown field"),
+        ("a force_recreate field", with("force_recreate", json!(true)), "unknown_field", "force_recreate", "expected one of"),
+    ];
+    for (case, body, code, field, words) in cases {
+        let err = submit(&body).expect_err(case);
+        assert_eq!(err.code, code, "{case}: {err}");
+        assert_eq!(err.field.as_deref(), Some(field), "{case}: {err}");
+        assert!(
+            err.message.starts_with(&format!("{field}: ")),
+            "{case}: {err}"
+        );
+        assert!(err.message.contains(words), "{case}: {err}");
+    }
+}
+
+#[test]
+fn malformed_bodies_are_refused_before_validation() {
+    let big = format!("{{\"reason\": \"{}\"}}", "x".repeat(MAX_BODY_BYTES));
+    let cases: Vec<(&str, Result<PlanSpec, PlanError>, &str, &str)> = vec![
+        (
+            "not JSON",
+            parse_json(b"{host: gpu02"),
+            "invalid_body",
+            "not valid JSON",
+        ),
+        (
+            "a JSON list",
+            parse_json(b"[]"),
+            "invalid_body",
+            "must be an object",
+        ),
+        (
+            "not YAML",
+            parse_yaml("host: [\n"),
+            "invalid_body",
+            "not valid YAML",
+        ),
+        (
+            "an empty YAML document",
+            parse_yaml(""),
+            "invalid_body",
+            "got null",
+        ),
+        (
+            "a YAML duplicate key",
+            parse_yaml("host: a\nhost: b\n"),
+            "invalid_body",
+            "duplicate",
+        ),
+        (
+            "a JSON duplicate key",
+            parse_json(br#"{"host": "gpu02", "host": "gpu03"}"#),
+            "invalid_body",
+            "duplicate field `host`",
+        ),
+        (
+            "over 64 KiB",
+            parse_json(big.as_bytes()),
+            "body_too_large",
+            "the limit is 65536",
+        ),
+    ];
+    for (case, result, code, words) in cases {
+        let err = result.expect_err(case);
+        assert_eq!(err.code, code, "{case}: {err}");
+        assert!(err.message.contains(words), "{case}: {err}");
+        assert!(!err.is_unprocessable(), "{case}: a malformed body is a 400");
+    }
+}
+
+#[test]
+fn semantic_refusals_are_unprocessable_and_shape_problems_are_bad_requests() {
+    let semantic = submit(&with("host", json!("gpu99"))).expect_err("unknown host");
+    assert!(semantic.is_unprocessable());
+    let shape = submit(&with("extra", json!(1))).expect_err("unknown field");
+    assert!(!shape.is_unprocessable());
+    let err = submit(&with("env", json!({"TOKEN": "secret\nvalue"}))).expect_err("newline");
+    assert!(
+        !err.message.contains("secret"),
+        "env values are never echoed: {err}"
+    );
+}
+
+#[test]
+fn a_plan_spec_built_by_the_cli_serialises_without_absent_fields() {
+    let spec = PlanSpec {
+        host: "gpu02".into(),
+        file: FILE.into(),
+        service: R2.into(),
+        tag: "v1".into(),
+        reason: "r".into(),
+        runbook: None,
+        env: None,
+        require_logs: None,
+        on_failure: Some(OnFailure::Halt),
+    };
+    let json = serde_json::to_value(&spec).expect("serialises");
+    assert_eq!(json.as_object().map(|o| o.len()), Some(6));
+    let back =
+        parse_json(&serde_json::to_vec(&json).expect("bytes")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back, spec);
+}

@@ -1,0 +1,242 @@
+//! The dry-run plan and the gate that decides whether a real `compose/up` may follow.
+
+use serde::{Deserialize, Serialize};
+
+/// What a `compose/up` dry run says it would do, with names normalised to compose services.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DryRunPlan {
+    /// Services the up would create (no container yet).
+    pub create: Vec<String>,
+    /// Services the up would recreate (definition changed).
+    pub recreate: Vec<String>,
+    /// Containers the up would remove (`--remove-orphans`).
+    pub remove: Vec<String>,
+    /// Services the plan mentions as running and unchanged.
+    pub unchanged: Vec<String>,
+    /// Networks and volumes the plan mentions (`Network work_default`): not services.
+    pub resources: Vec<String>,
+}
+
+/// Why a dry-run plan does not allow the real `compose/up`.
+///
+/// The gate is strict on purpose (SPEC §9, rollout-practice §1.1): the real `up` is only sent
+/// when the dry run changes exactly the target, removes nothing, and touches no other service
+/// except those a runbook step explicitly `allow`s.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateViolation {
+    /// The target is not among the services the plan creates or recreates: it is already at
+    /// that configuration (a canary that changes nothing is a mistake) or the plan is about
+    /// something else. Reported as `target_not_planned`.
+    pub missing_target: bool,
+    /// Services other than the target the plan would create or recreate, not in `allow`.
+    pub extra: Vec<String>,
+    /// Services or containers the plan would remove (orphan removal); never allowed.
+    pub removals: Vec<String>,
+}
+
+impl GateViolation {
+    /// The stable error code of a failed gate.
+    pub fn code(&self) -> &'static str {
+        "plan_gate_failed"
+    }
+
+    /// One stable snake_case reason per problem found: `target_not_planned`,
+    /// `extra_services`, `removals`.
+    pub fn reasons(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if self.missing_target {
+            reasons.push("target_not_planned");
+        }
+        if !self.extra.is_empty() {
+            reasons.push("extra_services");
+        }
+        if !self.removals.is_empty() {
+            reasons.push("removals");
+        }
+        reasons
+    }
+}
+
+impl std::fmt::Display for GateViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.missing_target {
+            parts.push(
+                "target_not_planned: the dry run would neither create nor recreate the target"
+                    .to_string(),
+            );
+        }
+        if !self.extra.is_empty() {
+            parts.push(format!(
+                "extra_services: it would also create or recreate {} (not in the step's allow list)",
+                quote_list(&self.extra)
+            ));
+        }
+        if !self.removals.is_empty() {
+            parts.push(format!(
+                "removals: it would remove {}",
+                quote_list(&self.removals)
+            ));
+        }
+        write!(f, "dry-run plan refused: {}", parts.join("; "))
+    }
+}
+
+impl std::error::Error for GateViolation {}
+
+fn quote_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Passes only when create ∪ recreate, minus `allow`, is exactly `{target}` and `remove` is
+/// empty. `unchanged` and `resources` are ignored. The target counts as planned even if a
+/// runbook also lists it in `allow`; `allow` never excuses a removal.
+pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), GateViolation> {
+    let changed: std::collections::BTreeSet<&str> = plan
+        .create
+        .iter()
+        .chain(&plan.recreate)
+        .map(String::as_str)
+        .collect();
+    let violation = GateViolation {
+        missing_target: !changed.contains(target),
+        extra: changed
+            .iter()
+            .filter(|name| **name != target && !allow.iter().any(|a| a == *name))
+            .map(|name| name.to_string())
+            .collect(),
+        removals: {
+            let mut removals = plan.remove.clone();
+            removals.sort();
+            removals.dedup();
+            removals
+        },
+    };
+    if violation.reasons().is_empty() {
+        Ok(())
+    } else {
+        Err(violation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn plan(create: &[&str], recreate: &[&str], remove: &[&str], unchanged: &[&str]) -> DryRunPlan {
+        DryRunPlan {
+            create: names(create),
+            recreate: names(recreate),
+            remove: names(remove),
+            unchanged: names(unchanged),
+            resources: names(&["Network work_default"]),
+        }
+    }
+
+    #[test]
+    fn the_gate_passes_only_a_plan_that_changes_exactly_the_target() {
+        // (case, plan, allow, expected reasons, words the message must contain)
+        type Case = (
+            &'static str,
+            DryRunPlan,
+            Vec<String>,
+            Vec<&'static str>,
+            Vec<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "recreate of the target alone",
+                plan(&[], &[R2], &[], &["nginx"]),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "create of the target after a down",
+                plan(&[R2], &[], &[], &[]),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "target listed twice",
+                plan(&[R2], &[R2], &[], &[]),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "an allowed downloader rerun",
+                plan(&["model-downloader"], &[R2], &[], &[]),
+                names(&["model-downloader"]),
+                vec![],
+                vec![],
+            ),
+            (
+                "the target already at this config",
+                plan(&[], &[], &[], &[R2, "nginx"]),
+                vec![],
+                vec!["target_not_planned"],
+                vec!["neither create nor recreate the target"],
+            ),
+            (
+                "a downloader rerun that is not allowed",
+                plan(&["model-downloader"], &[R2], &[], &[]),
+                vec![],
+                vec!["extra_services"],
+                vec!["`model-downloader`"],
+            ),
+            (
+                "the peer recreated too",
+                plan(&[], &[R2, "model-sg-glm53-w4afp8-tp4-r1"], &[], &[]),
+                vec![],
+                vec!["extra_services"],
+                vec!["`model-sg-glm53-w4afp8-tp4-r1`"],
+            ),
+            (
+                "an orphan removal even if allowed",
+                plan(&[], &[R2], &["model-sg-glm53-fp8-tp4-r2"], &[]),
+                names(&["model-sg-glm53-fp8-tp4-r2"]),
+                vec!["removals"],
+                vec!["would remove `model-sg-glm53-fp8-tp4-r2`"],
+            ),
+            (
+                "everything wrong at once",
+                plan(&["proxy-glm53"], &["nginx"], &["old"], &[R2]),
+                vec![],
+                vec!["target_not_planned", "extra_services", "removals"],
+                vec!["`nginx`, `proxy-glm53`", "`old`", "target_not_planned"],
+            ),
+            (
+                "an empty plan",
+                plan(&[], &[], &[], &[]),
+                vec![],
+                vec!["target_not_planned"],
+                vec![],
+            ),
+        ];
+        for (case, plan, allow, reasons, words) in cases {
+            match check(&plan, R2, &allow) {
+                Ok(()) => assert!(reasons.is_empty(), "{case}: passed, expected {reasons:?}"),
+                Err(v) => {
+                    assert_eq!(v.reasons(), reasons, "{case}");
+                    assert_eq!(v.code(), "plan_gate_failed");
+                    let message = v.to_string();
+                    for word in words {
+                        assert!(message.contains(word), "{case}: {message}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Runbooks: a named list of steps from a closed set of kinds (SPEC §5), parsed and checked
+//! once at start so that a rollout never meets a malformed step.
+//!
+//! A runbook file is `runbooks/<name>.yaml` with `description` and `steps`. Every refusal is
+//! reported as `file:line: step N "name": message`. Omitted optional fields take the defaults
+//! in [`defaults`], which are the production timings of `reference/rollout-practice.md`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::duration::serde_duration;
+use crate::domain::pattern::LogPattern;
+use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+
+mod step;
+
+/// The runbook a canary plan uses when it names none.
+pub const DEFAULT_CANARY: &str = "single-replica-canary";
+/// The runbook every rollback (one-click or automatic) uses.
+pub const ROLLBACK: &str = "single-replica-rollback";
+
+/// Defaults for omitted step fields.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// `peers_healthy.timeout`: peers are already serving, a few probes are enough.
+    pub const PEERS_HEALTHY_TIMEOUT: Duration = Duration::from_secs(2 * 60);
+    /// `down.timeout`: twice the engines' 5m `stop_grace_period`.
+    pub const DOWN_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+    /// `up.timeout`: pull of a new multi-GB image plus `up -d` (which returns at container start).
+    pub const UP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    /// `wait_health.timeout`: TP4 cold starts take up to ~50 min.
+    pub const WAIT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+    /// `wait_health.interval`.
+    pub const WAIT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+    /// `wait_health.consecutive`: as many 200s in a row as the proxy needs misses to eject.
+    pub const WAIT_HEALTH_CONSECUTIVE: u32 = 3;
+    /// `wait_logs.timeout`.
+    pub const WAIT_LOGS_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+    /// `wait_logs.interval`.
+    pub const WAIT_LOGS_INTERVAL: Duration = Duration::from_secs(5);
+    /// `soak.duration`: the post-ready soak of the r1 promotion.
+    pub const SOAK_DURATION: Duration = Duration::from_secs(10 * 60);
+    /// `soak.interval`.
+    pub const SOAK_INTERVAL: Duration = Duration::from_secs(5);
+    /// `soak.max_misses`: the inference proxy ejects a backend after 3 consecutive misses.
+    pub const SOAK_MAX_MISSES: u32 = 3;
+}
+
+/// A validated runbook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Runbook {
+    /// The file name without `.yaml`.
+    pub name: String,
+    /// What it is for (optional in the file; empty when absent).
+    pub description: String,
+    /// At least one step; names are unique.
+    pub steps: Vec<Step>,
+}
+
+/// One step of a runbook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// Unique within the runbook; defaults to the kind's name.
+    pub name: String,
+    /// What the step does, with its settings.
+    #[serde(flatten)]
+    pub kind: StepKind,
+}
+
+/// The closed set of step kinds (SPEC §5) and their settings. Serialises in the runbook
+/// file's shape (`{kind: down, timeout: 10m}`), so a rollout can store the runbook it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepKind {
+    /// Record `GET /docker/ps` and `GET /version` of the host.
+    Snapshot,
+    /// Every peer's `/health` answers 200.
+    PeersHealthy {
+        /// How long to wait for all peers.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+    },
+    /// `compose/up` dry run, then the plan gate.
+    Plan {
+        /// Services tolerated besides the target (e.g. `model-downloader`).
+        allow: Vec<String>,
+    },
+    /// Scoped `compose/down` of the target.
+    Down {
+        /// Deadline for the stream.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+    },
+    /// Scoped `compose/up` of the target.
+    Up {
+        /// Deadline for the stream.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+    },
+    /// Every other container's ID and image unchanged since `snapshot`.
+    VerifyNeighbours,
+    /// Poll `/health` until `consecutive` 200s.
+    WaitHealth {
+        /// Overall deadline.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+        /// Time between probes.
+        #[serde(with = "serde_duration")]
+        interval: Duration,
+        /// 200s in a row needed.
+        consecutive: u32,
+    },
+    /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
+    WaitLogs {
+        /// Overall deadline.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+        /// Time between polls.
+        #[serde(with = "serde_duration")]
+        interval: Duration,
+        /// Lines that must appear (the plan's `require_logs` are added to them).
+        require: Vec<LogPattern>,
+        /// Lines that fail the step at once.
+        forbid: Vec<LogPattern>,
+    },
+    /// For `duration`, health may not miss `max_misses` probes in a row, no `forbid` line.
+    Soak {
+        /// How long to watch.
+        #[serde(with = "serde_duration")]
+        duration: Duration,
+        /// Time between health probes and log polls.
+        #[serde(with = "serde_duration")]
+        interval: Duration,
+        /// Consecutive missed probes that fail the soak.
+        max_misses: u32,
+        /// Lines that fail the soak at once.
+        forbid: Vec<LogPattern>,
+    },
+}
+
+impl StepKind {
+    /// Every kind's name, in SPEC order.
+    pub const NAMES: &'static [&'static str] = &[
+        "snapshot",
+        "peers_healthy",
+        "plan",
+        "down",
+        "up",
+        "verify_neighbours",
+        "wait_health",
+        "wait_logs",
+        "soak",
+    ];
+
+    /// The kind's name as written in runbooks (`wait_health`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Snapshot => "snapshot",
+            Self::PeersHealthy { .. } => "peers_healthy",
+            Self::Plan { .. } => "plan",
+            Self::Down { .. } => "down",
+            Self::Up { .. } => "up",
+            Self::VerifyNeighbours => "verify_neighbours",
+            Self::WaitHealth { .. } => "wait_health",
+            Self::WaitLogs { .. } => "wait_logs",
+            Self::Soak { .. } => "soak",
+        }
+    }
+
+    /// Whether the step changes the replica (`down`, `up`): once one has started, a failed
+    /// canary with `on_failure: rollback` rolls back.
+    pub fn touches_replica(&self) -> bool {
+        matches!(self, Self::Down { .. } | Self::Up { .. })
+    }
+}
+
+/// A runbook that cannot be loaded. Displays as `file:line: message`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct RunbookError {
+    /// The file (or directory) as given to the loader.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong, naming the step (`step 3 "down": unknown field `interval``).
+    pub message: String,
+}
+
+impl Runbook {
+    /// The step called `name`.
+    pub fn step_named(&self, name: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// SPEC §9 as far as a runbook can break it: a `plan` step (the dry-run gate) before the
+    /// first `up`, `peers_healthy` before any `down` or `up` (rule 7), a `snapshot` before
+    /// `verify_neighbours`, and no `down` without a later `up` (the replica would stay down).
+    /// `parse` already refuses runbooks that fail this.
+    pub fn ensure_safe(&self) -> Result<(), String> {
+        match safety_violation(&self.steps) {
+            Some((_, message)) => Err(message),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The first unsafe step: its index and a message naming it.
+fn safety_violation(steps: &[Step]) -> Option<(usize, String)> {
+    let (mut planned, mut peers_checked, mut snapshotted) = (false, false, false);
+    for (i, step) in steps.iter().enumerate() {
+        match &step.kind {
+            StepKind::Plan { .. } => planned = true,
+            StepKind::PeersHealthy { .. } => peers_checked = true,
+            StepKind::Snapshot => snapshotted = true,
+            _ => {}
+        }
+        let is_up = matches!(step.kind, StepKind::Up { .. });
+        let is_down = matches!(step.kind, StepKind::Down { .. });
+        let problem = if (is_up || is_down) && !peers_checked {
+            Some("needs a `peers_healthy` step before it (the peer must carry the traffic while the replica is out)")
+        } else if is_up && !planned {
+            Some("needs a `plan` step before it (the dry-run gate)")
+        } else if matches!(step.kind, StepKind::VerifyNeighbours) && !snapshotted {
+            Some("needs a `snapshot` step before it")
+        } else if is_down
+            && !steps[i..]
+                .iter()
+                .any(|s| matches!(s.kind, StepKind::Up { .. }))
+        {
+            Some("needs an `up` step after it (the replica would be left down)")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            let kind = step.kind.name();
+            let article = if is_up { "an" } else { "a" };
+            let message = format!(
+                "step {} \"{}\": {article} `{kind}` step {problem}",
+                i + 1,
+                step.name
+            );
+            return Some((i, message));
+        }
+    }
+    None
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRunbook {
+    #[serde(default)]
+    description: Option<String>,
+    steps: Option<Vec<serde_yaml::Value>>,
+}
+
+/// Parses and validates one runbook. `name` is the runbook's name (the file stem);
+/// `source_label` is what errors print as the file.
+pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, RunbookError> {
+    let error = |line: Option<usize>, message: String| RunbookError {
+        file: source_label.to_string(),
+        line,
+        message,
+    };
+    let steps_line = || locate(yaml, &[Seg::Key("steps")]);
+    if yaml.trim().is_empty() {
+        return Err(error(
+            None,
+            "empty runbook: expected `description` and `steps`".into(),
+        ));
+    }
+    let raw: RawRunbook = serde_yaml::from_str(yaml).map_err(|e| {
+        let (line, message) = describe_yaml_error(&e);
+        error(line, message)
+    })?;
+    let raw_steps = raw
+        .steps
+        .ok_or_else(|| error(Some(1), "missing field `steps`".into()))?;
+    if raw_steps.is_empty() {
+        return Err(error(
+            steps_line(),
+            "`steps` is empty: a runbook needs at least one step".into(),
+        ));
+    }
+    let mut steps: Vec<Step> = Vec::with_capacity(raw_steps.len());
+    for (index, value) in raw_steps.iter().enumerate() {
+        let step = step::from_value(index, value).map_err(|e| {
+            let mut path = vec![Seg::Key("steps"), Seg::Index(index)];
+            if let Some(field) = &e.field {
+                path.push(Seg::Key(field));
+            }
+            error(locate(yaml, &path), e.message)
+        })?;
+        if let Some(first) = steps.iter().position(|s| s.name == step.name) {
+            let line = locate(yaml, &[Seg::Key("steps"), Seg::Index(index)]);
+            let message = format!(
+                "step {} \"{}\": duplicate step name (also step {})",
+                index + 1,
+                step.name,
+                first + 1
+            );
+            return Err(error(line, message));
+        }
+        steps.push(step);
+    }
+    if let Some((index, message)) = safety_violation(&steps) {
+        return Err(error(
+            locate(yaml, &[Seg::Key("steps"), Seg::Index(index)]),
+            message,
+        ));
+    }
+    Ok(Runbook {
+        name: name.to_string(),
+        description: raw.description.unwrap_or_default(),
+        steps,
+    })
+}
+
+/// Reads and parses one runbook file; its name is the file stem.
+pub fn load_file(path: &Path) -> Result<Runbook, RunbookError> {
+    let label = path.display().to_string();
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .ok_or_else(|| RunbookError {
+            file: label.clone(),
+            line: None,
+            message: "runbook file name is not valid UTF-8".into(),
+        })?;
+    let text = std::fs::read_to_string(path).map_err(|e| RunbookError {
+        file: label.clone(),
+        line: None,
+        message: format!("cannot read runbook: {e}"),
+    })?;
+    parse(name, &label, &text)
+}
+
+/// Loads every `*.yaml` in `dir` (not recursive), keyed by name. The first bad file stops
+/// the load.
+pub fn load_dir(dir: &Path) -> Result<BTreeMap<String, Runbook>, RunbookError> {
+    let dir_error = |e: std::io::Error| RunbookError {
+        file: dir.display().to_string(),
+        line: None,
+        message: format!("cannot read runbooks directory: {e}"),
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(dir_error)? {
+        let path = entry.map_err(dir_error)?.path();
+        if path.extension().is_some_and(|ext| ext == "yaml") && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut runbooks = BTreeMap::new();
+    for path in paths {
+        let runbook = load_file(&path)?;
+        runbooks.insert(runbook.name.clone(), runbook);
+    }
+    Ok(runbooks)
+}
+
+#[cfg(test)]
+mod tests;

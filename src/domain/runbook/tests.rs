@@ -1,0 +1,294 @@
+use std::time::Duration;
+
+use super::*;
+
+const SHIPPED: &[(&str, &str, &str)] = &[
+    (
+        "runbooks/single-replica-canary.yaml",
+        "single-replica-canary",
+        include_str!("../../../runbooks/single-replica-canary.yaml"),
+    ),
+    (
+        "runbooks/recreate-in-place.yaml",
+        "recreate-in-place",
+        include_str!("../../../runbooks/recreate-in-place.yaml"),
+    ),
+    (
+        "runbooks/single-replica-rollback.yaml",
+        "single-replica-rollback",
+        include_str!("../../../runbooks/single-replica-rollback.yaml"),
+    ),
+    (
+        "config/dev/runbooks/single-replica-canary.yaml",
+        "single-replica-canary",
+        include_str!("../../../config/dev/runbooks/single-replica-canary.yaml"),
+    ),
+    (
+        "config/dev/runbooks/recreate-in-place.yaml",
+        "recreate-in-place",
+        include_str!("../../../config/dev/runbooks/recreate-in-place.yaml"),
+    ),
+    (
+        "config/dev/runbooks/single-replica-rollback.yaml",
+        "single-replica-rollback",
+        include_str!("../../../config/dev/runbooks/single-replica-rollback.yaml"),
+    ),
+];
+
+fn kinds(runbook: &Runbook) -> Vec<&'static str> {
+    runbook.steps.iter().map(|s| s.kind.name()).collect()
+}
+
+#[test]
+fn the_shipped_runbooks_parse_with_the_spec_sequences() {
+    let canary = [
+        "snapshot",
+        "peers_healthy",
+        "plan",
+        "down",
+        "plan",
+        "up",
+        "verify_neighbours",
+        "wait_health",
+        "wait_logs",
+        "soak",
+    ];
+    let recreate = [
+        "snapshot",
+        "peers_healthy",
+        "plan",
+        "up",
+        "verify_neighbours",
+        "wait_health",
+        "wait_logs",
+        "soak",
+    ];
+    let rollback = &canary[..9];
+    for (file, name, text) in SHIPPED {
+        let runbook = parse(name, file, text).unwrap_or_else(|e| panic!("{e}"));
+        let expected: &[&str] = match *name {
+            "single-replica-canary" => &canary,
+            "recreate-in-place" => &recreate,
+            _ => rollback,
+        };
+        assert_eq!(kinds(&runbook), expected, "{file}");
+        assert!(!runbook.description.is_empty(), "{file}");
+        assert_eq!(runbook.ensure_safe(), Ok(()), "{file}");
+    }
+}
+
+#[test]
+fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() {
+    for (file, name, text) in SHIPPED {
+        let runbook = parse(name, file, text).unwrap_or_else(|e| panic!("{e}"));
+        let mut total = Duration::ZERO;
+        for step in &runbook.steps {
+            match &step.kind {
+                StepKind::WaitHealth { timeout, .. } if file.starts_with("runbooks/") => {
+                    assert_eq!(*timeout, Duration::from_secs(3600), "{file}");
+                }
+                StepKind::WaitLogs {
+                    forbid, require, ..
+                } => {
+                    let forbid: Vec<&str> = forbid.iter().map(LogPattern::as_str).collect();
+                    for line in [
+                        "CUDA error 801",
+                        "Traceback (most recent call last)",
+                        "out of memory",
+                    ] {
+                        assert!(forbid.contains(&line), "{file}: {line}");
+                    }
+                    let requires_stall_dump = require
+                        .iter()
+                        .any(|p| p.as_str() == "event-loop stall dump armed");
+                    assert_eq!(requires_stall_dump, *name != ROLLBACK, "{file}");
+                }
+                StepKind::Soak { duration, .. } => total += *duration,
+                _ => {}
+            }
+        }
+        if file.starts_with("config/dev/") && *name != ROLLBACK {
+            assert_eq!(total, Duration::from_secs(3), "{file}: dev soak");
+        }
+    }
+}
+
+#[test]
+fn omitted_fields_take_the_documented_defaults() {
+    let yaml = "steps:\n  - {kind: snapshot}\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {kind: down}\n  - {kind: up}\n  - {kind: wait_health}\n  - {kind: wait_logs}\n  - {kind: soak}\n";
+    let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let m = |n: u64| Duration::from_secs(n * 60);
+    let expected = vec![
+        StepKind::Snapshot,
+        StepKind::PeersHealthy { timeout: m(2) },
+        StepKind::Plan { allow: vec![] },
+        StepKind::Down { timeout: m(10) },
+        StepKind::Up { timeout: m(30) },
+        StepKind::WaitHealth {
+            timeout: m(60),
+            interval: Duration::from_secs(5),
+            consecutive: 3,
+        },
+        StepKind::WaitLogs {
+            timeout: m(30),
+            interval: Duration::from_secs(5),
+            require: vec![],
+            forbid: vec![],
+        },
+        StepKind::Soak {
+            duration: m(10),
+            interval: Duration::from_secs(5),
+            max_misses: 3,
+            forbid: vec![],
+        },
+    ];
+    let got: Vec<StepKind> = runbook.steps.iter().map(|s| s.kind.clone()).collect();
+    assert_eq!(got, expected);
+    assert_eq!(
+        runbook.steps[1].name, "peers_healthy",
+        "a step is named after its kind by default"
+    );
+    assert_eq!(runbook.description, "");
+}
+
+const SAFE_HEAD: &str = "steps:\n  - {name: snap, kind: snapshot}\n  - {name: peers, kind: peers_healthy}\n  - {name: plan, kind: plan}\n";
+
+#[test]
+fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
+    // (case, yaml, expected "line: message" fragment)
+    let cases: &[(&str, String, &str)] = &[
+        ("a field another kind takes", format!("{SAFE_HEAD}  - {{name: down, kind: down, interval: 5s}}\n  - {{name: up, kind: up}}\n"), "r.yaml:5: step 4 \"down\": unknown field `interval` (a `down` step takes: timeout)"),
+        ("an unknown kind", format!("{SAFE_HEAD}  - {{name: x, kind: reboot}}\n"), "r.yaml:5: step 4 \"x\": unknown kind `reboot` (expected one of: snapshot, peers_healthy"),
+        ("a field no kind takes, in block style", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    retries: 3\n"), "r.yaml:7: step 4 \"health\": unknown field `retries` (a `wait_health` step takes: timeout, interval, consecutive)"),
+        ("a field on a kind that takes none", "steps:\n  - {name: s, kind: snapshot, timeout: 1m}\n".into(), "r.yaml:2: step 1 \"s\": unknown field `timeout` (a `snapshot` step takes: no other fields)"),
+        ("a duration without a unit", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    timeout: 60\n"), "r.yaml:7: step 4 \"health\": `timeout` must be a duration such as `5s` or `45m`, got `60`"),
+        ("a fractional duration", format!("{SAFE_HEAD}  - {{name: soak, kind: soak, duration: 0.5m}}\n"), "r.yaml:5: step 4 \"soak\": `duration`: invalid duration `0.5m`"),
+        ("a day unit", format!("{SAFE_HEAD}  - {{name: soak, kind: soak, duration: 1d}}\n"), "unknown unit `d`"),
+        ("a zero timeout", "steps:\n  - {name: peers, kind: peers_healthy, timeout: 0s}\n".into(), "r.yaml:2: step 1 \"peers\": `timeout` must be longer than zero"),
+        ("zero consecutive", "steps:\n  - {name: h, kind: wait_health, consecutive: 0}\n".into(), "r.yaml:2: step 1 \"h\": `consecutive` must be a whole number of at least 1, got `0`"),
+        ("zero max_misses", "steps:\n  - {name: s, kind: soak, max_misses: 0}\n".into(), "step 1 \"s\": `max_misses` must be a whole number of at least 1"),
+        ("an interval longer than the timeout", "steps:\n  - {name: h, kind: wait_health, timeout: 5s, interval: 1m}\n".into(), "step 1 \"h\": `interval` (1m) is longer than `timeout` (5s)"),
+        ("a bad regex", "steps:\n  - name: logs\n    kind: wait_logs\n    require:\n      - ok\n    forbid: [\"re:(\"]\n".into(), "r.yaml:6: step 1 \"logs\": `forbid[0]`: invalid regular expression in `re:(`"),
+        ("an empty pattern", "steps:\n  - {name: logs, kind: wait_logs, require: [\"\"]}\n".into(), "step 1 \"logs\": `require[0]`: empty log pattern"),
+        ("patterns that are not a list", "steps:\n  - {name: logs, kind: wait_logs, require: \"x\"}\n".into(), "step 1 \"logs\": `require` must be a list of strings, got \"x\""),
+        ("a duplicate step name", format!("{SAFE_HEAD}  - {{name: plan, kind: plan}}\n"), "r.yaml:5: step 4 \"plan\": duplicate step name (also step 3)"),
+        ("a missing kind", "steps:\n  - {name: x}\n".into(), "r.yaml:2: step 1: missing field `kind`"),
+        ("a step that is not a mapping", "steps:\n  - snapshot\n".into(), "r.yaml:2: step 1: expected a mapping"),
+        ("a bad step name", "steps:\n  - {name: \"my step\", kind: snapshot}\n".into(), "step 1: `name` must be 1 to 64 letters"),
+        ("no steps", "description: x\nsteps: []\n".into(), "r.yaml:2: `steps` is empty"),
+        ("no steps key", "description: x\n".into(), "r.yaml:1: missing field `steps`"),
+        ("an unknown top-level key", "description: x\nname: y\nsteps: []\n".into(), "r.yaml:2: unknown field `name`"),
+        ("broken YAML", "steps: [\n".into(), "r.yaml:2: did not find expected node content"),
+        ("an empty file", "\n".into(), "r.yaml: empty runbook"),
+        ("a duplicate key", "steps:\n  - {name: a, kind: snapshot, kind: up}\n".into(), "r.yaml:2: steps[0]: duplicate entry with key \"kind\""),
+    ];
+    for (case, yaml, expected) in cases {
+        let err = parse("r", "r.yaml", yaml).expect_err(case).to_string();
+        assert!(
+            err.contains(expected),
+            "{case}:\n  got:      {err}\n  expected: {expected}"
+        );
+    }
+}
+
+#[test]
+fn unsafe_orders_are_refused_naming_the_step() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("up without a plan", "steps:\n  - {kind: peers_healthy}\n  - {name: go, kind: up}\n", "r.yaml:3: step 2 \"go\": an `up` step needs a `plan` step before it"),
+        ("down before the peers check", "steps:\n  - {kind: plan}\n  - {kind: down}\n  - {kind: peers_healthy}\n  - {kind: up}\n", "r.yaml:3: step 2 \"down\": a `down` step needs a `peers_healthy` step before it"),
+        ("up without any peers check", "steps:\n  - {kind: plan}\n  - {kind: up}\n", "step 2 \"up\": an `up` step needs a `peers_healthy` step"),
+        ("a down that is never followed by an up", "steps:\n  - {kind: peers_healthy}\n  - {kind: down}\n", "step 2 \"down\": a `down` step needs an `up` step after it"),
+        ("neighbours without a snapshot", "steps:\n  - {kind: verify_neighbours}\n", "step 1 \"verify_neighbours\": a `verify_neighbours` step needs a `snapshot` step before it"),
+    ];
+    for (case, yaml, expected) in cases {
+        let err = parse("r", "r.yaml", yaml).expect_err(case).to_string();
+        assert!(
+            err.contains(expected),
+            "{case}:\n  got:      {err}\n  expected: {expected}"
+        );
+    }
+    let unsafe_runbook = Runbook {
+        name: "r".into(),
+        description: String::new(),
+        steps: vec![Step {
+            name: "up".into(),
+            kind: StepKind::Up {
+                timeout: Duration::from_secs(1),
+            },
+        }],
+    };
+    let err = unsafe_runbook.ensure_safe().expect_err("no peers check");
+    assert!(err.starts_with("step 1 \"up\":"), "{err}");
+}
+
+#[test]
+fn kinds_have_stable_names_and_only_down_and_up_touch_the_replica() {
+    let yaml = include_str!("../../../runbooks/single-replica-canary.yaml");
+    let runbook = parse("c", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let touching: Vec<&str> = runbook
+        .steps
+        .iter()
+        .filter(|s| s.kind.touches_replica())
+        .map(|s| s.kind.name())
+        .collect();
+    assert_eq!(touching, ["down", "up"]);
+    let mut names: Vec<&str> = runbook.steps.iter().map(|s| s.kind.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut all = StepKind::NAMES.to_vec();
+    all.sort_unstable();
+    assert_eq!(names, all, "the canary uses every kind");
+    assert!(runbook.step_named("soak").is_some());
+}
+
+#[test]
+fn a_runbook_round_trips_through_json_in_the_file_shape() {
+    let yaml = include_str!("../../../runbooks/single-replica-canary.yaml");
+    let runbook = parse("single-replica-canary", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let json = serde_json::to_value(&runbook).expect("serialises");
+    assert_eq!(
+        json["steps"][3],
+        serde_json::json!({"name": "down", "kind": "down", "timeout": "10m"})
+    );
+    let back: Runbook = serde_json::from_value(json).expect("deserialises");
+    assert_eq!(back, runbook);
+}
+
+#[test]
+fn a_directory_loads_every_yaml_file_by_stem_and_stops_at_the_first_bad_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = "steps:\n  - {kind: snapshot}\n";
+    std::fs::write(dir.path().join("a.yaml"), good).expect("write");
+    std::fs::write(dir.path().join("b.yaml"), good).expect("write");
+    std::fs::write(dir.path().join("notes.txt"), "not a runbook").expect("write");
+    let loaded = load_dir(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(loaded["b"].name, "b");
+
+    std::fs::write(dir.path().join("c.yaml"), "steps:\n  - {kind: nope}\n").expect("write");
+    let err = load_dir(dir.path()).expect_err("bad file").to_string();
+    assert!(
+        err.contains("c.yaml:2: step 1 \"nope\": unknown kind `nope`"),
+        "{err}"
+    );
+
+    let missing = dir.path().join("missing");
+    let err = load_dir(&missing).expect_err("no dir").to_string();
+    assert!(
+        err.contains("missing: cannot read runbooks directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_shipped_directories_load_whole() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["runbooks", "config/dev/runbooks"] {
+        let loaded = load_dir(&root.join(dir)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            loaded.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["recreate-in-place", DEFAULT_CANARY, ROLLBACK],
+            "{dir}"
+        );
+    }
+}

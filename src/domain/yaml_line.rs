@@ -1,0 +1,303 @@
+//! Finds the line of a key or list item in YAML source text, for error messages.
+//!
+//! `serde_yaml` reports a line for syntax and type errors, but errors found after
+//! deserialisation (a duplicate step name, a missing env var) only know a path such as
+//! `steps[3].interval`. This module scans the source for that path. It understands block
+//! mappings and sequences (including a sequence at the same indent as its key) and finds keys
+//! inside one-line or wrapped flow mappings (`- {name: up, kind: up, timeout: 30m}`). It is a
+//! best-effort locator, not a parser: when a segment cannot be found it answers the line of the
+//! deepest segment that was.
+
+/// One step of a path into a YAML document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seg<'a> {
+    /// A mapping key.
+    Key(&'a str),
+    /// The n-th (0-based) item of a sequence.
+    Index(usize),
+}
+
+/// A region of the source: from line `start` (at column `col` on that line, or from the first
+/// non-blank line's indent when `None`) up to line `end` (exclusive).
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    start: usize,
+    col: Option<usize>,
+    end: usize,
+}
+
+/// The 1-based line of `path` in `source`, or of its deepest segment that could be found;
+/// `None` when not even the first segment is there.
+pub fn locate(source: &str, path: &[Seg<'_>]) -> Option<usize> {
+    let lines: Vec<&str> = source.lines().collect();
+    let mut block = Block {
+        start: 0,
+        col: None,
+        end: lines.len(),
+    };
+    let mut anchor = None;
+    for seg in path {
+        let found = match seg {
+            Seg::Key(key) => find_key(&lines, block, key),
+            Seg::Index(n) => find_item(&lines, block, *n),
+        };
+        match found {
+            Some((line, inner)) => {
+                anchor = Some(line + 1);
+                block = inner;
+            }
+            None => break,
+        }
+    }
+    anchor
+}
+
+/// The line and message of a `serde_yaml` error, with the message's own ` at line N column M`
+/// removed (callers print `file:line: message`).
+pub fn describe_yaml_error(err: &serde_yaml::Error) -> (Option<usize>, String) {
+    let line = err.location().map(|l| l.line());
+    let mut message = err.to_string();
+    while let Some(at) = message.find(" at line ") {
+        let rest = &message[at + " at line ".len()..];
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let Some(after_col) = rest[digits..].strip_prefix(" column ") else {
+            break;
+        };
+        let col_digits = after_col
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(after_col.len());
+        let end = message.len() - after_col.len() + col_digits;
+        message.replace_range(at..end, "");
+    }
+    (line, message)
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+fn is_blank(text: &str) -> bool {
+    let t = text.trim();
+    t.is_empty() || t.starts_with('#') || t == "---"
+}
+
+/// The (line, column) of every direct child of `block`.
+fn children(lines: &[&str], block: Block) -> (Vec<(usize, usize)>, Option<usize>) {
+    let mut child_col = None;
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate().take(block.end).skip(block.start) {
+        let (col, text) = match block.col {
+            Some(c) if i == block.start => (c, line.get(c..).unwrap_or("")),
+            _ => (indent(line), *line),
+        };
+        if is_blank(text) {
+            continue;
+        }
+        let want = *child_col.get_or_insert(col);
+        if col == want {
+            out.push((i, col));
+        } else if col < want {
+            break;
+        }
+    }
+    (out, child_col)
+}
+
+/// Where the child at `line` (at column `col`) ends: the next non-blank line at or left of
+/// `col`, except that `- ` lines at exactly `col` belong to a key whose value starts below it.
+fn child_end(
+    lines: &[&str],
+    line: usize,
+    col: usize,
+    block_end: usize,
+    value_below: bool,
+) -> usize {
+    for (i, text) in lines.iter().enumerate().take(block_end).skip(line + 1) {
+        if is_blank(text) {
+            continue;
+        }
+        let ind = indent(text);
+        let same_level_item = ind == col && value_below && text[ind..].starts_with('-');
+        if ind < col || (ind == col && !same_level_item) {
+            return i;
+        }
+    }
+    block_end
+}
+
+fn key_len_at(text: &str, key: &str) -> Option<usize> {
+    for quoted in [key.to_string(), format!("\"{key}\""), format!("'{key}'")] {
+        if let Some(rest) = text.strip_prefix(quoted.as_str()) {
+            let rest_trimmed = rest.trim_start_matches(' ');
+            if let Some(after) = rest_trimmed.strip_prefix(':') {
+                if after.is_empty() || after.starts_with([' ', '\t']) {
+                    return Some(text.len() - after.len());
+                }
+            }
+        }
+    }
+    None
+}
+
+fn find_key(lines: &[&str], block: Block, key: &str) -> Option<(usize, Block)> {
+    let (kids, _) = children(lines, block);
+    for (line, col) in kids {
+        let text = &lines[line][col..];
+        if let Some(len) = key_len_at(text, key) {
+            let rest = &text[len..];
+            let value_col = col + len + (rest.len() - rest.trim_start().len());
+            let value_below = is_blank(rest);
+            let end = child_end(lines, line, col, block.end, value_below);
+            let inner = if value_below {
+                Block {
+                    start: line + 1,
+                    col: None,
+                    end,
+                }
+            } else {
+                Block {
+                    start: line,
+                    col: Some(value_col),
+                    end,
+                }
+            };
+            return Some((line, inner));
+        }
+    }
+    find_flow_key(lines, block, key)
+}
+
+/// A key inside a flow mapping: preceded by `{`, `,`, a quote or a space, followed by `: `.
+fn find_flow_key(lines: &[&str], block: Block, key: &str) -> Option<(usize, Block)> {
+    for (i, line) in lines.iter().enumerate().take(block.end).skip(block.start) {
+        let mut search = match block.col {
+            Some(c) if i == block.start => c.min(line.len()),
+            _ => 0,
+        };
+        while let Some(pos) = line[search..].find(key) {
+            let at = search + pos;
+            let prev = line[..at].chars().next_back();
+            let before_ok = matches!(prev, None | Some('{' | ',' | ' ' | '\t' | '"' | '\''));
+            let after = line[at + key.len()..]
+                .trim_start_matches(['"', '\''])
+                .trim_start_matches(' ');
+            let after_ok = after
+                .strip_prefix(':')
+                .is_some_and(|a| a.is_empty() || a.starts_with([' ', '\t']));
+            if before_ok && after_ok {
+                let inner = Block {
+                    start: i,
+                    col: Some(at),
+                    end: i + 1,
+                };
+                return Some((i, inner));
+            }
+            search = at + key.len();
+        }
+    }
+    None
+}
+
+fn find_item(lines: &[&str], block: Block, n: usize) -> Option<(usize, Block)> {
+    let (kids, _) = children(lines, block);
+    let items: Vec<(usize, usize)> = kids
+        .into_iter()
+        .filter(|&(line, col)| {
+            let text = &lines[line][col..];
+            text == "-" || text.starts_with("- ")
+        })
+        .collect();
+    let &(line, col) = items.get(n)?;
+    let text = &lines[line][col + 1..];
+    let content_col = col + 1 + (text.len() - text.trim_start().len());
+    let end = child_end(lines, line, col, block.end, false);
+    let inner = Block {
+        start: line,
+        col: if is_blank(text) {
+            None
+        } else {
+            Some(content_col)
+        },
+        end,
+    };
+    Some((line, inner))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seg::{Index, Key};
+    use super::*;
+
+    const DOC: &str = "\
+# a comment
+description: demo
+steps:
+  - {name: snapshot, kind: snapshot}
+  - name: down
+    kind: down
+    # indented comment
+    timeout: 10m
+
+  - {name: logs, kind: wait_logs, timeout: 30m,
+     require: [\"x\"]}
+hosts:
+  gpu02:
+    token_env: T
+    replicas:
+      r1: {group: g, health_url: http://a/health}
+list:
+- a
+- b
+";
+
+    #[test]
+    fn paths_resolve_to_the_line_that_holds_them() {
+        let cases: &[(&[Seg<'_>], Option<usize>)] = &[
+            (&[Key("description")], Some(2)),
+            (&[Key("steps")], Some(3)),
+            (&[Key("steps"), Index(0)], Some(4)),
+            (&[Key("steps"), Index(0), Key("kind")], Some(4)),
+            (&[Key("steps"), Index(1)], Some(5)),
+            (&[Key("steps"), Index(1), Key("timeout")], Some(8)),
+            (&[Key("steps"), Index(2)], Some(10)),
+            (&[Key("steps"), Index(2), Key("require")], Some(11)),
+            (&[Key("hosts"), Key("gpu02"), Key("token_env")], Some(14)),
+            (
+                &[
+                    Key("hosts"),
+                    Key("gpu02"),
+                    Key("replicas"),
+                    Key("r1"),
+                    Key("health_url"),
+                ],
+                Some(16),
+            ),
+            (&[Key("list"), Index(1)], Some(19)),
+            (&[Key("steps"), Index(7)], Some(3)),
+            (&[Key("hosts"), Key("gpu02"), Key("env_file")], Some(13)),
+            (&[Key("nope")], None),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(locate(DOC, path), *expected, "{path:?}");
+        }
+    }
+
+    #[test]
+    fn yaml_errors_give_their_line_without_repeating_it_in_the_message() {
+        let err = serde_yaml::from_str::<serde_yaml::Mapping>("a: 1\nb: [\n").expect_err("bad");
+        let (line, message) = describe_yaml_error(&err);
+        assert_eq!(line, Some(3));
+        assert!(!message.contains(" at line "), "{message}");
+        assert!(message.contains("while parsing"), "{message}");
+    }
+
+    #[test]
+    fn a_key_that_only_prefixes_another_is_not_mistaken_for_it() {
+        let doc = "timeouts: 1\ntimeout: 2\n";
+        assert_eq!(locate(doc, &[Key("timeout")]), Some(2));
+        let flow = "- {max_misses: 1, misses: 2}\n";
+        assert_eq!(locate(flow, &[Index(0), Key("misses")]), Some(1));
+    }
+}
