@@ -1,0 +1,168 @@
+//! Scriptable faults: a handle that tests and `canaryd dev` use to make the simulated host
+//! misbehave while it runs.
+//!
+//! Which faults last:
+//! - one-shot (consumed by the next stream of that operation that passes validation):
+//!   [`SimFaults::fail_phase`], [`SimFaults::cut_stream`];
+//! - sticky until changed: [`SimFaults::set_dry_run_extra`], [`SimFaults::set_dry_run_removal`],
+//!   [`SimFaults::set_health_never`], [`SimFaults::set_cold_start`], [`SimFaults::set_legacy`],
+//!   [`SimFaults::set_logs_on_start`];
+//! - timed: [`SimFaults::busy_for`];
+//! - immediate: [`SimFaults::emit_log_line`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::state::Shared;
+
+/// A streaming operation, as faults name it. A request with `dry_run: true` is `DryRun` on a
+/// newest host; on a legacy host it is a real deploy, so it counts as `Up` (as does
+/// `materialize_only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimOp {
+    /// `POST /compose/up` that applies.
+    Up,
+    /// `POST /compose/down`.
+    Down,
+    /// `POST /compose/up` with `dry_run: true`.
+    DryRun,
+}
+
+/// The current fault settings (inside the state mutex).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FaultState {
+    pub dry_run_extra: Option<String>,
+    pub dry_run_removal: Option<String>,
+    /// One-shot: op → phase that exits 1.
+    pub fail_phase: BTreeMap<SimOp, String>,
+    /// One-shot: ops whose next stream ends without `done`.
+    pub cut_stream: BTreeSet<SimOp>,
+    pub busy: Option<(Instant, DateTime<Utc>)>,
+    pub health_never: BTreeSet<String>,
+    pub cold_start: Duration,
+    pub legacy: bool,
+    pub logs_on_start: BTreeMap<String, Vec<String>>,
+}
+
+impl FaultState {
+    /// Whether the scripted busy period is running.
+    pub fn busy_now(&self) -> bool {
+        self.busy.is_some_and(|(until, _)| Instant::now() < until)
+    }
+
+    /// When the running busy period started, if one is running.
+    pub fn busy_since(&self) -> Option<DateTime<Utc>> {
+        self.busy
+            .filter(|(until, _)| Instant::now() < *until)
+            .map(|(_, since)| since)
+    }
+
+    /// Takes the one-shot faults armed for `op`: (failing phase, cut stream).
+    pub fn take_for(&mut self, op: SimOp) -> (Option<String>, bool) {
+        (self.fail_phase.remove(&op), self.cut_stream.remove(&op))
+    }
+}
+
+/// A clonable handle on the simulated host's faults. Every setter takes effect at once, also
+/// while a stream is running.
+#[derive(Clone)]
+pub struct SimFaults {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl SimFaults {
+    /// Sticky: every dry run also plans `Container <name> Recreate` (`None` clears it).
+    pub fn set_dry_run_extra(&self, name: Option<String>) {
+        self.shared.state().faults.dry_run_extra = name;
+    }
+
+    /// Sticky: every dry run also plans `Container <name> Removing`/`Removed`, i.e. a removal
+    /// (`None` clears it).
+    pub fn set_dry_run_removal(&self, name: Option<String>) {
+        self.shared.state().faults.dry_run_removal = name;
+    }
+
+    /// One-shot: the next stream of `op` fails in `phase` with exit code 1 and ends with
+    /// `done` `success:false`. For `Up` the phase is `"pull"`, `"build"` or `"up"` (anything
+    /// else means `"up"`); `DryRun` and `Down` have one phase each, which fails whatever the
+    /// name. `None` disarms it.
+    pub fn fail_phase(&self, op: SimOp, phase: Option<String>) {
+        let mut st = self.shared.state();
+        match phase {
+            Some(p) => {
+                st.faults.fail_phase.insert(op, p);
+            }
+            None => {
+                st.faults.fail_phase.remove(&op);
+            }
+        }
+    }
+
+    /// One-shot: the next stream of `op` ends without `done`. An `Up` still does its work
+    /// (containers recreated) but does not rotate the deployed records, like a client
+    /// disconnect on the real server. `None` disarms every armed cut.
+    pub fn cut_stream(&self, op: Option<SimOp>) {
+        let mut st = self.shared.state();
+        match op {
+            Some(op) => {
+                st.faults.cut_stream.insert(op);
+            }
+            None => st.faults.cut_stream.clear(),
+        }
+    }
+
+    /// Timed: for `duration` from now, mutating calls answer 409 (`compose_up` in flight) and
+    /// `/status` shows an operation in flight. A zero duration ends it.
+    pub fn busy_for(&self, duration: Duration) {
+        self.shared.state().faults.busy = Some((Instant::now() + duration, Utc::now()));
+    }
+
+    /// Sticky: the engine of `service` keeps answering `/health` with 503.
+    pub fn set_health_never(&self, service: &str, never: bool) {
+        let mut st = self.shared.state();
+        if never {
+            st.faults.health_never.insert(service.to_string());
+        } else {
+            st.faults.health_never.remove(service);
+        }
+    }
+
+    /// Sticky: the cold start of engines started from now on.
+    pub fn set_cold_start(&self, cold_start: Duration) {
+        self.shared.state().faults.cold_start = cold_start;
+    }
+
+    /// Immediate: appends `line` to the log of the container of `service` (ignored when the
+    /// service has no container).
+    pub fn emit_log_line(&self, service: &str, line: &str) {
+        if let Some(c) = self.shared.state().containers.get_mut(service) {
+            c.push_log(line.to_string());
+        }
+    }
+
+    /// Sticky: behave like an older server (`/docker/evict` is 404, `dry_run` and
+    /// `materialize_only` are ignored, so a dry run deploys for real).
+    pub fn set_legacy(&self, legacy: bool) {
+        self.shared.state().faults.legacy = legacy;
+    }
+
+    /// Sticky: engines of `service` started from now on print these lines over their cold
+    /// start instead of the usual ones (`None` restores the usual lines).
+    pub fn set_logs_on_start(&self, service: &str, lines: Option<Vec<String>>) {
+        let mut st = self.shared.state();
+        match lines {
+            Some(lines) => {
+                st.faults.logs_on_start.insert(service.to_string(), lines);
+            }
+            None => {
+                st.faults.logs_on_start.remove(service);
+            }
+        }
+    }
+}
