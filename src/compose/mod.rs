@@ -331,7 +331,7 @@ fn check_base_url(raw: &str) -> Result<String, ComposeError> {
             "only http:// is supported (compose-manager listens on plain HTTP)",
         ));
     }
-    if url.host_str().map_or(true, str::is_empty) {
+    if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid("no host"));
     }
     if url.query().is_some() || url.fragment().is_some() {

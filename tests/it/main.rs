@@ -1,4 +1,7 @@
 //! The one integration test binary: everything end to end, against the simulated host.
 
+mod canary;
 mod compose_client;
+mod helpers;
+mod rollback;
 mod sim_host;

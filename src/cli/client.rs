@@ -1,0 +1,95 @@
+//! A small client of canaryd's own API, used by the client commands, dev mode and the tests.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use serde_json::Value;
+
+use crate::http::RolloutOut;
+
+/// Talks to a canaryd daemon.
+#[derive(Clone, Debug)]
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl ApiClient {
+    /// A client for `base` (e.g. `http://127.0.0.1:7878`) with an optional bearer token.
+    pub fn new(base: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
+    }
+
+    /// A client configured from `CANARYD_TOKEN`.
+    pub fn from_env(base: &str) -> anyhow::Result<Self> {
+        Self::new(
+            base,
+            std::env::var("CANARYD_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+        )
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach canaryd at {}", self.base))?;
+        let status = res.status();
+        let body: Value = res.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(body);
+        }
+        let code = body["error"]["code"].as_str().unwrap_or("error");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        Err(anyhow!("{} {code}: {message}", status.as_u16()))
+    }
+
+    /// `GET path` as JSON.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(self.request(reqwest::Method::GET, path)).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.send(self.request(reqwest::Method::POST, path).json(body))
+            .await
+    }
+
+    /// `POST path` with a raw body of the given content type.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: String,
+    ) -> anyhow::Result<Value> {
+        let req = self
+            .request(reqwest::Method::POST, path)
+            .header("content-type", content_type)
+            .body(body);
+        self.send(req).await
+    }
+
+    /// One rollout.
+    pub async fn rollout(&self, id: &str) -> anyhow::Result<RolloutOut> {
+        Ok(serde_json::from_value(
+            self.get(&format!("/v1/rollouts/{id}")).await?,
+        )?)
+    }
+}

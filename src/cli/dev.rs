@@ -1,0 +1,207 @@
+//! `canaryd dev [--demo]`: the daemon against an embedded simulated host, with fast runbooks.
+//! `--demo` runs a canary of r2, then a one-click rollback, prints the timeline and exits.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+
+use super::output::timeline;
+use super::remote::follow;
+use super::ApiClient;
+use crate::app::{shutdown_signal, App};
+use crate::config::{ComposeTuning, EnvMap, HostConfig, ReplicaConfig, ResolvedConfig, Secret};
+use crate::domain::runbook::{self, Runbook};
+use crate::sim::{SimConfig, SimHost};
+use crate::telemetry::{self, LogFormat};
+
+/// The example compose file the simulated host serves.
+pub const DEV_FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
+/// The simulated host's name.
+pub const DEV_HOST: &str = "gpu02";
+const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+
+/// The shipped runbooks with timings for a simulated engine (seconds, not minutes).
+const DEV_RUNBOOKS: [(&str, &str); 3] = [
+    (
+        "single-replica-canary",
+        include_str!("../../config/dev/runbooks/single-replica-canary.yaml"),
+    ),
+    (
+        "recreate-in-place",
+        include_str!("../../config/dev/runbooks/recreate-in-place.yaml"),
+    ),
+    (
+        "single-replica-rollback",
+        include_str!("../../config/dev/runbooks/single-replica-rollback.yaml"),
+    ),
+];
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Address of the daemon.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub listen: SocketAddr,
+    /// SQLite file (default: a fresh one in a temporary folder).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Run a canary of r2 and a rollback, print the timeline, exit.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+/// The dev runbooks, parsed.
+pub fn dev_runbooks() -> anyhow::Result<BTreeMap<String, Runbook>> {
+    DEV_RUNBOOKS
+        .iter()
+        .map(|(name, text)| {
+            let rb = runbook::parse(name, &format!("config/dev/runbooks/{name}.yaml"), text)?;
+            Ok((name.to_string(), rb))
+        })
+        .collect()
+}
+
+/// A daemon config pointing at a simulated host (also used by the tests).
+pub fn dev_config(
+    sim: &SimHost,
+    listen: SocketAddr,
+    database: PathBuf,
+    env: BTreeMap<String, String>,
+) -> ResolvedConfig {
+    let mut replicas = BTreeMap::new();
+    for service in [R1, R2] {
+        let health_url = sim.health_url(service).unwrap_or_default();
+        replicas.insert(
+            service.to_owned(),
+            ReplicaConfig {
+                group: "glm53-long".to_owned(),
+                health_url,
+            },
+        );
+    }
+    let host = HostConfig {
+        name: DEV_HOST.to_owned(),
+        compose_manager_url: sim.url(),
+        token: Secret::new(sim.token().to_owned()),
+        env: EnvMap::new(env),
+        project: "work".to_owned(),
+        replicas,
+    };
+    let compose = ComposeTuning {
+        busy_retry_initial: Duration::from_millis(100),
+        busy_retry_max: Duration::from_secs(1),
+        ..ComposeTuning::default()
+    };
+    ResolvedConfig {
+        listen,
+        database,
+        runbooks_dir: PathBuf::from("config/dev/runbooks"),
+        tokens: Vec::new(),
+        hosts: BTreeMap::from([(DEV_HOST.to_owned(), host)]),
+        compose,
+        retention_days: None,
+    }
+}
+
+pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+    telemetry::init(
+        log_format,
+        if args.demo {
+            "canaryd=warn"
+        } else {
+            "canaryd=info"
+        },
+    );
+    let mut sim_config = SimConfig::example();
+    sim_config.cold_start = Duration::from_secs(2);
+    let env = sim_config.initial_env.clone();
+    let sim = SimHost::start(sim_config)
+        .await
+        .context("starting the simulated host")?;
+    let tmp = tempdir_path()?;
+    let db = args
+        .db
+        .clone()
+        .unwrap_or_else(|| tmp.join("canaryd-dev.db"));
+    let config = dev_config(&sim, args.listen, db.clone(), env);
+    let app = App::build(config, dev_runbooks()?).await?;
+    let addr = app.local_addr()?;
+    let url = format!("http://{addr}");
+    println!(
+        "canaryd dev: daemon on {url}, simulated compose-manager on {}, database {}",
+        sim.url(),
+        db.display()
+    );
+    println!("try:\n  curl -s -XPOST {url}/v1/rollouts -H 'content-type: application/json' \\\n    -d '{{\"host\":\"{DEV_HOST}\",\"file\":\"{DEV_FILE}\",\"service\":\"{R2}\",\"tag\":\"v0.0.452\",\"reason\":\"try canaryd\"}}'");
+    println!("  CANARYD_SERVER={url} canaryd rollout watch <id>\n");
+    if !args.demo {
+        app.run_until_stopped(shutdown_signal()).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stop_rx.await;
+    }));
+    let ok = demo(&url).await;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(&tmp);
+    ok
+}
+
+async fn demo(url: &str) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::new(url, None)?;
+    println!("== canary: {R2} to v0.0.452 (r1 keeps serving)");
+    let plan = json!({
+        "host": DEV_HOST, "file": DEV_FILE, "service": R2, "tag": "v0.0.452",
+        "reason": "demo: pin glm53 v452 on r2", "env": {"GLM53_R2_HICACHE_RAM_BUDGET": "406GiB"},
+        "require_logs": ["rank_budget_bytes=108984795136"],
+    });
+    let created = client.post("/v1/rollouts", &plan).await?;
+    let id = created["id"]
+        .as_str()
+        .context("no id in the answer")?
+        .to_owned();
+    let canary = follow(&client, &id, |l| println!("{l}")).await?;
+    println!("\n{}", timeline(&canary));
+    println!("== one-click rollback of {R2} to its prior deployment");
+    let body = json!({"host": DEV_HOST, "service": R2, "reason": "demo: roll r2 back"});
+    let created = client.post("/v1/rollbacks", &body).await?;
+    let rb_id = created["id"]
+        .as_str()
+        .context("no id in the answer")?
+        .to_owned();
+    let rollback = follow(&client, &rb_id, |l| println!("{l}")).await?;
+    println!("\n{}", timeline(&rollback));
+    let ok = canary.status == "succeeded" && rollback.status == "succeeded";
+    println!(
+        "demo {}: canary {} ({}), rollback {} ({}) back to {}",
+        if ok { "finished" } else { "FAILED" },
+        canary.id,
+        canary.status,
+        rollback.id,
+        rollback.status,
+        rollback.tag
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn tempdir_path() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "canaryd-dev-{}",
+        ulid::Ulid::new().to_string().to_lowercase()
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

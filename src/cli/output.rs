@@ -1,0 +1,129 @@
+//! How rollouts are printed: live progress lines and the final timeline.
+
+use chrono::{DateTime, Utc};
+
+use crate::http::{RolloutOut, StepOut};
+
+/// `1m05s`, `850ms`.
+pub fn human_duration(d: chrono::Duration) -> String {
+    let ms = d.num_milliseconds().max(0);
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+fn step_duration(s: &StepOut, now: DateTime<Utc>) -> String {
+    match (s.started_at, s.finished_at) {
+        (Some(a), Some(b)) => human_duration(b - a),
+        (Some(a), None) => format!("{} so far", human_duration(now - a)),
+        _ => String::new(),
+    }
+}
+
+/// A one-line summary of a step's evidence.
+pub fn evidence(s: &StepOut) -> String {
+    let d = &s.detail;
+    if let Some(e) = d.get("error") {
+        return format!(
+            "{}: {}",
+            e["code"].as_str().unwrap_or("error"),
+            e["message"].as_str().unwrap_or("")
+        );
+    }
+    match s.kind.as_str() {
+        "plan" => {
+            let p = &d["plan"];
+            format!(
+                "plan create={} recreate={} remove={}",
+                p["create"], p["recreate"], p["remove"]
+            )
+        }
+        "snapshot" => format!(
+            "{} containers recorded",
+            d["ps"].as_array().map_or(0, Vec::len)
+        ),
+        "wait_health" => format!(
+            "{} healthy / {} unhealthy samples",
+            d["healthy_samples"], d["unhealthy_samples"]
+        ),
+        "wait_logs" => {
+            let seen: Vec<String> = d["seen"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x["pattern"].as_str().map(str::to_owned))
+                .collect();
+            format!("seen {seen:?}")
+        }
+        "soak" => format!(
+            "{} probes, worst miss streak {}",
+            d["probes"], d["worst_streak"]
+        ),
+        "verify_neighbours" => format!("{} neighbours unchanged", d["checked"]),
+        "down" | "up" => format!("{} stream lines", d["lines"]),
+        "peers_healthy" => format!("peers healthy: {}", d["peers"]),
+        _ => String::new(),
+    }
+}
+
+/// A progress line for a step.
+pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> String {
+    let mut line = format!(
+        "{}  {:<18} {:<10} {}",
+        rollout.id,
+        s.name,
+        s.status,
+        step_duration(s, now)
+    );
+    if s.status == "running" {
+        if let Some(deadline) = s.deadline_at {
+            line.push_str(&format!(
+                " (deadline in {})",
+                human_duration(deadline - now)
+            ));
+        }
+    } else {
+        let ev = evidence(s);
+        if !ev.is_empty() {
+            line.push_str(&format!("  {ev}"));
+        }
+    }
+    line
+}
+
+/// The whole timeline of a rollout.
+pub fn timeline(r: &RolloutOut) -> String {
+    let now = Utc::now();
+    let mut out = format!(
+        "{} {} of {} on {} to {} ({}): {}\n  reason: {}  actor: {}\n",
+        r.id, r.kind, r.service, r.host, r.tag, r.file, r.status, r.reason, r.actor
+    );
+    if let Some(of) = &r.rollback_of {
+        out.push_str(&format!("  rollback of {of}\n"));
+    }
+    if let Some(by) = &r.rolled_back_by {
+        out.push_str(&format!("  rolled back by {by}\n"));
+    }
+    if let Some(e) = &r.error {
+        out.push_str(&format!("  error {}: {}\n", e.code, e.message));
+    }
+    for s in &r.steps {
+        let at = s
+            .started_at
+            .map(|t| t.format("%H:%M:%S%.3f").to_string())
+            .unwrap_or_else(|| "-".repeat(12));
+        out.push_str(&format!(
+            "  {at}  {:<18} {:<17} {:<10} {:>10}  {}\n",
+            s.name,
+            s.kind,
+            s.status,
+            step_duration(s, now),
+            evidence(s)
+        ));
+    }
+    out
+}

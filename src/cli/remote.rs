@@ -1,0 +1,350 @@
+//! Client commands: rollout start/watch/abort, rollback, history, show.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::output::{step_line, timeline};
+use super::{ApiClient, ServerArgs};
+use crate::http::RolloutOut;
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Submit a canary plan (a YAML/JSON file, or flags).
+    Start(StartArgs),
+    /// Follow a rollout until it ends: exit 0 succeeded, 1 failed or rolled back, 2 aborted.
+    Watch {
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Abort a rollout before its next side effect.
+    Abort {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// A plan file (YAML or JSON, SPEC §4); or give the flags below.
+    pub plan: Option<PathBuf>,
+    #[arg(long)]
+    pub host: Option<String>,
+    #[arg(long)]
+    pub file: Option<String>,
+    #[arg(long)]
+    pub service: Option<String>,
+    #[arg(long)]
+    pub tag: Option<String>,
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[arg(long)]
+    pub runbook: Option<String>,
+    /// An env override, KEY=VALUE (repeatable).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// A required startup log line (repeatable).
+    #[arg(long = "require-log")]
+    pub require_logs: Vec<String>,
+    /// Follow the rollout until it ends.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    #[arg(long)]
+    pub host: String,
+    #[arg(long)]
+    pub service: String,
+    #[arg(long)]
+    pub reason: String,
+    /// Roll back to this recorded tag instead of the prior deployment.
+    #[arg(long)]
+    pub to_tag: Option<String>,
+    /// Abort the host's active rollout first.
+    #[arg(long)]
+    pub preempt: bool,
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[arg(long)]
+    pub host: Option<String>,
+    #[arg(long)]
+    pub service: Option<String>,
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub kind: Option<String>,
+    #[arg(long)]
+    pub tag: Option<String>,
+    #[arg(long)]
+    pub since: Option<String>,
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[arg(long, default_value = "table")]
+    pub format: String,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        RolloutCommand::Start(args) => start(args).await,
+        RolloutCommand::Watch { id, server } => {
+            watch(&ApiClient::from_env(&server.server)?, &id).await
+        }
+        RolloutCommand::Abort { id, reason, server } => {
+            let client = ApiClient::from_env(&server.server)?;
+            let out = client
+                .post(
+                    &format!("/v1/rollouts/{id}/abort"),
+                    &json!({"reason": reason}),
+                )
+                .await?;
+            println!(
+                "abort of {id} requested (status {})",
+                out["status"].as_str().unwrap_or("?")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
+    let need = |v: &Option<String>, flag: &str| {
+        v.clone()
+            .with_context(|| format!("--{flag} is required without a plan file"))
+    };
+    let mut env = BTreeMap::new();
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    let mut plan = json!({
+        "host": need(&args.host, "host")?, "file": need(&args.file, "file")?,
+        "service": need(&args.service, "service")?, "tag": need(&args.tag, "tag")?,
+        "reason": need(&args.reason, "reason")?, "env": env,
+    });
+    if let Some(rb) = &args.runbook {
+        plan["runbook"] = json!(rb);
+    }
+    if !args.require_logs.is_empty() {
+        plan["require_logs"] = json!(args.require_logs);
+    }
+    Ok(plan)
+}
+
+async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_env(&args.server.server)?;
+    let out = match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let is_json = path.extension().is_some_and(|e| e == "json");
+            let ct = if is_json {
+                "application/json"
+            } else {
+                "application/yaml"
+            };
+            client.post_raw("/v1/rollouts", ct, text).await?
+        }
+        None => {
+            client
+                .post("/v1/rollouts", &plan_from_flags(&args)?)
+                .await?
+        }
+    };
+    let id = out["id"]
+        .as_str()
+        .context("the daemon answered without an id")?
+        .to_owned();
+    println!(
+        "{id} created ({} of {} on {})",
+        out["kind"].as_str().unwrap_or("?"),
+        out["service"].as_str().unwrap_or("?"),
+        out["host"].as_str().unwrap_or("?")
+    );
+    if args.wait {
+        return watch(&client, &id).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Follows a rollout, printing a line per step change, until it is terminal.
+pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
+    let r = follow(client, id, |line| println!("{line}")).await?;
+    println!("{}", timeline(&r));
+    Ok(exit_code_of(&r))
+}
+
+/// Polls a rollout until terminal, calling `print` for each step state change.
+pub async fn follow(
+    client: &ApiClient,
+    id: &str,
+    mut print: impl FnMut(String),
+) -> anyhow::Result<RolloutOut> {
+    let mut last: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_progress = std::time::Instant::now();
+    loop {
+        let r = client.rollout(id).await?;
+        let now = Utc::now();
+        for s in &r.steps {
+            if last.get(&s.name) != Some(&s.status) {
+                last.insert(s.name.clone(), s.status.clone());
+                if s.status != "pending" {
+                    print(step_line(&r, s, now));
+                    last_progress = std::time::Instant::now();
+                }
+            } else if s.status == "running" && last_progress.elapsed() > Duration::from_secs(30) {
+                print(step_line(&r, s, now));
+                last_progress = std::time::Instant::now();
+            }
+        }
+        if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
+            return Ok(r);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// SPEC §2: 0 succeeded, 1 failed or rolled back, 2 aborted.
+pub fn exit_code_of(r: &RolloutOut) -> ExitCode {
+    match r.status.as_str() {
+        "succeeded" => ExitCode::SUCCESS,
+        "aborted" => ExitCode::from(2),
+        _ => ExitCode::from(1),
+    }
+}
+
+pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_env(&args.server.server)?;
+    let body = json!({"host": args.host, "service": args.service, "reason": args.reason, "to_tag": args.to_tag, "preempt": args.preempt});
+    let out = client.post("/v1/rollbacks", &body).await?;
+    let id = out["id"]
+        .as_str()
+        .context("the daemon answered without an id")?
+        .to_owned();
+    println!(
+        "{id} created: rollback of {} on {} to {}",
+        args.service,
+        args.host,
+        out["tag"].as_str().unwrap_or("?")
+    );
+    if args.wait {
+        return watch(&client, &id).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {
+    let r = ApiClient::from_env(&server.server)?.rollout(id).await?;
+    print!("{}", timeline(&r));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_env(&args.server.server)?;
+    let mut query = vec![format!("limit={}", args.limit)];
+    let filters = [
+        ("host", &args.host),
+        ("service", &args.service),
+        ("status", &args.status),
+        ("kind", &args.kind),
+        ("tag", &args.tag),
+        ("since", &args.since),
+        ("until", &args.until),
+    ];
+    for (k, v) in filters {
+        if let Some(v) = v {
+            query.push(format!("{k}={}", encode(v)));
+        }
+    }
+    let page = client
+        .get(&format!("/v1/rollouts?{}", query.join("&")))
+        .await?;
+    let items: Vec<RolloutOut> = serde_json::from_value(page["items"].clone())?;
+    match args.format.as_str() {
+        "json" => println!("{}", serde_json::to_string_pretty(&page["items"])?),
+        "csv" => {
+            println!("id,kind,status,host,service,tag,actor,reason,created_at,finished_at,error");
+            for r in &items {
+                let fields = [
+                    r.id.clone(),
+                    r.kind.clone(),
+                    r.status.clone(),
+                    r.host.clone(),
+                    r.service.clone(),
+                    r.tag.clone(),
+                    r.actor.clone(),
+                    r.reason.clone(),
+                    r.created_at.to_rfc3339(),
+                    r.finished_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                    r.error.as_ref().map(|e| e.code.clone()).unwrap_or_default(),
+                ];
+                println!(
+                    "{}",
+                    fields
+                        .iter()
+                        .map(|f| csv_field(f))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+            }
+        }
+        "table" => {
+            println!(
+                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} REASON",
+                "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR"
+            );
+            for r in &items {
+                println!(
+                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {}",
+                    r.id, r.kind, r.status, r.host, r.service, r.tag, r.actor, r.reason
+                );
+            }
+        }
+        other => bail!("--format {other:?}: expected table, json or csv"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,34 @@
+//! `canaryd serve`: load and validate the config and runbooks, then run the daemon.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::app::{shutdown_signal, App};
+use crate::telemetry::{self, LogFormat};
+
+/// Exit code for a configuration that cannot be used (SPEC §3).
+pub const EXIT_BAD_CONFIG: u8 = 2;
+
+pub async fn serve(config_path: &Path, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+    telemetry::init(log_format, "canaryd=info,tower_http=warn");
+    let config =
+        match crate::config::load(config_path).and_then(|c| c.check_listen_safety().map(|()| c)) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+            }
+        };
+    let runbooks = match crate::domain::runbook::load_dir(&config.runbooks_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+        }
+    };
+    let app = App::build(config, runbooks).await?;
+    let addr = app.local_addr()?;
+    tracing::info!(listen = %addr, "canaryd listening on http://{addr}");
+    app.run_until_stopped(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,413 @@
+//! The steps that call compose-manager with side effects (or a dry run): plan, down, up.
+//!
+//! Each call is written ahead (`step_attempt`) before it is sent. 409 busy is retried with
+//! backoff inside the step's deadline. A stream without `done` is never resent: the step waits
+//! for the host to be idle and fails `compose_outcome_unknown` (SPEC §9 rule 5).
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::steps::{pause, poll_interval, StepEnd, StepRun};
+use crate::compose::{ComposeError, DownRequest, StreamOutcome, StreamResult, UpRequest};
+use crate::domain::plan_gate;
+use crate::domain::state::RolloutKind;
+use crate::store::Step;
+
+enum Call<T> {
+    Done {
+        attempt: String,
+        value: T,
+    },
+    Error {
+        attempt: String,
+        error: ComposeError,
+    },
+    Aborted,
+    OutOfTime {
+        last_error: String,
+    },
+}
+
+fn up_request(run: &StepRun<'_>) -> UpRequest {
+    UpRequest {
+        tag: run.rollout.tag.clone(),
+        file: run.rollout.file.clone(),
+        service: run.rollout.service.clone(),
+        env: run.env.clone(),
+    }
+}
+
+/// The dry-run gate: probe support (rule 4), dry run, and check the plan.
+pub(super) async fn plan(
+    run: &StepRun<'_>,
+    step: &Step,
+    allow: &[String],
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> StepEnd {
+    let client = &run.host.client;
+    match client.supports_dry_run().await {
+        Ok(true) => {}
+        Ok(false) => {
+            let msg = "compose-manager does not support dry_run (POST /docker/evict answered 404): an older \
+                       server would ignore dry_run and deploy for real";
+            return StepEnd::failed("compose_manager_unsupported", msg, json!({"probe": "404"}));
+        }
+        Err(e) => {
+            let msg = format!("could not probe compose-manager for dry_run support: {e}");
+            return StepEnd::failed(
+                "compose_manager_unsupported",
+                msg,
+                json!({"probe_error": e.code()}),
+            );
+        }
+    }
+    let req = up_request(run);
+    let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
+        client.dry_run(&req)
+    })
+    .await
+    {
+        Call::Done { attempt, value } => {
+            let outcome = outcome_name(&value.stream.outcome);
+            finish(
+                run,
+                &attempt,
+                outcome,
+                json!({"plan": value.plan, "tail": value.stream.transcript_tail}),
+            )
+            .await;
+            value
+        }
+        Call::Error { attempt, error } => return call_error(run, &attempt, error).await,
+        Call::Aborted => return StepEnd::Aborted(json!({})),
+        Call::OutOfTime { last_error } => return out_of_time("dry run", last_error),
+    };
+    let tail = result.stream.transcript_tail.clone();
+    if result.stream.outcome != StreamOutcome::Succeeded {
+        let msg = format!(
+            "the dry run did not succeed ({})",
+            outcome_name(&result.stream.outcome)
+        );
+        return StepEnd::failed(
+            "dry_run_failed",
+            msg,
+            json!({"plan": result.plan, "tail": tail}),
+        );
+    }
+    let Some(dry_plan) = result.plan else {
+        return StepEnd::failed(
+            "dry_run_no_plan",
+            "the dry run answered without a plan event",
+            json!({"tail": tail}),
+        );
+    };
+    match plan_gate::check(&dry_plan, &run.rollout.service, allow) {
+        Ok(()) => StepEnd::Succeeded(json!({"plan": dry_plan, "allow": allow, "tail": tail})),
+        Err(violation) => {
+            let detail = json!({"plan": dry_plan, "allow": allow, "violation": violation.to_string(), "tail": tail});
+            StepEnd::failed(violation.code(), violation.to_string(), detail)
+        }
+    }
+}
+
+/// Scoped `compose/down` of the target.
+pub(super) async fn down(
+    run: &StepRun<'_>,
+    step: &Step,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> StepEnd {
+    let req = DownRequest {
+        tag: run.rollout.tag.clone(),
+        file: run.rollout.file.clone(),
+        service: run.rollout.service.clone(),
+        env: run.env.clone(),
+    };
+    let client = &run.host.client;
+    mutate(run, step, "compose/down", deadline, abort, || {
+        client.down(&req)
+    })
+    .await
+}
+
+/// Scoped `compose/up` of the target; a rollback then checks the tag still means the same.
+pub(super) async fn up(
+    run: &StepRun<'_>,
+    step: &Step,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> StepEnd {
+    let req = up_request(run);
+    let client = &run.host.client;
+    let end = mutate(run, step, "compose/up", deadline, abort, || client.up(&req)).await;
+    match end {
+        StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
+            check_tag(run, detail).await
+        }
+        other => other,
+    }
+}
+
+async fn mutate<F, Fut>(
+    run: &StepRun<'_>,
+    step: &Step,
+    endpoint: &str,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+    send: F,
+) -> StepEnd
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<StreamResult, ComposeError>>,
+{
+    let store = &run.engine.inner.store;
+    // A step caught mid-call by a restart: the call may have happened. Never resend it.
+    if let Some(end) = reconcile_previous_attempt(run, step, deadline).await {
+        return end;
+    }
+    if let Err(e) = store.mark_touched(&run.rollout.id).await {
+        return StepEnd::failed("storage_error", e.to_string(), json!({}));
+    }
+    match call(run, step, endpoint, deadline, abort, send).await {
+        Call::Done { attempt, value } => {
+            let detail = json!({"endpoint": endpoint, "lines": value.n_lines, "tail": value.transcript_tail});
+            match value.outcome {
+                StreamOutcome::Succeeded => {
+                    finish(run, &attempt, "succeeded", detail.clone()).await;
+                    StepEnd::Succeeded(detail)
+                }
+                StreamOutcome::Failed { exit_code } => {
+                    finish(run, &attempt, "failed", detail.clone()).await;
+                    let msg = format!(
+                        "{endpoint} ended with done success:false (exit code {exit_code:?})"
+                    );
+                    StepEnd::failed("compose_failed", msg, detail)
+                }
+                StreamOutcome::Unknown => {
+                    finish(run, &attempt, "unknown", detail.clone()).await;
+                    outcome_unknown(run, endpoint, deadline, detail).await
+                }
+            }
+        }
+        Call::Error { attempt, error } if is_ambiguous(&error) => {
+            finish(
+                run,
+                &attempt,
+                "unknown",
+                json!({"error": error.to_string()}),
+            )
+            .await;
+            outcome_unknown(run, endpoint, deadline, json!({"error": error.to_string()})).await
+        }
+        Call::Error { attempt, error } => call_error(run, &attempt, error).await,
+        Call::Aborted => StepEnd::Aborted(json!({"endpoint": endpoint, "sent": false})),
+        Call::OutOfTime { last_error } => out_of_time(endpoint, last_error),
+    }
+}
+
+/// Sends a call, writing an attempt row before each try; retries 409 and refused connections
+/// (nothing was sent) with backoff until the deadline.
+async fn call<T, F, Fut>(
+    run: &StepRun<'_>,
+    step: &Step,
+    endpoint: &str,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+    send: F,
+) -> Call<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, ComposeError>>,
+{
+    let store = &run.engine.inner.store;
+    let tuning = &run.engine.inner.tuning;
+    let mut backoff = tuning.busy_retry_initial;
+    loop {
+        if *abort.borrow() {
+            return Call::Aborted;
+        }
+        let attempt = match store.begin_attempt(step, endpoint, Utc::now()).await {
+            Ok(id) => id,
+            Err(e) => {
+                return Call::OutOfTime {
+                    last_error: format!("storage error: {e}"),
+                }
+            }
+        };
+        let error = match send().await {
+            Ok(value) => return Call::Done { attempt, value },
+            Err(error) => error,
+        };
+        let retry = matches!(
+            error,
+            ComposeError::Busy { .. } | ComposeError::Connect { .. }
+        );
+        if !retry {
+            return Call::Error { attempt, error };
+        }
+        let outcome = if matches!(error, ComposeError::Busy { .. }) {
+            "busy"
+        } else {
+            "error"
+        };
+        finish(run, &attempt, outcome, json!({"error": error.to_string()})).await;
+        let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+        if left < backoff {
+            return Call::OutOfTime {
+                last_error: error.to_string(),
+            };
+        }
+        tracing::info!(rollout.id = %run.rollout.id, endpoint, backoff_ms = backoff.as_millis() as u64, "{endpoint} refused ({}), retrying", error.code());
+        if pause(backoff, abort).await {
+            return Call::Aborted;
+        }
+        backoff = (backoff * 2).min(tuning.busy_retry_max);
+    }
+}
+
+/// A timeout or a garbled stream after the request went out: the host may be acting on it.
+fn is_ambiguous(e: &ComposeError) -> bool {
+    matches!(
+        e,
+        ComposeError::Timeout { .. } | ComposeError::Protocol { .. }
+    )
+}
+
+async fn reconcile_previous_attempt(
+    run: &StepRun<'_>,
+    step: &Step,
+    deadline: DateTime<Utc>,
+) -> Option<StepEnd> {
+    let store = &run.engine.inner.store;
+    let attempts = store.attempts(&run.rollout.id).await.ok()?;
+    let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
+    match last.outcome.as_deref() {
+        None => {
+            tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "{} was in flight at the restart; reconciling, not resending", last.endpoint);
+            let _ = store
+                .finish_attempt(
+                    &last.id,
+                    "unknown",
+                    &json!({"reconciled": true}),
+                    Utc::now(),
+                )
+                .await;
+            let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
+            Some(outcome_unknown(run, &last.endpoint, deadline, detail).await)
+        }
+        Some("succeeded") => Some(StepEnd::Succeeded(last.detail)),
+        Some("unknown") => Some(outcome_unknown(run, &last.endpoint, deadline, last.detail).await),
+        Some(_) => None,
+    }
+}
+
+/// Waits for the host to go idle, then fails `compose_outcome_unknown`: the outcome is for a
+/// human to judge from `docker ps`, never a blind resend.
+async fn outcome_unknown(
+    run: &StepRun<'_>,
+    endpoint: &str,
+    deadline: DateTime<Utc>,
+    detail: serde_json::Value,
+) -> StepEnd {
+    let client = &run.host.client;
+    let started = Utc::now();
+    let limit = deadline.max(started + chrono::Duration::seconds(30));
+    let mut idle = false;
+    while Utc::now() < limit {
+        if let Ok(status) = client.status().await {
+            if status.in_flight.is_none() {
+                idle = true;
+                break;
+            }
+        }
+        tokio::time::sleep(poll_interval(limit).min(Duration::from_millis(500))).await;
+    }
+    let waited_ms = (Utc::now() - started).num_milliseconds();
+    let ps = client.ps().await.ok();
+    let target = ps.as_ref().and_then(|ps| {
+        ps.iter()
+            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .cloned()
+    });
+    let msg = format!(
+        "{endpoint} ended without `done`; the host is {}; not resent",
+        if idle { "idle now" } else { "still busy" }
+    );
+    StepEnd::failed(
+        "compose_outcome_unknown",
+        msg,
+        json!({"call": detail, "host_idle": idle, "waited_ms": waited_ms, "target_container": target}),
+    )
+}
+
+async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
+    let (Some(commit), Some(sha)) = (&run.rollout.expect_commit, &run.rollout.expect_file_sha256)
+    else {
+        return StepEnd::Succeeded(detail);
+    };
+    let version = match run.host.client.version().await {
+        Ok(v) => v,
+        Err(e) => {
+            return StepEnd::failed(
+                e.code(),
+                format!("could not read /version after the up: {e}"),
+                detail,
+            )
+        }
+    };
+    let current = version
+        .projects
+        .get(&run.host.config.project)
+        .and_then(|p| p.current.clone());
+    let (got_commit, got_sha) = match &current {
+        Some(c) => (c.commit.clone(), c.file_sha256.clone()),
+        None => (version.commit.clone(), version.file_sha256.clone()),
+    };
+    if got_commit.as_deref() == Some(commit.as_str()) && got_sha.as_deref() == Some(sha.as_str()) {
+        return StepEnd::Succeeded(detail);
+    }
+    let msg = format!(
+        "tag {} now points at other content: expected commit {commit} and file sha256 {sha}, host reports {got_commit:?} / {got_sha:?}",
+        run.rollout.tag
+    );
+    StepEnd::failed(
+        "tag_moved",
+        msg,
+        json!({"call": detail, "expected": {"commit": commit, "file_sha256": sha}, "got": {"commit": got_commit, "file_sha256": got_sha}}),
+    )
+}
+
+async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> StepEnd {
+    finish(run, attempt, "error", json!({"error": error.to_string()})).await;
+    StepEnd::failed(error.code(), error.to_string(), json!({}))
+}
+
+fn out_of_time(what: &str, last_error: String) -> StepEnd {
+    let msg = format!("{what} could not be sent before the step deadline: {last_error}");
+    StepEnd::failed("step_timeout", msg, json!({"last_error": last_error}))
+}
+
+async fn finish(run: &StepRun<'_>, attempt: &str, outcome: &str, detail: serde_json::Value) {
+    if let Err(e) = run
+        .engine
+        .inner
+        .store
+        .finish_attempt(attempt, outcome, &detail, Utc::now())
+        .await
+    {
+        tracing::error!(rollout.id = %run.rollout.id, error = %e, "could not record the outcome of attempt {attempt}");
+    }
+}
+
+fn outcome_name(o: &StreamOutcome) -> &'static str {
+    match o {
+        StreamOutcome::Succeeded => "succeeded",
+        StreamOutcome::Failed { .. } => "failed",
+        StreamOutcome::Unknown => "unknown",
+    }
+}

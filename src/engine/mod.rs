@@ -1,0 +1,328 @@
+//! Drives rollouts: one tokio task per rollout runs its steps in order, writing every state
+//! change before and after each side effect. Abort is a persisted request plus a signal that
+//! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
+
+mod compose_step;
+mod rollback;
+mod runner;
+mod steps;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::compose::{ClientOptions, ComposeClient};
+use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
+use crate::domain::plan::CanaryPlan;
+use crate::domain::runbook::Runbook;
+use crate::domain::state::RolloutKind;
+use crate::probe::HealthProber;
+use crate::store::{new_id, NewRollout, NewStep, Rollout, Store, StoreError};
+
+pub use rollback::{choose_rollback_target, RollbackRequest};
+
+/// The runbook a one-click (or automatic) rollback runs.
+pub const ROLLBACK_RUNBOOK: &str = "single-replica-rollback";
+/// The actor recorded for what canaryd does by itself.
+pub const SYSTEM_ACTOR: &str = "canaryd";
+
+/// Errors callers of the engine can see.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("host {host} already has an active rollout {rollout_id}")]
+    HostBusy { host: String, rollout_id: String },
+    #[error("rollout {0} not found")]
+    NotFound(String),
+    #[error("rollout {0} is already terminal")]
+    Terminal(String),
+    #[error("no prior deployment of {service} on {host} is recorded{detail}")]
+    NoPriorDeployment {
+        host: String,
+        service: String,
+        detail: String,
+    },
+    #[error("{0}")]
+    UnknownTarget(String),
+    #[error("runbook {0} is not loaded")]
+    UnknownRunbook(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::HostBusy { host, rollout_id } => EngineError::HostBusy { host, rollout_id },
+            StoreError::NotFound(id) => EngineError::NotFound(id),
+            other => EngineError::Store(other),
+        }
+    }
+}
+
+/// A host as the engine sees it: its configuration and a client for its compose-manager.
+pub(crate) struct HostRuntime {
+    pub config: HostConfig,
+    pub client: ComposeClient,
+}
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub hosts: BTreeMap<String, HostRuntime>,
+    pub runbooks: BTreeMap<String, Runbook>,
+    pub tuning: ComposeTuning,
+    pub prober: HealthProber,
+    /// Abort signals of the rollouts whose task is running.
+    pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
+}
+
+/// The rollout engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// Builds the engine: one compose-manager client per configured host.
+    pub fn new(
+        store: Store,
+        config: &ResolvedConfig,
+        runbooks: BTreeMap<String, Runbook>,
+    ) -> Result<Self, crate::compose::ComposeError> {
+        let mut hosts = BTreeMap::new();
+        for (name, host) in &config.hosts {
+            let opts = ClientOptions {
+                connect_timeout: config.compose.connect_timeout,
+                request_timeout: config.compose.request_timeout,
+                stream_idle_timeout: config.compose.stream_idle_timeout,
+                triggered_by: "canaryd".to_owned(),
+                project: host.project.clone(),
+            };
+            let client = ComposeClient::new(&host.compose_manager_url, host.token.expose(), opts)?;
+            hosts.insert(
+                name.clone(),
+                HostRuntime {
+                    config: host.clone(),
+                    client,
+                },
+            );
+        }
+        let inner = Inner {
+            store,
+            hosts,
+            runbooks,
+            tuning: config.compose.clone(),
+            prober: HealthProber::new(Duration::from_secs(3)),
+            running: Mutex::new(HashMap::new()),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The store the engine writes to.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Names of the loaded runbooks.
+    pub fn runbook_names(&self) -> std::collections::BTreeSet<String> {
+        self.inner.runbooks.keys().cloned().collect()
+    }
+
+    /// Creates a canary rollout from a validated plan and starts it.
+    pub async fn submit_canary(
+        &self,
+        plan: CanaryPlan,
+        actor: &str,
+    ) -> Result<Rollout, EngineError> {
+        let host = self.host(&plan.host)?;
+        let runbook = self.runbook(&plan.runbook)?;
+        let new = NewRollout {
+            id: new_id("ro"),
+            kind: RolloutKind::Canary,
+            env_sha256: merged_env_sha256(&host.config, &plan.env),
+            host: plan.host,
+            file: plan.file,
+            service: plan.service,
+            tag: plan.tag,
+            runbook: plan.runbook,
+            actor: actor.to_owned(),
+            reason: plan.reason,
+            env_overrides: plan.env,
+            require_logs: plan
+                .require_logs
+                .iter()
+                .map(|p| p.as_str().to_owned())
+                .collect(),
+            on_failure: plan.on_failure,
+            rollback_of: None,
+            expect_commit: None,
+            expect_file_sha256: None,
+            created_at: Utc::now(),
+        };
+        self.inner
+            .store
+            .create_rollout(&new, &steps_of(runbook))
+            .await?;
+        tracing::info!(rollout.id = %new.id, host = %new.host, service = %new.service, tag = %new.tag, "canary {} created", new.id);
+        self.spawn(new.id.clone());
+        self.get(&new.id).await
+    }
+
+    /// Creates a rollback rollout (SPEC §6) and starts it; with `preempt`, aborts the active
+    /// rollout of the host first.
+    pub async fn submit_rollback(
+        &self,
+        req: RollbackRequest,
+        actor: &str,
+    ) -> Result<Rollout, EngineError> {
+        rollback::submit(self, req, actor).await
+    }
+
+    /// Requests an abort: persisted first, then the rollout's task is signalled.
+    pub async fn abort(&self, id: &str, actor: &str, reason: &str) -> Result<Rollout, EngineError> {
+        let rollout = self.get(id).await?;
+        if rollout.status.is_terminal() {
+            return Err(EngineError::Terminal(id.to_owned()));
+        }
+        match self
+            .inner
+            .store
+            .request_abort(id, actor, reason, Utc::now())
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::InvalidTransition { .. }) => {
+                return Err(EngineError::Terminal(id.to_owned()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(rollout.id = %id, actor, "abort of {id} requested");
+        if let Some(tx) = self.signal(id) {
+            let _ = tx.send(true);
+        }
+        self.get(id).await
+    }
+
+    /// Waits (bounded) until a rollout is terminal; used by preempt and tests.
+    pub async fn wait_terminal(&self, id: &str, timeout: Duration) -> Result<Rollout, EngineError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let rollout = self.get(id).await?;
+            if rollout.status.is_terminal() || tokio::time::Instant::now() >= deadline {
+                return Ok(rollout);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Resumes every unfinished rollout (SPEC §9 rule 9). Call before accepting new work.
+    pub async fn recover(&self) -> Result<usize, EngineError> {
+        let unfinished = self.inner.store.unfinished_rollouts().await?;
+        let n = unfinished.len();
+        for rollout in unfinished {
+            tracing::info!(rollout.id = %rollout.id, status = rollout.status.as_str(), "resuming rollout {} after restart", rollout.id);
+            self.spawn(rollout.id);
+        }
+        Ok(n)
+    }
+
+    /// Reads a rollout.
+    pub async fn get(&self, id: &str) -> Result<Rollout, EngineError> {
+        self.inner
+            .store
+            .get_rollout(id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(id.to_owned()))
+    }
+
+    /// Number of rollouts whose task is running now.
+    pub fn active_tasks(&self) -> usize {
+        self.inner.running.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn host(&self, name: &str) -> Result<&HostRuntime, EngineError> {
+        self.inner
+            .hosts
+            .get(name)
+            .ok_or_else(|| EngineError::UnknownTarget(format!("unknown host {name}")))
+    }
+
+    pub(crate) fn runbook(&self, name: &str) -> Result<&Runbook, EngineError> {
+        self.inner
+            .runbooks
+            .get(name)
+            .ok_or_else(|| EngineError::UnknownRunbook(name.to_owned()))
+    }
+
+    fn signal(&self, id: &str) -> Option<watch::Sender<bool>> {
+        self.inner
+            .running
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+    }
+
+    /// Starts the task of a rollout (once: a second call for a running rollout does nothing).
+    pub(crate) fn spawn(&self, id: String) {
+        let (tx, rx) = watch::channel(false);
+        {
+            let Ok(mut running) = self.inner.running.lock() else {
+                return;
+            };
+            if running.contains_key(&id) {
+                return;
+            }
+            running.insert(id.clone(), tx);
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            runner::run(&engine, &id, rx).await;
+            if let Ok(mut running) = engine.inner.running.lock() {
+                running.remove(&id);
+            }
+        });
+    }
+}
+
+/// Every step of a runbook as a pending step row.
+pub(crate) fn steps_of(runbook: &Runbook) -> Vec<NewStep> {
+    runbook
+        .steps
+        .iter()
+        .map(|s| NewStep {
+            name: s.name.clone(),
+            kind: s.kind.name().to_owned(),
+        })
+        .collect()
+}
+
+/// The host's full env map with the plan's overrides on top (SPEC §9 rule 3).
+pub(crate) fn merged_env(
+    host: &HostConfig,
+    overrides: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut env = host.env.to_map();
+    env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// SHA-256 (hex) of the merged env map, as `KEY=VALUE\n` lines in key order.
+pub(crate) fn merged_env_sha256(host: &HostConfig, overrides: &BTreeMap<String, String>) -> String {
+    let mut hasher = Sha256::new();
+    for (k, v) in merged_env(host, overrides) {
+        hasher.update(k.as_bytes());
+        hasher.update(b"=");
+        hasher.update(v.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

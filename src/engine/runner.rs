@@ -1,0 +1,260 @@
+//! The task of one rollout: start, run each step in order, finish (succeeded, failed with an
+//! optional automatic rollback, or aborted). Resumes from whatever SQLite says after a restart.
+
+use chrono::Utc;
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::steps::{self, StepEnd, StepRun};
+use super::{rollback, Engine, SYSTEM_ACTOR};
+use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
+use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
+
+/// Runs a rollout to a terminal state. Errors of the store are logged once, here.
+pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
+    let span = tracing::info_span!("rollout", rollout.id = %id);
+    if let Err(e) = drive(engine, id, abort).instrument(span).await {
+        tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
+    }
+}
+
+async fn drive(
+    engine: &Engine,
+    id: &str,
+    mut abort: watch::Receiver<bool>,
+) -> Result<(), super::EngineError> {
+    let store = &engine.inner.store;
+    let mut rollout = engine.get(id).await?;
+    if rollout.status == RolloutStatus::Pending {
+        rollout = store
+            .transition_rollout(id, &change(RolloutEvent::Start, None, json!({})))
+            .await?;
+        tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
+    }
+    let runbook = engine.runbook(&rollout.runbook)?.clone();
+    let db_steps = store.steps(id).await?;
+    let mut run = StepRun::new(engine, &rollout);
+    for step in &db_steps {
+        if matches!(step.status, StepStatus::Succeeded | StepStatus::Skipped) {
+            run.restore(step);
+            continue;
+        }
+        if rollout_abort_requested(engine, id).await? || *abort.borrow() {
+            return finish_aborted(engine, &rollout, Some(step)).await;
+        }
+        let Some(spec) = runbook.steps.get(step.position as usize) else {
+            let msg = format!("step {} is not in runbook {}", step.name, runbook.name);
+            return finish_failed(
+                engine,
+                &rollout,
+                &db_steps,
+                step,
+                "runbook_changed",
+                &msg,
+                json!({}),
+            )
+            .await;
+        };
+        let step = start_step(engine, step, &spec.kind).await?;
+        let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
+        let end = run
+            .execute(&step, &spec.kind, &mut abort)
+            .instrument(span)
+            .await;
+        match end {
+            StepEnd::Succeeded(detail) => {
+                store
+                    .transition_step(&step, StepEvent::Succeed, &detail, None, Utc::now())
+                    .await?;
+                tracing::info!(rollout.id = %id, step.name = %step.name, "step {} of {id} succeeded", step.name);
+                run.after_success(&step, &detail);
+            }
+            StepEnd::Failed {
+                code,
+                message,
+                detail,
+            } => {
+                tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
+                let rollout = engine.get(id).await?;
+                return finish_failed(engine, &rollout, &db_steps, &step, &code, &message, detail)
+                    .await;
+            }
+            StepEnd::Aborted(detail) => {
+                store
+                    .transition_step(&step, StepEvent::Abort, &detail, None, Utc::now())
+                    .await?;
+                return finish_aborted(engine, &rollout, None).await;
+            }
+        }
+    }
+    finish_succeeded(engine, &rollout).await
+}
+
+async fn start_step(
+    engine: &Engine,
+    step: &Step,
+    kind: &crate::domain::runbook::StepKind,
+) -> Result<Step, super::EngineError> {
+    let store = &engine.inner.store;
+    if step.status == StepStatus::Pending {
+        let deadline = steps::timeout_of(kind).map(|t| Utc::now() + t);
+        store
+            .transition_step(step, StepEvent::Start, &json!({}), deadline, Utc::now())
+            .await?;
+    }
+    let fresh = store.steps(&step.rollout_id).await?;
+    Ok(fresh
+        .into_iter()
+        .find(|s| s.id == step.id)
+        .unwrap_or_else(|| step.clone()))
+}
+
+pub(super) fn change(
+    event: RolloutEvent,
+    error: Option<(&str, &str)>,
+    detail: serde_json::Value,
+) -> RolloutChange {
+    RolloutChange {
+        event,
+        actor: SYSTEM_ACTOR.to_owned(),
+        error: error.map(|(c, m)| (c.to_owned(), m.to_owned())),
+        detail,
+        at: Utc::now(),
+    }
+}
+
+async fn rollout_abort_requested(engine: &Engine, id: &str) -> Result<bool, super::EngineError> {
+    Ok(engine.get(id).await?.abort_reason.is_some())
+}
+
+/// Marks every step after `from` (exclusive) that never ran as skipped.
+async fn skip_rest(
+    engine: &Engine,
+    steps: &[Step],
+    from_position: i64,
+) -> Result<(), super::EngineError> {
+    for step in steps
+        .iter()
+        .filter(|s| s.position > from_position && s.status == StepStatus::Pending)
+    {
+        engine
+            .inner
+            .store
+            .transition_step(step, StepEvent::Skip, &json!({}), None, Utc::now())
+            .await?;
+    }
+    Ok(())
+}
+
+async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), super::EngineError> {
+    let host = engine.host(&rollout.host)?;
+    // What the host reports now: the commit and file hash of the tag, the replica's image.
+    let version = host.client.version().await.ok();
+    let current = version
+        .as_ref()
+        .and_then(|v| v.projects.get(&host.config.project))
+        .and_then(|p| p.current.clone());
+    let image = match host.client.ps().await {
+        Ok(ps) => ps
+            .into_iter()
+            .find(|c| c.names == rollout.service)
+            .map(|c| c.image),
+        Err(_) => None,
+    };
+    let deployment = NewDeployment {
+        host: rollout.host.clone(),
+        service: rollout.service.clone(),
+        file: rollout.file.clone(),
+        tag: rollout.tag.clone(),
+        env_overrides: rollout.env_overrides.clone(),
+        env_sha256: Some(rollout.env_sha256.clone()),
+        commit: current.as_ref().and_then(|c| c.commit.clone()),
+        file_sha256: current.as_ref().and_then(|c| c.file_sha256.clone()),
+        image,
+        source: "rollout",
+        rollout_id: Some(rollout.id.clone()),
+        deployed_at: Utc::now(),
+    };
+    let detail =
+        json!({"tag": rollout.tag, "commit": deployment.commit, "image": deployment.image});
+    engine
+        .inner
+        .store
+        .succeed_rollout(
+            &rollout.id,
+            &change(RolloutEvent::Succeed, None, detail),
+            &deployment,
+        )
+        .await?;
+    tracing::info!(rollout.id = %rollout.id, service = %rollout.service, tag = %rollout.tag, "rollout {} succeeded", rollout.id);
+    Ok(())
+}
+
+async fn finish_failed(
+    engine: &Engine,
+    rollout: &Rollout,
+    steps: &[Step],
+    failed: &Step,
+    code: &str,
+    message: &str,
+    detail: serde_json::Value,
+) -> Result<(), super::EngineError> {
+    let store = &engine.inner.store;
+    let step_detail = merge_error(detail, code, message);
+    if !failed.status.is_terminal() {
+        store
+            .transition_step(failed, StepEvent::Fail, &step_detail, None, Utc::now())
+            .await?;
+    }
+    skip_rest(engine, steps, failed.position).await?;
+    let msg = format!("step {} failed: {message}", failed.name);
+    let ch = change(
+        RolloutEvent::Fail,
+        Some((code, &msg)),
+        json!({"step": failed.name, "code": code}),
+    );
+    rollback::finish_failed_canary(engine, rollout, ch).await
+}
+
+async fn finish_aborted(
+    engine: &Engine,
+    rollout: &Rollout,
+    current: Option<&Step>,
+) -> Result<(), super::EngineError> {
+    let store = &engine.inner.store;
+    let fresh = engine.get(&rollout.id).await?;
+    let reason = fresh
+        .abort_reason
+        .clone()
+        .unwrap_or_else(|| "abort requested".to_owned());
+    if let Some(step) = current.filter(|s| s.status == StepStatus::Running) {
+        let detail = json!({"error": {"code": "aborted", "message": reason}});
+        store
+            .transition_step(step, StepEvent::Abort, &detail, None, Utc::now())
+            .await?;
+    }
+    skip_rest(engine, &store.steps(&rollout.id).await?, -1).await?;
+    let ch = change(
+        RolloutEvent::Abort,
+        Some(("aborted", &reason)),
+        json!({"reason": reason}),
+    );
+    store.transition_rollout(&rollout.id, &ch).await?;
+    tracing::info!(rollout.id = %rollout.id, "rollout {} aborted: {reason}", rollout.id);
+    Ok(())
+}
+
+fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_json::Value {
+    let mut detail = match detail {
+        serde_json::Value::Object(m) => m,
+        serde_json::Value::Null => serde_json::Map::new(),
+        other => {
+            let mut m = serde_json::Map::new();
+            m.insert("evidence".into(), other);
+            m
+        }
+    };
+    detail.insert("error".into(), json!({"code": code, "message": message}));
+    serde_json::Value::Object(detail)
+}

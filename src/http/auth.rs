@@ -1,0 +1,98 @@
+//! Bearer-token authentication and roles (SPEC §3): `viewer` reads, `oncall` also aborts and
+//! rolls back, `operator` does everything.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::config::Role;
+
+/// Who is calling, from their token.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    pub name: String,
+    pub role: Role,
+}
+
+impl Actor {
+    pub fn require_rollback(&self) -> Result<(), ApiError> {
+        if self.role.can_rollback() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "{} (role {}) may not abort or roll back",
+                self.name,
+                self.role.as_str()
+            )))
+        }
+    }
+
+    pub fn require_operate(&self) -> Result<(), ApiError> {
+        if self.role.can_operate() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "{} (role {}) may not start rollouts",
+                self.name,
+                self.role.as_str()
+            )))
+        }
+    }
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl FromRequestParts<AppState> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let tokens = &state.tokens;
+        if tokens.is_empty() {
+            // Only possible on a loopback listener (serve refuses otherwise): a local user.
+            return Ok(Actor {
+                name: "local".to_owned(),
+                role: Role::Operator,
+            });
+        }
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::Unauthorized("missing Authorization: Bearer <token> header".into())
+            })?;
+        let presented = header.strip_prefix("Bearer ").ok_or_else(|| {
+            ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into())
+        })?;
+        let mut found = None;
+        for token in tokens.iter() {
+            if constant_time_eq(token.secret.expose().as_bytes(), presented.as_bytes()) {
+                found = Some(Actor {
+                    name: token.name.clone(),
+                    role: token.role,
+                });
+            }
+        }
+        found.ok_or_else(|| ApiError::Unauthorized("invalid token".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_compare_equal_only_when_identical() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

@@ -1,0 +1,45 @@
+//! The HTTP API (SPEC §4, §6, §7, §8). Each resource module owns its `router()`; this module
+//! merges them and holds the shared state.
+
+mod auth;
+mod error;
+mod ops;
+mod replica;
+mod rollback;
+mod rollout;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+use crate::config::{ApiToken, ResolvedConfig};
+use crate::engine::Engine;
+
+pub use auth::Actor;
+pub use error::ApiError;
+pub use rollout::{RolloutOut, StepOut};
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub config: Arc<ResolvedConfig>,
+    pub tokens: Arc<Vec<ApiToken>>,
+    pub runbooks: Arc<BTreeSet<String>>,
+    /// Set once the database is open and restart recovery is done (`/readyz`).
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(rollout::router())
+        .merge(rollback::router())
+        .merge(replica::router())
+        .merge(ops::router())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,64 @@
+//! Health probes of engines (`GET <health_url>`): one sample at a time; the engine's wait steps
+//! decide what a run of samples means.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// One answer (or non-answer) of a replica's `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthSample {
+    /// HTTP status, when the engine answered at all.
+    pub status: Option<u16>,
+    /// Why there was no answer (connect refused, timeout).
+    pub error: Option<String>,
+}
+
+impl HealthSample {
+    /// Healthy means HTTP 200, as the in-CVM proxy judges it.
+    pub fn is_healthy(&self) -> bool {
+        self.status == Some(200)
+    }
+}
+
+/// Probes health URLs with a per-probe timeout (the proxy uses 3 s).
+#[derive(Clone, Debug)]
+pub struct HealthProber {
+    client: reqwest::Client,
+}
+
+impl HealthProber {
+    /// A prober whose every probe gives up after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .unwrap_or_default();
+        Self { client }
+    }
+
+    /// Takes one sample of `url`.
+    pub async fn sample(&self, url: &str) -> HealthSample {
+        match self.client.get(url).send().await {
+            Ok(res) => HealthSample {
+                status: Some(res.status().as_u16()),
+                error: None,
+            },
+            Err(e) => HealthSample {
+                status: None,
+                error: Some(short_error(&e)),
+            },
+        }
+    }
+}
+
+fn short_error(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timeout".to_owned()
+    } else if e.is_connect() {
+        "connection refused".to_owned()
+    } else {
+        "request failed".to_owned()
+    }
+}

@@ -1,0 +1,128 @@
+//! The append-only audit trail. Entries are only ever inserted, inside the transaction of the
+//! change they describe.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Sqlite, Transaction};
+
+use super::record::AuditEvent;
+use super::{fmt_time, parse_time, Store, StoreError};
+
+/// An audit entry being built.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    at: DateTime<Utc>,
+    actor: String,
+    kind: String,
+    rollout_id: Option<String>,
+    step: Option<String>,
+    from_state: Option<String>,
+    to_state: Option<String>,
+    detail: serde_json::Value,
+}
+
+impl AuditEntry {
+    pub fn new(at: DateTime<Utc>, actor: &str, kind: &str) -> Self {
+        Self {
+            at,
+            actor: actor.to_owned(),
+            kind: kind.to_owned(),
+            rollout_id: None,
+            step: None,
+            from_state: None,
+            to_state: None,
+            detail: serde_json::json!({}),
+        }
+    }
+    pub fn rollout(mut self, id: &str) -> Self {
+        self.rollout_id = Some(id.to_owned());
+        self
+    }
+    pub fn step(mut self, name: &str) -> Self {
+        self.step = Some(name.to_owned());
+        self
+    }
+    pub fn states(mut self, from: Option<&str>, to: Option<&str>) -> Self {
+        self.from_state = from.map(str::to_owned);
+        self.to_state = to.map(str::to_owned);
+        self
+    }
+    pub fn detail(mut self, detail: serde_json::Value) -> Self {
+        self.detail = detail;
+        self
+    }
+}
+
+pub(super) async fn append(
+    tx: &mut Transaction<'_, Sqlite>,
+    e: &AuditEntry,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
+         values (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(fmt_time(e.at))
+    .bind(&e.rollout_id)
+    .bind(&e.step)
+    .bind(&e.actor)
+    .bind(&e.kind)
+    .bind(&e.from_state)
+    .bind(&e.to_state)
+    .bind(e.detail.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditRow {
+    seq: i64,
+    occurred_at: String,
+    rollout_id: Option<String>,
+    step_name: Option<String>,
+    actor: String,
+    kind: String,
+    from_state: Option<String>,
+    to_state: Option<String>,
+    detail: String,
+}
+
+impl Store {
+    /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        append(&mut tx, entry).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A rollout's audit events after `after_seq`, in order.
+    pub async fn audit_events(
+        &self,
+        rollout_id: &str,
+        after_seq: i64,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        let rows: Vec<AuditRow> = sqlx::query_as(
+            "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail \
+             from audit_event where rollout_id = ? and seq > ? order by seq",
+        )
+        .bind(rollout_id)
+        .bind(after_seq)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(AuditEvent {
+                    seq: r.seq,
+                    occurred_at: parse_time("audit_event", &r.occurred_at)?,
+                    rollout_id: r.rollout_id,
+                    step: r.step_name,
+                    actor: r.actor,
+                    kind: r.kind,
+                    from_state: r.from_state,
+                    to_state: r.to_state,
+                    detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .collect()
+    }
+}

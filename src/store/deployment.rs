@@ -1,0 +1,172 @@
+//! Deployment history per replica.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Sqlite, Transaction};
+
+use super::audit::{append, AuditEntry};
+use super::record::{Deployment, Rollout};
+use super::rollout::RolloutChange;
+use super::{fmt_time, new_id, parse_time, Store, StoreError};
+
+/// A deployment to record.
+#[derive(Debug, Clone)]
+pub struct NewDeployment {
+    pub host: String,
+    pub service: String,
+    pub file: String,
+    pub tag: String,
+    pub env_overrides: BTreeMap<String, String>,
+    pub env_sha256: Option<String>,
+    pub commit: Option<String>,
+    pub file_sha256: Option<String>,
+    pub image: Option<String>,
+    /// `rollout` or `baseline`.
+    pub source: &'static str,
+    pub rollout_id: Option<String>,
+    pub deployed_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DeploymentRow {
+    deployment_id: String,
+    host: String,
+    service: String,
+    file: String,
+    tag: String,
+    env_overrides: String,
+    env_sha256: Option<String>,
+    commit_sha: Option<String>,
+    file_sha256: Option<String>,
+    image: Option<String>,
+    source: String,
+    rollout_id: Option<String>,
+    deployed_at: String,
+}
+
+impl TryFrom<DeploymentRow> for Deployment {
+    type Error = StoreError;
+    fn try_from(r: DeploymentRow) -> Result<Self, StoreError> {
+        Ok(Deployment {
+            env_overrides: serde_json::from_str(&r.env_overrides).map_err(|e| {
+                StoreError::Corrupt {
+                    table: "deployment",
+                    message: e.to_string(),
+                }
+            })?,
+            deployed_at: parse_time("deployment", &r.deployed_at)?,
+            id: r.deployment_id,
+            host: r.host,
+            service: r.service,
+            file: r.file,
+            tag: r.tag,
+            env_sha256: r.env_sha256,
+            commit: r.commit_sha,
+            file_sha256: r.file_sha256,
+            image: r.image,
+            source: r.source,
+            rollout_id: r.rollout_id,
+        })
+    }
+}
+
+const SELECT_DEPLOYMENT: &str =
+    "select deployment_id, host, service, file, tag, env_overrides, env_sha256, \
+    commit_sha, file_sha256, image, source, rollout_id, deployed_at from deployment";
+
+impl Store {
+    /// Finishes a rollout successfully and records the deployment it produced, atomically.
+    pub async fn succeed_rollout(
+        &self,
+        id: &str,
+        change: &RolloutChange,
+        deployment: &NewDeployment,
+    ) -> Result<Rollout, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        insert(&mut tx, deployment).await?;
+        super::rollout::transition(&mut tx, id, change).await?;
+        let rollout = super::rollout::get_in(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(rollout)
+    }
+
+    /// Records the host's current deployment of a replica canaryd never deployed.
+    pub async fn record_baseline(&self, d: &NewDeployment) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let (existing,): (i64,) =
+            sqlx::query_as("select count(*) from deployment where host = ? and service = ?")
+                .bind(&d.host)
+                .bind(&d.service)
+                .fetch_one(&mut *tx)
+                .await?;
+        if existing == 0 {
+            insert(&mut tx, d).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The replica's deployments, newest first.
+    pub async fn deployments(
+        &self,
+        host: &str,
+        service: &str,
+    ) -> Result<Vec<Deployment>, StoreError> {
+        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
+            "{SELECT_DEPLOYMENT} where host = ? and service = ? order by deployed_at desc, deployment_id desc"
+        ))
+        .bind(host)
+        .bind(service)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(Deployment::try_from).collect()
+    }
+
+    /// Whether a deployment row for this rollout exists (recovery of a half-finished success).
+    pub async fn deployment_of(&self, rollout_id: &str) -> Result<Option<Deployment>, StoreError> {
+        let row: Option<DeploymentRow> =
+            sqlx::query_as(&format!("{SELECT_DEPLOYMENT} where rollout_id = ?"))
+                .bind(rollout_id)
+                .fetch_optional(self.pool())
+                .await?;
+        row.map(Deployment::try_from).transpose()
+    }
+}
+
+async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(), StoreError> {
+    let env = serde_json::to_string(&d.env_overrides).map_err(|e| StoreError::Corrupt {
+        table: "deployment",
+        message: e.to_string(),
+    })?;
+    sqlx::query(
+        "insert into deployment (deployment_id, host, service, file, tag, env_overrides, env_sha256, commit_sha, \
+         file_sha256, image, source, rollout_id, deployed_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(new_id("dep"))
+    .bind(&d.host)
+    .bind(&d.service)
+    .bind(&d.file)
+    .bind(&d.tag)
+    .bind(env)
+    .bind(&d.env_sha256)
+    .bind(&d.commit)
+    .bind(&d.file_sha256)
+    .bind(&d.image)
+    .bind(d.source)
+    .bind(&d.rollout_id)
+    .bind(fmt_time(d.deployed_at))
+    .execute(&mut **tx)
+    .await?;
+    let entry = AuditEntry::new(d.deployed_at, "canaryd", "deployment_recorded").detail(
+        serde_json::json!({
+            "host": d.host, "service": d.service, "tag": d.tag, "file": d.file,
+            "source": d.source, "rollout_id": d.rollout_id,
+        }),
+    );
+    let entry = match &d.rollout_id {
+        Some(id) => entry.rollout(id),
+        None => entry,
+    };
+    append(tx, &entry).await
+}

@@ -1,0 +1,116 @@
+//! Read models the store hands out (rows are converted here, and never leave `store/`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::domain::state::{OnFailure, RolloutKind, RolloutStatus, StepStatus};
+
+/// One rollout as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rollout {
+    pub id: String,
+    pub kind: RolloutKind,
+    pub status: RolloutStatus,
+    pub host: String,
+    pub file: String,
+    pub service: String,
+    pub tag: String,
+    pub runbook: String,
+    pub actor: String,
+    pub reason: String,
+    pub env_overrides: BTreeMap<String, String>,
+    pub env_sha256: String,
+    pub require_logs: Vec<String>,
+    pub on_failure: OnFailure,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub rollback_of: Option<String>,
+    pub expect_commit: Option<String>,
+    pub expect_file_sha256: Option<String>,
+    pub rolled_back_by: Option<String>,
+    pub touched_replica: bool,
+    pub abort_reason: Option<String>,
+}
+
+/// One step of a rollout.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub id: String,
+    pub rollout_id: String,
+    pub position: i64,
+    pub name: String,
+    pub kind: String,
+    pub status: StepStatus,
+    pub attempts: i64,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub detail: serde_json::Value,
+}
+
+/// One write-ahead record of a compose-manager call with side effects.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepAttempt {
+    pub id: String,
+    pub step_id: String,
+    pub rollout_id: String,
+    pub n: i64,
+    pub endpoint: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// What ran (or runs) on a replica.
+#[derive(Debug, Clone, Serialize)]
+pub struct Deployment {
+    pub id: String,
+    pub host: String,
+    pub service: String,
+    pub file: String,
+    pub tag: String,
+    pub env_overrides: BTreeMap<String, String>,
+    pub env_sha256: Option<String>,
+    pub commit: Option<String>,
+    pub file_sha256: Option<String>,
+    pub image: Option<String>,
+    pub source: String,
+    pub rollout_id: Option<String>,
+    pub deployed_at: DateTime<Utc>,
+}
+
+/// One entry of the append-only audit trail.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditEvent {
+    pub seq: i64,
+    pub occurred_at: DateTime<Utc>,
+    pub rollout_id: Option<String>,
+    pub step: Option<String>,
+    pub actor: String,
+    pub kind: String,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// Filters of `GET /v1/rollouts`; all optional, combined with AND.
+#[derive(Debug, Clone, Default)]
+pub struct RolloutFilter {
+    pub host: Option<String>,
+    pub service: Option<String>,
+    pub status: Option<RolloutStatus>,
+    pub kind: Option<RolloutKind>,
+    pub tag: Option<String>,
+    pub actor: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// Keyset cursor: items strictly older than this (created_at, id).
+    pub before: Option<(String, String)>,
+    pub limit: u32,
+}

@@ -1,0 +1,417 @@
+//! Rollout rows: creation (with its steps), transitions, abort requests, listing.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Sqlite, Transaction};
+
+use super::audit::{append, AuditEntry};
+use super::record::{Rollout, RolloutFilter};
+use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
+use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind, RolloutStatus};
+
+/// A rollout to create, with everything validated already.
+#[derive(Debug, Clone)]
+pub struct NewRollout {
+    pub id: String,
+    pub kind: RolloutKind,
+    pub host: String,
+    pub file: String,
+    pub service: String,
+    pub tag: String,
+    pub runbook: String,
+    pub actor: String,
+    pub reason: String,
+    pub env_overrides: BTreeMap<String, String>,
+    pub env_sha256: String,
+    pub require_logs: Vec<String>,
+    pub on_failure: OnFailure,
+    pub rollback_of: Option<String>,
+    pub expect_commit: Option<String>,
+    pub expect_file_sha256: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One step copied from the runbook.
+#[derive(Debug, Clone)]
+pub struct NewStep {
+    pub name: String,
+    pub kind: String,
+}
+
+/// A transition of a rollout's status, with what the audit trail should say about it.
+#[derive(Debug, Clone)]
+pub struct RolloutChange {
+    pub event: RolloutEvent,
+    pub actor: String,
+    pub error: Option<(String, String)>,
+    pub detail: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RolloutRow {
+    rollout_id: String,
+    kind: String,
+    status: String,
+    host: String,
+    file: String,
+    service: String,
+    tag: String,
+    runbook: String,
+    actor: String,
+    reason: String,
+    env_overrides: String,
+    env_sha256: String,
+    require_logs: String,
+    on_failure: String,
+    created_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    rollback_of: Option<String>,
+    expect_commit: Option<String>,
+    expect_file_sha256: Option<String>,
+    rolled_back_by: Option<String>,
+    touched_replica: i64,
+    abort_reason: Option<String>,
+}
+
+fn corrupt(message: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        table: "rollout",
+        message: message.to_string(),
+    }
+}
+
+impl TryFrom<RolloutRow> for Rollout {
+    type Error = StoreError;
+    fn try_from(r: RolloutRow) -> Result<Self, StoreError> {
+        Ok(Rollout {
+            kind: r.kind.parse().map_err(corrupt)?,
+            status: r.status.parse().map_err(corrupt)?,
+            on_failure: r.on_failure.parse().map_err(corrupt)?,
+            env_overrides: serde_json::from_str(&r.env_overrides).map_err(corrupt)?,
+            require_logs: serde_json::from_str(&r.require_logs).map_err(corrupt)?,
+            created_at: parse_time("rollout", &r.created_at)?,
+            started_at: parse_opt_time("rollout", r.started_at)?,
+            finished_at: parse_opt_time("rollout", r.finished_at)?,
+            id: r.rollout_id,
+            host: r.host,
+            file: r.file,
+            service: r.service,
+            tag: r.tag,
+            runbook: r.runbook,
+            actor: r.actor,
+            reason: r.reason,
+            env_sha256: r.env_sha256,
+            error_code: r.error_code,
+            error_message: r.error_message,
+            rollback_of: r.rollback_of,
+            expect_commit: r.expect_commit,
+            expect_file_sha256: r.expect_file_sha256,
+            rolled_back_by: r.rolled_back_by,
+            touched_replica: r.touched_replica != 0,
+            abort_reason: r.abort_reason,
+        })
+    }
+}
+
+const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
+    actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
+    finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
+    abort_reason from rollout";
+
+impl Store {
+    /// Creates a pending rollout and its steps, or fails `HostBusy` if the host has an active one.
+    pub async fn create_rollout(
+        &self,
+        new: &NewRollout,
+        steps: &[NewStep],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        insert_rollout(&mut tx, new, steps).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Applies a transition to a rollout (and its audit event) in one transaction.
+    pub async fn transition_rollout(
+        &self,
+        id: &str,
+        change: &RolloutChange,
+    ) -> Result<Rollout, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        transition(&mut tx, id, change).await?;
+        let rollout = get_in(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(rollout)
+    }
+
+    /// Fails a canary and creates the rollback that undoes it, linked both ways, atomically.
+    pub async fn fail_and_roll_back(
+        &self,
+        canary_id: &str,
+        change: &RolloutChange,
+        rollback: &NewRollout,
+        steps: &[NewStep],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        transition(&mut tx, canary_id, change).await?;
+        insert_rollout(&mut tx, rollback, steps).await?;
+        sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
+            .bind(&rollback.id)
+            .bind(canary_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Links an existing rollout to the rollback created for it (manual rollback).
+    pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
+        )
+        .bind(rollback)
+        .bind(rolled_back)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Reads one rollout.
+    pub async fn get_rollout(&self, id: &str) -> Result<Option<Rollout>, StoreError> {
+        let row: Option<RolloutRow> =
+            sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
+        row.map(Rollout::try_from).transpose()
+    }
+
+    /// The active (non-terminal) rollout of a host, if any.
+    pub async fn active_rollout_on(&self, host: &str) -> Result<Option<Rollout>, StoreError> {
+        let row: Option<RolloutRow> =
+            sqlx::query_as(&format!("{SELECT_ROLLOUT} where active_host = ?"))
+                .bind(host)
+                .fetch_optional(self.pool())
+                .await?;
+        row.map(Rollout::try_from).transpose()
+    }
+
+    /// Every rollout that is not terminal, oldest first (restart recovery).
+    pub async fn unfinished_rollouts(&self) -> Result<Vec<Rollout>, StoreError> {
+        let rows: Vec<RolloutRow> = sqlx::query_as(&format!(
+            "{SELECT_ROLLOUT} where active_host is not null order by created_at, rollout_id"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(Rollout::try_from).collect()
+    }
+
+    /// Records an abort request (the engine acts on it before its next side effect).
+    pub async fn request_abort(
+        &self,
+        id: &str,
+        actor: &str,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let done = sqlx::query(
+            "update rollout set abort_reason = ?, abort_actor = ? where rollout_id = ? and active_host is not null",
+        )
+        .bind(reason)
+        .bind(actor)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::InvalidTransition {
+                id: id.to_owned(),
+                message: "rollout is already terminal".into(),
+            });
+        }
+        let entry = AuditEntry::new(at, actor, "abort_requested")
+            .rollout(id)
+            .detail(serde_json::json!({"reason": reason}));
+        append(&mut tx, &entry).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks that a down or up is about to be sent: from now on a failure has something to undo.
+    pub async fn mark_touched(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Lists rollouts newest first, with keyset pagination.
+    pub async fn list_rollouts(&self, f: &RolloutFilter) -> Result<Vec<Rollout>, StoreError> {
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(SELECT_ROLLOUT);
+        qb.push(" where 1 = 1");
+        let eq = [
+            ("host", f.host.clone()),
+            ("service", f.service.clone()),
+            ("status", f.status.map(|s| s.as_str().to_owned())),
+            ("kind", f.kind.map(|k| k.as_str().to_owned())),
+            ("tag", f.tag.clone()),
+            ("actor", f.actor.clone()),
+        ];
+        for (column, value) in eq {
+            if let Some(v) = value {
+                qb.push(format!(" and {column} = ")).push_bind(v);
+            }
+        }
+        if let Some(since) = f.since {
+            qb.push(" and created_at >= ").push_bind(fmt_time(since));
+        }
+        if let Some(until) = f.until {
+            qb.push(" and created_at < ").push_bind(fmt_time(until));
+        }
+        if let Some((created_at, id)) = &f.before {
+            qb.push(" and (created_at, rollout_id) < (")
+                .push_bind(created_at.clone())
+                .push(", ")
+                .push_bind(id.clone())
+                .push(")");
+        }
+        qb.push(" order by created_at desc, rollout_id desc limit ")
+            .push_bind(i64::from(f.limit.max(1)));
+        let rows: Vec<RolloutRow> = qb.build_query_as().fetch_all(self.pool()).await?;
+        rows.into_iter().map(Rollout::try_from).collect()
+    }
+}
+
+pub(super) async fn get_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: &str,
+) -> Result<Rollout, StoreError> {
+    let row: Option<RolloutRow> = sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.map(Rollout::try_from)
+        .transpose()?
+        .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+}
+
+async fn insert_rollout(
+    tx: &mut Transaction<'_, Sqlite>,
+    new: &NewRollout,
+    steps: &[NewStep],
+) -> Result<(), StoreError> {
+    let busy: Option<(String,)> =
+        sqlx::query_as("select rollout_id from rollout where active_host = ?")
+            .bind(&new.host)
+            .fetch_optional(&mut **tx)
+            .await?;
+    if let Some((rollout_id,)) = busy {
+        return Err(StoreError::HostBusy {
+            host: new.host.clone(),
+            rollout_id,
+        });
+    }
+    let env = serde_json::to_string(&new.env_overrides).map_err(corrupt)?;
+    let logs = serde_json::to_string(&new.require_logs).map_err(corrupt)?;
+    sqlx::query(
+        "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
+         env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
+         expect_file_sha256, active_host) values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&new.id)
+    .bind(new.kind.as_str())
+    .bind(&new.host)
+    .bind(&new.file)
+    .bind(&new.service)
+    .bind(&new.tag)
+    .bind(&new.runbook)
+    .bind(&new.actor)
+    .bind(&new.reason)
+    .bind(env)
+    .bind(&new.env_sha256)
+    .bind(logs)
+    .bind(new.on_failure.as_str())
+    .bind(fmt_time(new.created_at))
+    .bind(&new.rollback_of)
+    .bind(&new.expect_commit)
+    .bind(&new.expect_file_sha256)
+    .bind(&new.host)
+    .execute(&mut **tx)
+    .await?;
+    for (position, step) in steps.iter().enumerate() {
+        sqlx::query(
+            "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
+        )
+        .bind(super::new_id("st"))
+        .bind(&new.id)
+        .bind(position as i64)
+        .bind(&step.name)
+        .bind(&step.kind)
+        .execute(&mut **tx)
+        .await?;
+    }
+    let detail = serde_json::json!({
+        "kind": new.kind.as_str(), "host": new.host, "service": new.service, "file": new.file,
+        "tag": new.tag, "runbook": new.runbook, "reason": new.reason,
+        "env_overrides": new.env_overrides.keys().collect::<Vec<_>>(), "rollback_of": new.rollback_of,
+    });
+    let entry = AuditEntry::new(new.created_at, &new.actor, "rollout_created")
+        .rollout(&new.id)
+        .states(None, Some(RolloutStatus::Pending.as_str()))
+        .detail(detail);
+    append(tx, &entry).await
+}
+
+pub(super) async fn transition(
+    tx: &mut Transaction<'_, Sqlite>,
+    id: &str,
+    change: &RolloutChange,
+) -> Result<(), StoreError> {
+    let current = get_in(tx, id).await?;
+    let next = current
+        .status
+        .apply(change.event)
+        .map_err(|e| StoreError::InvalidTransition {
+            id: id.to_owned(),
+            message: e.to_string(),
+        })?;
+    let at = fmt_time(change.at);
+    let (code, message) = match &change.error {
+        Some((c, m)) => (Some(c.clone()), Some(m.clone())),
+        None => (None, None),
+    };
+    sqlx::query(
+        "update rollout set status = ?, \
+         started_at = coalesce(started_at, case when ? = 'running' then ? end), \
+         finished_at = case when ? then ? else finished_at end, \
+         active_host = case when ? then null else active_host end, \
+         error_code = coalesce(?, error_code), error_message = coalesce(?, error_message) \
+         where rollout_id = ?",
+    )
+    .bind(next.as_str())
+    .bind(next.as_str())
+    .bind(&at)
+    .bind(next.is_terminal())
+    .bind(&at)
+    .bind(next.is_terminal())
+    .bind(code)
+    .bind(message)
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    let entry = AuditEntry::new(
+        change.at,
+        &change.actor,
+        &format!("rollout_{}", next.as_str()),
+    )
+    .rollout(id)
+    .states(Some(current.status.as_str()), Some(next.as_str()))
+    .detail(change.detail.clone());
+    append(tx, &entry).await
+}

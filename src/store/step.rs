@@ -1,0 +1,225 @@
+//! Step rows and the write-ahead attempt records of compose calls.
+
+use chrono::{DateTime, Utc};
+
+use super::audit::{append, AuditEntry};
+use super::record::{Step, StepAttempt};
+use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
+use crate::domain::state::{StepEvent, StepStatus};
+
+#[derive(sqlx::FromRow)]
+struct StepRow {
+    step_id: String,
+    rollout_id: String,
+    position: i64,
+    name: String,
+    kind: String,
+    status: String,
+    attempts: i64,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    deadline_at: Option<String>,
+    detail: String,
+}
+
+impl TryFrom<StepRow> for Step {
+    type Error = StoreError;
+    fn try_from(r: StepRow) -> Result<Self, StoreError> {
+        let corrupt = |m: String| StoreError::Corrupt {
+            table: "step",
+            message: m,
+        };
+        Ok(Step {
+            status: r
+                .status
+                .parse::<StepStatus>()
+                .map_err(|e| corrupt(e.to_string()))?,
+            detail: serde_json::from_str(&r.detail).map_err(|e| corrupt(e.to_string()))?,
+            started_at: parse_opt_time("step", r.started_at)?,
+            finished_at: parse_opt_time("step", r.finished_at)?,
+            deadline_at: parse_opt_time("step", r.deadline_at)?,
+            id: r.step_id,
+            rollout_id: r.rollout_id,
+            position: r.position,
+            name: r.name,
+            kind: r.kind,
+            attempts: r.attempts,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    attempt_id: String,
+    step_id: String,
+    rollout_id: String,
+    n: i64,
+    endpoint: String,
+    started_at: String,
+    finished_at: Option<String>,
+    outcome: Option<String>,
+    detail: String,
+}
+
+impl Store {
+    /// The steps of a rollout in runbook order.
+    pub async fn steps(&self, rollout_id: &str) -> Result<Vec<Step>, StoreError> {
+        let rows: Vec<StepRow> = sqlx::query_as(
+            "select step_id, rollout_id, position, name, kind, status, attempts, started_at, finished_at, \
+             deadline_at, detail from step where rollout_id = ? order by position",
+        )
+        .bind(rollout_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(Step::try_from).collect()
+    }
+
+    /// Moves a step to a new status, writing its detail and an audit event in one transaction.
+    /// `deadline` is kept once set (a resumed wait keeps its original deadline).
+    pub async fn transition_step(
+        &self,
+        step: &Step,
+        event: StepEvent,
+        detail: &serde_json::Value,
+        deadline: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    ) -> Result<StepStatus, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
+            .bind(&step.id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let current = status
+            .parse::<StepStatus>()
+            .map_err(|e| StoreError::Corrupt {
+                table: "step",
+                message: e.to_string(),
+            })?;
+        let next = current
+            .apply(event)
+            .map_err(|e| StoreError::InvalidTransition {
+                id: step.id.clone(),
+                message: format!("step {}: {e}", step.name),
+            })?;
+        let at_s = fmt_time(at);
+        sqlx::query(
+            "update step set status = ?, detail = ?, \
+             attempts = attempts + case when ? then 1 else 0 end, \
+             started_at = coalesce(started_at, case when ? then ? end), \
+             finished_at = case when ? then ? else finished_at end, \
+             deadline_at = coalesce(deadline_at, ?) where step_id = ?",
+        )
+        .bind(next.as_str())
+        .bind(detail.to_string())
+        .bind(next == StepStatus::Running)
+        .bind(next == StepStatus::Running)
+        .bind(&at_s)
+        .bind(next.is_terminal())
+        .bind(&at_s)
+        .bind(deadline.map(fmt_time))
+        .bind(&step.id)
+        .execute(&mut *tx)
+        .await?;
+        let audit_detail = match next {
+            StepStatus::Failed | StepStatus::Aborted => detail.clone(),
+            _ => serde_json::json!({}),
+        };
+        let entry = AuditEntry::new(at, "canaryd", &format!("step_{}", next.as_str()))
+            .rollout(&step.rollout_id)
+            .step(&step.name)
+            .states(Some(current.as_str()), Some(next.as_str()))
+            .detail(audit_detail);
+        append(&mut tx, &entry).await?;
+        tx.commit().await?;
+        Ok(next)
+    }
+
+    /// Replaces a running step's evidence (progress of a wait); no state change, no audit.
+    pub async fn update_step_detail(
+        &self,
+        step_id: &str,
+        detail: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        sqlx::query("update step set detail = ? where step_id = ?")
+            .bind(detail.to_string())
+            .bind(step_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Write-ahead: records that a compose call is about to be sent, and commits, before the call.
+    pub async fn begin_attempt(
+        &self,
+        step: &Step,
+        endpoint: &str,
+        at: DateTime<Utc>,
+    ) -> Result<String, StoreError> {
+        let id = new_id("att");
+        let mut tx = self.pool().begin().await?;
+        let (n,): (i64,) =
+            sqlx::query_as("select count(*) + 1 from step_attempt where step_id = ?")
+                .bind(&step.id)
+                .fetch_one(&mut *tx)
+                .await?;
+        sqlx::query(
+            "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) values (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(&step.id)
+        .bind(&step.rollout_id)
+        .bind(n)
+        .bind(endpoint)
+        .bind(fmt_time(at))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Records the outcome of a compose call.
+    pub async fn finish_attempt(
+        &self,
+        attempt_id: &str,
+        outcome: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "update step_attempt set outcome = ?, detail = ?, finished_at = ? where attempt_id = ?",
+        )
+        .bind(outcome)
+        .bind(detail.to_string())
+        .bind(fmt_time(at))
+        .bind(attempt_id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Every attempt of a rollout, oldest first.
+    pub async fn attempts(&self, rollout_id: &str) -> Result<Vec<StepAttempt>, StoreError> {
+        let rows: Vec<AttemptRow> = sqlx::query_as(
+            "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, outcome, detail \
+             from step_attempt where rollout_id = ? order by started_at, n",
+        )
+        .bind(rollout_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(StepAttempt {
+                    started_at: parse_time("step_attempt", &r.started_at)?,
+                    finished_at: parse_opt_time("step_attempt", r.finished_at)?,
+                    detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
+                    id: r.attempt_id,
+                    step_id: r.step_id,
+                    rollout_id: r.rollout_id,
+                    n: r.n,
+                    endpoint: r.endpoint,
+                    outcome: r.outcome,
+                })
+            })
+            .collect()
+    }
+}

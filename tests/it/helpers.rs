@@ -1,0 +1,233 @@
+//! `TestApp`: the real daemon on 127.0.0.1:0 with a temp SQLite file, against a simulated host.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use canaryd::app::App;
+use canaryd::cli::{dev_config, ApiClient};
+use canaryd::domain::runbook::{self, Runbook};
+use canaryd::http::RolloutOut;
+use canaryd::sim::{RecordedCall, SimConfig, SimHost};
+use serde_json::{json, Value};
+
+pub const HOST: &str = "gpu02";
+pub const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
+pub const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+pub const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+
+/// The shipped canary sequence with millisecond timings.
+pub const FAST_CANARY: &str = r#"
+description: test canary
+steps:
+  - {name: snapshot, kind: snapshot}
+  - {name: peers, kind: peers_healthy, timeout: 3s}
+  - {name: preflight, kind: plan}
+  - {name: down, kind: down, timeout: 5s}
+  - {name: plan, kind: plan, allow: []}
+  - {name: up, kind: up, timeout: 5s}
+  - {name: neighbours, kind: verify_neighbours}
+  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
+  - {name: startup-logs, kind: wait_logs, timeout: 3s, interval: 50ms,
+     require: ["event-loop stall dump armed"],
+     forbid: ["CUDA error 801", "Traceback (most recent call last)", "out of memory"]}
+  - {name: soak, kind: soak, duration: 300ms, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]", "CUDA error"]}
+"#;
+
+pub const FAST_ROLLBACK: &str = r#"
+description: test rollback
+steps:
+  - {name: snapshot, kind: snapshot}
+  - {name: peers, kind: peers_healthy, timeout: 3s}
+  - {name: preflight, kind: plan}
+  - {name: down, kind: down, timeout: 5s}
+  - {name: plan, kind: plan, allow: []}
+  - {name: up, kind: up, timeout: 5s}
+  - {name: neighbours, kind: verify_neighbours}
+  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
+  - {name: startup-logs, kind: wait_logs, timeout: 3s, interval: 50ms,
+     require: ["event-loop stall dump armed"], forbid: ["CUDA error 801"]}
+"#;
+
+pub const FAST_RECREATE: &str = r#"
+description: test recreate in place
+steps:
+  - {name: snapshot, kind: snapshot}
+  - {name: peers, kind: peers_healthy, timeout: 3s}
+  - {name: plan, kind: plan}
+  - {name: up, kind: up, timeout: 5s}
+  - {name: neighbours, kind: verify_neighbours}
+  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
+"#;
+
+pub fn fast_runbooks() -> BTreeMap<String, Runbook> {
+    [
+        ("single-replica-canary", FAST_CANARY),
+        ("single-replica-rollback", FAST_ROLLBACK),
+        ("recreate-in-place", FAST_RECREATE),
+    ]
+    .into_iter()
+    .map(|(name, yaml)| {
+        (
+            name.to_owned(),
+            runbook::parse(name, name, yaml).expect("test runbook parses"),
+        )
+    })
+    .collect()
+}
+
+/// The simulated host as the tests use it: the example, with a short cold start.
+pub fn sim_config() -> SimConfig {
+    let mut cfg = SimConfig::example();
+    cfg.cold_start = Duration::from_millis(300);
+    cfg.stream_line_delay = Duration::from_millis(1);
+    cfg
+}
+
+pub struct TestApp {
+    pub sim: SimHost,
+    pub api: ApiClient,
+    pub url: String,
+    pub db: PathBuf,
+    pub env: BTreeMap<String, String>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(sim_config()).await
+    }
+
+    pub async fn spawn_with(cfg: SimConfig) -> TestApp {
+        let env = cfg.initial_env.clone();
+        let sim = SimHost::start(cfg).await.expect("simulated host starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("canaryd.db");
+        Self::boot(sim, dir, db, env).await
+    }
+
+    async fn boot(
+        sim: SimHost,
+        dir: tempfile::TempDir,
+        db: PathBuf,
+        env: BTreeMap<String, String>,
+    ) -> TestApp {
+        let listen = "127.0.0.1:0".parse().expect("addr");
+        let config = dev_config(&sim, listen, db.clone(), env.clone());
+        let app = App::build(config, fast_runbooks())
+            .await
+            .expect("daemon builds");
+        let url = format!("http://{}", app.local_addr().expect("bound"));
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async {
+            let _ = rx.await;
+        }));
+        let api = ApiClient::new(&url, None).expect("client");
+        TestApp {
+            sim,
+            api,
+            url,
+            db,
+            env,
+            stop: Some(stop),
+            server: Some(server),
+            _dir: dir,
+        }
+    }
+
+    /// A canary plan of r2 to `tag`.
+    pub fn plan(tag: &str) -> Value {
+        json!({"host": HOST, "file": FILE, "service": R2, "tag": tag, "reason": "test canary"})
+    }
+
+    /// POSTs a plan; returns (status, body).
+    pub async fn post_plan(&self, plan: &Value) -> (u16, Value) {
+        self.post("/v1/rollouts", plan).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = reqwest::Client::new()
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .await
+            .expect("request reaches the daemon");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Starts a canary and returns its id (panics if refused).
+    pub async fn start_canary(&self, plan: &Value) -> String {
+        let (status, body) = self.post_plan(plan).await;
+        assert_eq!(status, 201, "plan accepted: {body}");
+        body["id"].as_str().expect("id").to_owned()
+    }
+
+    pub async fn rollout(&self, id: &str) -> RolloutOut {
+        self.api.rollout(id).await.expect("rollout readable")
+    }
+
+    /// Polls until the rollout is terminal (bounded: 300 × 50 ms).
+    pub async fn wait_terminal(&self, id: &str) -> RolloutOut {
+        for _ in 0..300 {
+            let r = self.rollout(id).await;
+            if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "rollout {id} did not finish in 15 s: {:#?}",
+            self.rollout(id).await
+        );
+    }
+
+    /// Polls until a step of the rollout reaches `status` (bounded: 200 × 25 ms).
+    pub async fn wait_step(&self, id: &str, step: &str, status: &str) -> RolloutOut {
+        for _ in 0..200 {
+            let r = self.rollout(id).await;
+            if r.steps.iter().any(|s| s.name == step && s.status == status) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!(
+            "step {step} of {id} never became {status}: {:#?}",
+            self.rollout(id).await
+        );
+    }
+
+    /// Compose-manager calls with side effects or a dry run, as (path, body), in order.
+    pub fn compose_calls(&self) -> Vec<RecordedCall> {
+        self.sim
+            .calls()
+            .into_iter()
+            .filter(|c| c.path.starts_with("/compose/up") || c.path.starts_with("/compose/down"))
+            .collect()
+    }
+
+    pub fn container_id(&self, service: &str) -> Option<String> {
+        self.sim
+            .containers()
+            .into_iter()
+            .find(|c| c.service == service)
+            .map(|c| c.id)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        self.sim.shutdown().await;
+    }
+}
+
+/// Whether a compose call body is a dry run.
+pub fn is_dry_run(call: &RecordedCall) -> bool {
+    call.body.get("dry_run").and_then(Value::as_bool) == Some(true)
+}

@@ -1,0 +1,236 @@
+//! One-click and automatic single-replica rollback (SPEC §6).
+
+use serde_json::json;
+
+use crate::helpers::{is_dry_run, TestApp, HOST, R1, R2};
+
+async fn canary(app: &TestApp, tag: &str) -> canaryd::http::RolloutOut {
+    let id = app.start_canary(&TestApp::plan(tag)).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "canary to {tag}: {r:#?}");
+    r
+}
+
+async fn rollback(app: &TestApp, body: serde_json::Value) -> (u16, serde_json::Value) {
+    app.post("/v1/rollbacks", &body).await
+}
+
+#[tokio::test]
+async fn a_rollback_redeploys_the_prior_tag_to_r2_alone() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    let b = canary(&app, "v0.0.452").await;
+    let r1 = app.container_id(R1).expect("r1");
+    let calls_before = app.compose_calls().len();
+
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "TTFT regression"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["kind"], "rollback");
+    assert_eq!(body["tag"], "v0.0.451", "the prior deployment");
+    assert_eq!(body["rollback_of"], json!(b.id));
+    let id = body["id"].as_str().expect("id").to_owned();
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_eq!(r.runbook, "single-replica-rollback");
+    assert_eq!(
+        app.rollout(&b.id).await.rolled_back_by.as_deref(),
+        Some(id.as_str())
+    );
+
+    let calls = &app.compose_calls()[calls_before..];
+    assert!(!calls.is_empty());
+    for c in calls {
+        assert_eq!(c.body["services"], json!([R2]), "r2 alone: {}", c.body);
+        assert_eq!(c.body["tag"], "v0.0.451");
+        assert!(c.body.get("force_recreate").is_none());
+    }
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.path == "/compose/up" && !is_dry_run(c))
+            .count(),
+        1
+    );
+    assert_eq!(
+        app.container_id(R1),
+        Some(r1),
+        "r1's container is untouched"
+    );
+    let image = app
+        .sim
+        .containers()
+        .into_iter()
+        .find(|c| c.service == R2)
+        .map(|c| c.image)
+        .unwrap_or_default();
+    assert!(
+        image.contains("451"),
+        "r2 runs the v0.0.451 image again: {image}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_rollback_of_a_rollback_goes_forward_again() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    canary(&app, "v0.0.452").await;
+    let (_, first) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "regression"}),
+    )
+    .await;
+    let first = app.wait_terminal(first["id"].as_str().expect("id")).await;
+    assert_eq!(
+        (first.status.as_str(), first.tag.as_str()),
+        ("succeeded", "v0.0.451")
+    );
+    let (status, second) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "false alarm"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{second}");
+    assert_eq!(
+        second["tag"], "v0.0.452",
+        "the deployment before the rollback's"
+    );
+    assert_eq!(second["rollback_of"], json!(first.id));
+    let second = app.wait_terminal(second["id"].as_str().expect("id")).await;
+    assert_eq!(second.status, "succeeded");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_replica_with_only_its_baseline_has_no_prior_deployment() {
+    let app = TestApp::spawn().await;
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "nothing yet"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "no_prior_deployment");
+    canary(&app, "v0.0.451").await;
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "x", "to_tag": "v0.0.449"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("v0.0.449"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_first_canary_rolls_back_to_the_recorded_baseline() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.452").await;
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "back to what ran"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["tag"], "v0.0.450",
+        "the host's baseline from GET /version"
+    );
+    let r = app.wait_terminal(body["id"].as_str().expect("id")).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_canary_that_fails_after_touching_r2_rolls_itself_back() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    app.sim.faults().set_logs_on_start(
+        R2,
+        Some(vec!["CUDA error 801: operation not supported".into()]),
+    );
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let failed = app.wait_terminal(&id).await;
+    assert_eq!(failed.status, "failed");
+    let rb_id = failed
+        .rolled_back_by
+        .clone()
+        .expect("an automatic rollback was started");
+    app.sim.faults().set_logs_on_start(R2, None);
+    let rb = app.wait_terminal(&rb_id).await;
+    assert_eq!(rb.kind, "rollback");
+    assert_eq!(rb.rollback_of.as_deref(), Some(id.as_str()));
+    assert_eq!(rb.actor, "canaryd");
+    assert_eq!(rb.tag, "v0.0.451");
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_canary_that_fails_before_touching_anything_does_not_roll_back() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    app.sim.faults().set_dry_run_extra(Some("nginx".into()));
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed");
+    assert!(r.rolled_back_by.is_none());
+    let list = app
+        .api
+        .get("/v1/rollouts?kind=rollback")
+        .await
+        .expect("list");
+    assert_eq!(list["items"], json!([]));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_rollback_while_a_canary_waits_on_health_needs_preempt() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    app.sim.faults().set_health_never(R2, true);
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["on_failure"] = json!("halt");
+    let id = app.start_canary(&plan).await;
+    app.wait_step(&id, "health", "running").await;
+
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "stuck"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "host_busy");
+
+    app.sim.faults().set_health_never(R2, false);
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "stuck", "preempt": true}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let canary = app.rollout(&id).await;
+    assert_eq!(canary.status, "aborted", "the canary was aborted first");
+    assert_eq!(
+        canary
+            .steps
+            .iter()
+            .find(|s| s.name == "health")
+            .map(|s| s.status.as_str()),
+        Some("aborted")
+    );
+    assert_eq!(
+        body["tag"], "v0.0.451",
+        "the failed canary's tag is not a deployment"
+    );
+    let rb = app.wait_terminal(body["id"].as_str().expect("id")).await;
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    app.stop().await;
+}
