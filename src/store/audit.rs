@@ -92,6 +92,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         append(&mut tx, entry).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 
@@ -109,20 +110,36 @@ impl Store {
         .bind(after_seq)
         .fetch_all(self.pool())
         .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(AuditEvent {
-                    seq: r.seq,
-                    occurred_at: parse_time("audit_event", &r.occurred_at)?,
-                    rollout_id: r.rollout_id,
-                    step: r.step_name,
-                    actor: r.actor,
-                    kind: r.kind,
-                    from_state: r.from_state,
-                    to_state: r.to_state,
-                    detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
-                })
-            })
-            .collect()
+        to_events(rows)
     }
+
+    /// Every audit event after `after_seq`, in order (at most 10,000 at a time).
+    pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
+        let rows: Vec<AuditRow> = sqlx::query_as(
+            "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail \
+             from audit_event where seq > ? order by seq limit 10000",
+        )
+        .bind(after_seq)
+        .fetch_all(self.pool())
+        .await?;
+        to_events(rows)
+    }
+}
+
+fn to_events(rows: Vec<AuditRow>) -> Result<Vec<AuditEvent>, StoreError> {
+    rows.into_iter()
+        .map(|r| {
+            Ok(AuditEvent {
+                seq: r.seq,
+                occurred_at: parse_time("audit_event", &r.occurred_at)?,
+                rollout_id: r.rollout_id,
+                step: r.step_name,
+                actor: r.actor,
+                kind: r.kind,
+                from_state: r.from_state,
+                to_state: r.to_state,
+                detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
+            })
+        })
+        .collect()
 }

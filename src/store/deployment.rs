@@ -88,6 +88,7 @@ impl Store {
         super::rollout::transition(&mut tx, id, change).await?;
         let rollout = super::rollout::get_in(&mut tx, id).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(rollout)
     }
 
@@ -104,6 +105,7 @@ impl Store {
             insert(&mut tx, d).await?;
         }
         tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 

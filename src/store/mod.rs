@@ -44,10 +44,20 @@ pub enum StoreError {
     },
 }
 
-/// The database handle: a small pool over one SQLite file in WAL mode.
+/// The database handle: a small pool over one SQLite file in WAL mode. Every audit event is
+/// also published, after its transaction commits, to subscribers (`subscribe`): the live event
+/// stream, metrics and notifications listen there.
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    bus: std::sync::Arc<EventBus>,
+}
+
+#[derive(Debug)]
+struct EventBus {
+    tx: tokio::sync::broadcast::Sender<AuditEvent>,
+    /// The last `seq` published; held while publishing so events go out once and in order.
+    last: tokio::sync::Mutex<i64>,
 }
 
 impl Store {
@@ -65,7 +75,37 @@ impl Store {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        let (last,): (i64,) = sqlx::query_as("select coalesce(max(seq), 0) from audit_event")
+            .fetch_one(&pool)
+            .await?;
+        let (tx, _) = tokio::sync::broadcast::channel(1024);
+        let bus = EventBus {
+            tx,
+            last: tokio::sync::Mutex::new(last),
+        };
+        Ok(Self {
+            pool,
+            bus: std::sync::Arc::new(bus),
+        })
+    }
+
+    /// Audit events as they are committed (a slow subscriber may miss some: `Lagged`).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AuditEvent> {
+        self.bus.tx.subscribe()
+    }
+
+    /// Publishes every audit event committed since the last call.
+    pub(crate) async fn publish(&self) {
+        let mut last = self.bus.last.lock().await;
+        match self.audit_events_after(*last).await {
+            Ok(events) => {
+                for e in events {
+                    *last = e.seq;
+                    let _ = self.bus.tx.send(e);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read back audit events to publish"),
+        }
     }
 
     /// True when the database answers a trivial query.

@@ -133,6 +133,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         insert_rollout(&mut tx, new, steps).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 
@@ -146,6 +147,7 @@ impl Store {
         transition(&mut tx, id, change).await?;
         let rollout = get_in(&mut tx, id).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(rollout)
     }
 
@@ -166,6 +168,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 
@@ -239,6 +242,7 @@ impl Store {
             .detail(serde_json::json!({"reason": reason}));
         append(&mut tx, &entry).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 

@@ -131,6 +131,7 @@ impl Store {
             .detail(audit_detail);
         append(&mut tx, &entry).await?;
         tx.commit().await?;
+        self.publish().await;
         Ok(next)
     }
 
