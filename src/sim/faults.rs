@@ -4,7 +4,7 @@
 //! Which faults last:
 //! - one-shot (consumed by the next stream of that operation that passes validation):
 //!   [`SimFaults::fail_phase`], [`SimFaults::cut_stream`];
-//! - sticky until changed: [`SimFaults::set_dry_run_extra`], [`SimFaults::set_dry_run_removal`],
+//! - sticky until changed: [`SimFaults::move_tag`], [`SimFaults::set_dry_run_extra`], [`SimFaults::set_dry_run_removal`],
 //!   [`SimFaults::set_health_never`], [`SimFaults::set_cold_start`], [`SimFaults::set_legacy`],
 //!   [`SimFaults::set_logs_on_start`];
 //! - timed: [`SimFaults::busy_for`];
@@ -48,6 +48,8 @@ pub(crate) struct FaultState {
     pub cold_start: Duration,
     pub legacy: bool,
     pub logs_on_start: BTreeMap<String, Vec<String>>,
+    /// Tags force-moved to another commit (tag → new commit), with other file content.
+    pub moved_tags: BTreeMap<String, String>,
 }
 
 impl FaultState {
@@ -77,6 +79,16 @@ pub struct SimFaults {
 }
 
 impl SimFaults {
+    /// Sticky: `tag` now points at `new_commit`, whose file text differs (a force-pushed tag):
+    /// later ups of that tag report the new commit and another `file_sha256`.
+    pub fn move_tag(&self, tag: &str, new_commit: &str) {
+        self.shared
+            .state()
+            .faults
+            .moved_tags
+            .insert(tag.to_owned(), new_commit.to_owned());
+    }
+
     /// Sticky: every dry run also plans `Container <name> Recreate` (`None` clears it).
     pub fn set_dry_run_extra(&self, name: Option<String>) {
         self.shared.state().faults.dry_run_extra = name;

@@ -115,9 +115,14 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
             format!("file '{}' not found at tag '{}'", req.file, req.tag),
         )
     })?;
+    let moved = shared.state().faults.moved_tags.get(&req.tag).cloned();
+    let (commit, text) = match moved {
+        Some(commit) => (commit.clone(), format!("{text}# tag moved to {commit}\n")),
+        None => (tag.tag.commit.clone(), text),
+    };
     let record = DeployRecord {
         tag: req.tag.clone(),
-        commit: tag.tag.commit.clone(),
+        commit,
         file: req.file.clone(),
         file_sha256: sha256_hex(text.as_bytes()),
     };

@@ -234,3 +234,30 @@ async fn a_rollback_while_a_canary_waits_on_health_needs_preempt() {
     assert_eq!(rb.status, "succeeded", "{rb:#?}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_rollback_to_a_tag_that_moved_fails_tag_moved() {
+    let app = TestApp::spawn().await;
+    canary(&app, "v0.0.451").await;
+    canary(&app, "v0.0.452").await;
+    app.sim.faults().move_tag("v0.0.451", &"f".repeat(40));
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "regression"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let r = app.wait_terminal(body["id"].as_str().expect("id")).await;
+    assert_eq!(r.status, "failed");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("tag_moved"),
+        "{r:#?}"
+    );
+    let up = r.steps.iter().find(|s| s.name == "up").expect("up step");
+    assert_eq!(up.detail["got"]["commit"], json!("f".repeat(40)));
+    assert!(up.detail["expected"]["commit"]
+        .as_str()
+        .is_some_and(|c| c.len() == 40 && !c.starts_with("ffff")));
+    app.stop().await;
+}
