@@ -2,7 +2,9 @@
 //! merges them and holds the shared state.
 
 mod auth;
+mod dashboard;
 mod error;
+mod openapi;
 mod ops;
 mod replica;
 mod rollback;
@@ -40,6 +42,8 @@ pub fn router(state: AppState) -> Router {
         .merge(rollback::router())
         .merge(replica::router())
         .merge(ops::router())
+        .merge(openapi::router())
+        .merge(dashboard::router())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

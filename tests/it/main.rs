@@ -3,5 +3,6 @@
 mod canary;
 mod compose_client;
 mod helpers;
+mod openapi;
 mod rollback;
 mod sim_host;

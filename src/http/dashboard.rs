@@ -1,0 +1,25 @@
+//! `GET /`: the dashboard, one static HTML page with vanilla JavaScript (no build step). It
+//! calls the API with a token kept in the browser's localStorage; serving it needs no token.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use super::AppState;
+
+const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new().route("/", get(get_dashboard))
+}
+
+async fn get_dashboard() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        DASHBOARD_HTML,
+    )
+}

@@ -1,0 +1,179 @@
+//! `/openapi.json` cannot drift from the router: every `.route(...)` in `src/http/` is
+//! documented with its methods, and every documented path and method reaches a handler.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::helpers::{TestApp, HOST, R2};
+
+const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
+
+/// (method, path) of every `.route("path", get(..).post(..))` call in `src/http/*.rs`.
+fn routes_in_source() -> BTreeSet<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let mut routes = BTreeSet::new();
+    let entries = std::fs::read_dir(&dir).expect("src/http is readable");
+    for entry in entries {
+        let path = entry.expect("dir entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("source readable");
+        for (start, _) in text.match_indices(".route(") {
+            let call = balanced_call(&text[start + ".route".len()..]);
+            let route_path = call
+                .split('"')
+                .nth(1)
+                .unwrap_or_else(|| panic!("{}: route without a path: {call}", path.display()));
+            let after_path = &call[call.find(route_path).unwrap_or(0) + route_path.len()..];
+            let mut found = false;
+            for m in METHODS {
+                let needle = format!("{m}(");
+                let called = after_path.match_indices(&needle).any(|(i, _)| {
+                    let before = if i == 0 {
+                        b' '
+                    } else {
+                        after_path.as_bytes()[i - 1]
+                    };
+                    !(before.is_ascii_alphanumeric() || before == b'_')
+                });
+                if called {
+                    routes.insert((m.to_owned(), route_path.to_owned()));
+                    found = true;
+                }
+            }
+            assert!(found, "{}: no method in {call}", path.display());
+        }
+    }
+    routes
+}
+
+/// The text of a parenthesised call starting at `s[0] == '('`, parentheses balanced.
+fn balanced_call(s: &str) -> &str {
+    let mut depth = 0usize;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &s[..=i];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced route call: {s}");
+}
+
+fn routes_in_document(doc: &Value) -> BTreeSet<(String, String)> {
+    let paths = doc["paths"].as_object().expect("paths is an object");
+    let mut routes = BTreeSet::new();
+    for (path, item) in paths {
+        let item = item.as_object().expect("path item is an object");
+        for m in METHODS {
+            if item.contains_key(m) {
+                routes.insert((m.to_owned(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+async fn served_document(app: &TestApp) -> Value {
+    let res = reqwest::get(format!("{}/openapi.json", app.url))
+        .await
+        .expect("openapi.json answers");
+    assert_eq!(res.status(), 200);
+    let content_type = res.headers()["content-type"].to_str().expect("ascii");
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    res.json().await.expect("openapi.json is JSON")
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_exactly_the_routes_of_the_router() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let in_source = routes_in_source();
+    let documented = routes_in_document(&doc);
+    assert!(
+        in_source.len() >= 10,
+        "the source scan found too few routes: {in_source:?}"
+    );
+    let undocumented: Vec<_> = in_source.difference(&documented).collect();
+    let unrouted: Vec<_> = documented.difference(&in_source).collect();
+    assert!(
+        undocumented.is_empty(),
+        "routes missing from docs/openapi.yaml: {undocumented:?}"
+    );
+    assert!(
+        unrouted.is_empty(),
+        "documented but not routed: {unrouted:?}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn every_documented_operation_reaches_a_handler() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    let client = reqwest::Client::new();
+    for (method, path) in routes_in_document(&doc) {
+        let concrete = path
+            .replace("{id}", "ro_00000000000000000000000000")
+            .replace("{host}", HOST)
+            .replace("{service}", R2);
+        let url = format!("{}{concrete}", app.url);
+        let req = match method.as_str() {
+            "get" => client.get(&url),
+            "post" => client.post(&url).json(&serde_json::json!({})),
+            other => panic!("no probe for method {other}"),
+        };
+        let res = req.send().await.expect("daemon answers");
+        let status = res.status().as_u16();
+        assert_ne!(status, 405, "{method} {path} is documented but not routed");
+        if status == 404 {
+            // A handler's 404 has an error body; the router's fallback has none.
+            let body: Value = res.json().await.unwrap_or(Value::Null);
+            assert!(
+                body["error"]["code"].is_string(),
+                "{method} {path} is documented but not routed (404 without an error body)"
+            );
+        }
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn every_operation_has_an_id_and_every_reference_resolves() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    let mut ids = BTreeSet::new();
+    for (method, path) in routes_in_document(&doc) {
+        let op = &doc["paths"][&path][&method];
+        let id = op["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+        assert!(ids.insert(id.to_owned()), "operationId {id} is used twice");
+        assert!(
+            op["responses"].is_object(),
+            "{method} {path} has no responses"
+        );
+    }
+    let text = doc.to_string();
+    for (at, _) in text.match_indices("\"#/components/") {
+        let rest = &text[at + 1..];
+        let reference = &rest[..rest.find('"').expect("closing quote")];
+        let mut node = &doc;
+        for part in reference.trim_start_matches("#/").split('/') {
+            node = &node[part];
+        }
+        assert!(!node.is_null(), "{reference} does not resolve");
+    }
+    app.stop().await;
+}
