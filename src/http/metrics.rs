@@ -1,0 +1,25 @@
+//! `GET /metrics`: Prometheus exposition (no auth, like `/healthz`: it holds no secrets).
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use super::{ApiError, AppState};
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(get_metrics))
+}
+
+async fn get_metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let active = state
+        .engine
+        .store()
+        .count_active_rollouts()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let body = state.metrics.encode(active);
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}

@@ -1,0 +1,216 @@
+//! Prometheus metrics (SPEC §8), fed by the store's committed audit events and by the
+//! compose-manager client's per-request observer. Encoded with `prometheus-client`.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::compose::ComposeObserver;
+use crate::store::{AuditEvent, Store};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindOutcome {
+    kind: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ComposeLabels {
+    host: String,
+    endpoint: String,
+    code: String,
+}
+
+type HistogramFamily = Family<KindOutcome, Histogram, fn() -> Histogram>;
+
+/// Rollouts last minutes to hours: 1 s … ~9 h.
+fn rollout_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+/// Steps last milliseconds (a snapshot) to an hour (a cold start).
+fn step_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.5, 16))
+}
+
+/// Every metric canaryd exposes.
+pub struct Metrics {
+    registry: Registry,
+    rollouts: Family<KindOutcome, Counter>,
+    rollout_duration: HistogramFamily,
+    step_duration: HistogramFamily,
+    rollback_initiation: Histogram,
+    compose_requests: Family<ComposeLabels, Counter>,
+    active_rollouts: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric of SPEC §8.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::default();
+        let rollouts = Family::<KindOutcome, Counter>::default();
+        registry.register(
+            "canaryd_rollouts",
+            "Rollouts finished, by kind and outcome",
+            rollouts.clone(),
+        );
+        let rollout_duration = HistogramFamily::new_with_constructor(rollout_buckets);
+        registry.register(
+            "canaryd_rollout_duration_seconds",
+            "Wall time of finished rollouts, from start to end",
+            rollout_duration.clone(),
+        );
+        let step_duration = HistogramFamily::new_with_constructor(step_buckets);
+        registry.register(
+            "canaryd_step_duration_seconds",
+            "Wall time of finished steps, by step kind and outcome",
+            step_duration.clone(),
+        );
+        let rollback_initiation = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "canaryd_rollback_initiation_seconds",
+            "From a rollback's request (or the failure that caused an automatic one) to its first compose-manager call",
+            rollback_initiation.clone(),
+        );
+        let compose_requests = Family::<ComposeLabels, Counter>::default();
+        registry.register(
+            "canaryd_compose_manager_requests",
+            "Requests to compose-manager, by host, endpoint and HTTP status (or error)",
+            compose_requests.clone(),
+        );
+        let active_rollouts = Gauge::default();
+        registry.register(
+            "canaryd_active_rollouts",
+            "Rollouts not yet terminal",
+            active_rollouts.clone(),
+        );
+        Arc::new(Self {
+            registry,
+            rollouts,
+            rollout_duration,
+            step_duration,
+            rollback_initiation,
+            compose_requests,
+            active_rollouts,
+        })
+    }
+
+    /// The observer a host's compose client reports each request to.
+    pub fn compose_observer(self: &Arc<Self>, host: &str) -> ComposeObserver {
+        let metrics = Arc::clone(self);
+        let host = host.to_owned();
+        Arc::new(move |endpoint: &str, code: &str| {
+            let labels = ComposeLabels {
+                host: host.clone(),
+                endpoint: endpoint.to_owned(),
+                code: code.to_owned(),
+            };
+            metrics.compose_requests.get_or_create(&labels).inc();
+        })
+    }
+
+    /// The text exposition, with the active-rollout gauge read fresh.
+    pub fn encode(&self, active_rollouts: i64) -> String {
+        self.active_rollouts.set(active_rollouts);
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            tracing::error!("could not encode metrics");
+        }
+        out
+    }
+
+    /// Follows the store's audit events until the store is dropped.
+    pub async fn follow(self: Arc<Self>, store: Store) {
+        let mut events = store.subscribe();
+        loop {
+            match events.recv().await {
+                Ok(event) => self.on_event(&store, &event).await,
+                Err(RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "metrics missed {n} audit events")
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    async fn on_event(&self, store: &Store, event: &AuditEvent) {
+        let Some(rollout_id) = &event.rollout_id else {
+            return;
+        };
+        let Some((what, outcome)) = event.kind.split_once('_') else {
+            return;
+        };
+        match (what, outcome) {
+            ("rollout", "succeeded" | "failed" | "aborted") => {
+                let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
+                    return;
+                };
+                let labels = KindOutcome {
+                    kind: r.kind.as_str().to_owned(),
+                    outcome: outcome.to_owned(),
+                };
+                self.rollouts.get_or_create(&labels).inc();
+                if let Some(secs) = seconds(r.started_at.unwrap_or(r.created_at), r.finished_at) {
+                    self.rollout_duration.get_or_create(&labels).observe(secs);
+                }
+            }
+            ("step", "succeeded" | "failed" | "aborted" | "running") => {
+                let Some(name) = &event.step else { return };
+                let Ok(steps) = store.steps(rollout_id).await else {
+                    return;
+                };
+                let Some(step) = steps.iter().find(|s| &s.name == name) else {
+                    return;
+                };
+                if outcome == "running" {
+                    if step.position == 0 {
+                        self.observe_initiation(store, rollout_id, event.occurred_at)
+                            .await;
+                    }
+                    return;
+                }
+                let labels = KindOutcome {
+                    kind: step.kind.clone(),
+                    outcome: outcome.to_owned(),
+                };
+                if let Some(secs) = seconds(
+                    step.started_at.unwrap_or(event.occurred_at),
+                    step.finished_at,
+                ) {
+                    self.step_duration.get_or_create(&labels).observe(secs);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A rollback's first step starts right before its first compose call.
+    async fn observe_initiation(&self, store: &Store, rollout_id: &str, at: DateTime<Utc>) {
+        let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
+            return;
+        };
+        if r.kind == crate::domain::state::RolloutKind::Rollback {
+            if let Some(secs) = seconds(r.created_at, Some(at)) {
+                self.rollback_initiation.observe(secs);
+            }
+        }
+    }
+}
+
+fn seconds(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> Option<f64> {
+    let ms = (to? - from).num_milliseconds();
+    (ms >= 0).then(|| ms as f64 / 1000.0)
+}

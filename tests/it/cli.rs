@@ -1,0 +1,144 @@
+//! The `canaryd` binary as an operator uses it: client commands against a running daemon,
+//! and offline checks.
+
+use std::process::Command;
+
+use crate::helpers::{TestApp, FILE, HOST, R2};
+
+fn canaryd(args: &[&str], server: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(args)
+        .env("CANARYD_SERVER", server)
+        .env_remove("CANARYD_TOKEN")
+        .output()
+        .expect("the canaryd binary runs")
+}
+
+async fn canaryd_async(args: Vec<String>, server: String) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        canaryd(&args, &server)
+    })
+    .await
+    .expect("join")
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() {
+    let app = TestApp::spawn().await;
+    let start = strings(&[
+        "rollout",
+        "start",
+        "--host",
+        HOST,
+        "--file",
+        FILE,
+        "--service",
+        R2,
+        "--tag",
+        "v0.0.452",
+        "--reason",
+        "cli canary",
+        "--env",
+        "GLM53_R2_HICACHE_RAM_BUDGET=406GiB",
+        "--wait",
+    ]);
+    let out = canaryd_async(start, app.url.clone()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}: {stdout} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("startup-logs"),
+        "a progress line per step: {stdout}"
+    );
+    assert!(
+        stdout.contains("canary of model-sg-glm53-w4afp8-tp4-r2 on gpu02 to v0.0.452"),
+        "{stdout}"
+    );
+
+    let rollback = strings(&[
+        "rollback",
+        "--host",
+        HOST,
+        "--service",
+        R2,
+        "--reason",
+        "cli rollback",
+        "--wait",
+    ]);
+    let out = canaryd_async(rollback, app.url.clone()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "exit {:?}: {stdout}", out.status);
+    assert!(
+        stdout.contains("rollback of model-sg-glm53-w4afp8-tp4-r2 on gpu02 to v0.0.450"),
+        "{stdout}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn watch_exits_one_when_the_canary_fails() {
+    let app = TestApp::spawn().await;
+    app.sim.faults().set_dry_run_extra(Some("nginx".into()));
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let out = canaryd_async(strings(&["rollout", "watch", &id]), app.url.clone()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("plan_gate_failed"));
+    app.stop().await;
+}
+
+#[test]
+fn check_runbook_accepts_the_shipped_runbooks_and_names_file_and_line_of_a_bad_one() {
+    for name in [
+        "single-replica-canary",
+        "recreate-in-place",
+        "single-replica-rollback",
+    ] {
+        let path = format!("{}/runbooks/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+        let out = canaryd(&["check", "runbook", &path], "http://127.0.0.1:9");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "description: x\nsteps:\n  - {name: snap, kind: snapshot}\n  - {name: boom, kind: explode}\n")
+        .expect("write");
+    let out = canaryd(
+        &["check", "runbook", bad.to_str().expect("utf-8 path")],
+        "http://127.0.0.1:9",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml:4:"), "file:line: {err}");
+    assert!(err.contains("explode"), "{err}");
+}
+
+#[test]
+fn check_config_names_the_missing_env_var_and_exits_two() {
+    let path = format!("{}/config/canaryd.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(["check", "config", &path])
+        .env_remove("GPU02_COMPOSE_MANAGER_TOKEN")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("canaryd.yaml"), "{err}");
+    assert!(err.contains("_env"), "names the key: {err}");
+}
