@@ -6,6 +6,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -20,7 +21,11 @@ use crate::store::Store;
 pub struct App {
     listener: TcpListener,
     state: AppState,
+    grace: Duration,
 }
+
+/// How long a graceful shutdown lets running compose calls finish before stopping them.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 impl App {
     /// Opens and migrates the database, resumes every unfinished rollout, then binds.
@@ -55,7 +60,11 @@ impl App {
             ready: Arc::new(AtomicBool::new(false)),
         };
         state.ready.store(true, Ordering::SeqCst);
-        Ok(App { listener, state })
+        Ok(App {
+            listener,
+            state,
+            grace: DEFAULT_SHUTDOWN_GRACE,
+        })
     }
 
     /// The address actually bound (the port, when built with port 0).
@@ -68,15 +77,47 @@ impl App {
         self.state.engine.clone()
     }
 
-    /// Serves until `shutdown` completes; rollouts stay resumable in SQLite.
+    /// Sets how long a graceful shutdown waits for running compose calls.
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Serves until `shutdown` completes, then stops gracefully: no new connections, requests
+    /// in progress answered, rollout tasks stopped at their next step boundary or wait (a
+    /// running compose call gets `grace` to end). Nothing is marked failed: every unfinished
+    /// rollout resumes at next start.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let engine = self.state.engine.clone();
         let app = router(self.state);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
+        let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = signalled_tx.send(true);
+        };
+        let serve = axum::serve(self.listener, app).with_graceful_shutdown(shutdown);
+        // Long-lived answers (event streams) must not hold the shutdown forever.
+        let grace = self.grace;
+        let overdue = async move {
+            let _ = signalled.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        };
+        let served = tokio::select! {
+            served = serve => served,
+            () = overdue => {
+                tracing::warn!("open HTTP connections outlived the shutdown grace; closing them");
+                Ok(())
+            }
+        };
+        let stopped = engine.shutdown(self.grace).await;
+        tracing::info!(
+            interrupted = stopped,
+            "canaryd stopped; unfinished rollouts resume at next start"
+        );
+        served
     }
 }
 

@@ -66,6 +66,7 @@ pub(super) async fn plan(
             );
         }
     }
+    close_dangling_attempts(run, step).await;
     let req = up_request(run);
     let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
         client.dry_run(&req)
@@ -179,6 +180,9 @@ where
             match value.outcome {
                 StreamOutcome::Succeeded => {
                     finish(run, &attempt, "succeeded", detail.clone()).await;
+                    run.engine
+                        .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
+                        .await;
                     StepEnd::Succeeded(detail)
                 }
                 StreamOutcome::Failed { exit_code } => {
@@ -278,6 +282,23 @@ fn is_ambiguous(e: &ComposeError) -> bool {
     )
 }
 
+/// A dry run caught mid-call by a restart had no side effect; its attempt is closed as
+/// `unknown` and the dry run is simply sent again.
+async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
+    let store = &run.engine.inner.store;
+    let Ok(attempts) = store.attempts(&run.rollout.id).await else {
+        return;
+    };
+    for a in attempts
+        .iter()
+        .filter(|a| a.step_id == step.id && a.outcome.is_none())
+    {
+        tracing::info!(rollout.id = %run.rollout.id, step.name = %step.name, "a dry run was in flight at the restart; sending it again (no side effect)");
+        let detail = json!({"reconciled": true, "resent": "dry run"});
+        finish(run, &a.id, "unknown", detail).await;
+    }
+}
+
 async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
@@ -334,6 +355,17 @@ async fn outcome_unknown(
             .find(|c| super::steps::is_service(c, &run.rollout.service))
             .cloned()
     });
+    // `docker ps` evidence for the human who judges: did the target change since the snapshot?
+    let before = run.snapshot.as_ref().and_then(|ps| {
+        ps.iter()
+            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .cloned()
+    });
+    let changed = match (&before, &target) {
+        (Some(b), Some(t)) => Some(b.id != t.id || b.image != t.image),
+        (Some(_), None) | (None, Some(_)) => Some(true),
+        (None, None) => None,
+    };
     let msg = format!(
         "{endpoint} ended without `done`; the host is {}; not resent",
         if idle { "idle now" } else { "still busy" }
@@ -341,7 +373,7 @@ async fn outcome_unknown(
     StepEnd::failed(
         "compose_outcome_unknown",
         msg,
-        json!({"call": detail, "host_idle": idle, "waited_ms": waited_ms, "target_container": target}),
+        json!({"call": detail, "host_idle": idle, "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
     )
 }
 

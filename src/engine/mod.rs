@@ -3,17 +3,20 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod compose_step;
+mod hooks;
 mod rollback;
 mod runner;
 mod steps;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use crate::compose::{ClientOptions, ComposeClient};
 use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
@@ -21,8 +24,10 @@ use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
 use crate::probe::HealthProber;
-use crate::store::{new_id, NewRollout, NewStep, Rollout, Store, StoreError};
+use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
+#[doc(hidden)]
+pub use hooks::PauseHandle;
 pub use rollback::{choose_rollback_target, RollbackRequest};
 
 /// The runbook a one-click (or automatic) rollback runs.
@@ -77,6 +82,12 @@ pub(crate) struct Inner {
     pub prober: HealthProber,
     /// Abort signals of the rollouts whose task is running.
     pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// The tasks, so shutdown can stop the ones that outlive their grace.
+    pub tasks: Mutex<Vec<AbortHandle>>,
+    /// Set by `shutdown`: tasks stop at their next step boundary or wait, leaving their
+    /// rollout resumable, and no new task starts.
+    pub stopping: AtomicBool,
+    pub hooks: hooks::Hooks,
 }
 
 /// The rollout engine. Cheap to clone.
@@ -117,6 +128,9 @@ impl Engine {
             tuning: config.compose.clone(),
             prober: HealthProber::new(Duration::from_secs(3)),
             running: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+            hooks: hooks::Hooks::default(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -225,7 +239,22 @@ impl Engine {
         let unfinished = self.inner.store.unfinished_rollouts().await?;
         let n = unfinished.len();
         for rollout in unfinished {
-            tracing::info!(rollout.id = %rollout.id, status = rollout.status.as_str(), "resuming rollout {} after restart", rollout.id);
+            let steps = self.inner.store.steps(&rollout.id).await?;
+            let at = steps
+                .iter()
+                .find(|s| !s.status.is_terminal())
+                .map(|s| (s.name.clone(), s.status.as_str()));
+            tracing::info!(rollout.id = %rollout.id, status = rollout.status.as_str(), step.name = ?at.as_ref().map(|a| &a.0), "resuming rollout {} after restart", rollout.id);
+            let detail = match &at {
+                Some((name, status)) => serde_json::json!({"step": name, "step_status": status}),
+                None => serde_json::json!({"step": null}),
+            };
+            let status = rollout.status.as_str();
+            let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, "rollout_resumed")
+                .rollout(&rollout.id)
+                .states(Some(status), Some(status))
+                .detail(detail);
+            self.inner.store.audit(&entry).await?;
             self.spawn(rollout.id);
         }
         Ok(n)
@@ -269,6 +298,10 @@ impl Engine {
 
     /// Starts the task of a rollout (once: a second call for a running rollout does nothing).
     pub(crate) fn spawn(&self, id: String) {
+        if self.is_stopping() {
+            tracing::info!(rollout.id = %id, "shutting down: rollout {id} starts at next start");
+            return;
+        }
         let (tx, rx) = watch::channel(false);
         {
             let Ok(mut running) = self.inner.running.lock() else {
@@ -280,12 +313,77 @@ impl Engine {
             running.insert(id.clone(), tx);
         }
         let engine = self.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             runner::run(&engine, &id, rx).await;
             if let Ok(mut running) = engine.inner.running.lock() {
                 running.remove(&id);
             }
         });
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task.abort_handle());
+        }
+    }
+
+    /// Whether `shutdown` was called.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Graceful stop (SIGTERM): no new task starts; running tasks stop at their next step
+    /// boundary or wait, or once their current compose call ends, without marking anything
+    /// failed; after `grace`, tasks still running are stopped where they are (their compose
+    /// call, if any, is reconciled at next start). Returns how many had to be stopped.
+    pub async fn shutdown(&self, grace: Duration) -> usize {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        let signals: Vec<watch::Sender<bool>> = self
+            .inner
+            .running
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        for tx in signals {
+            let _ = tx.send(true);
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.active_tasks() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = self.active_tasks();
+        if left > 0 {
+            tracing::warn!(
+                rollouts = left,
+                "{left} rollout task(s) still busy after the shutdown grace; stopping them, they resume at next start"
+            );
+        }
+        self.kill();
+        left
+    }
+
+    /// Stops every rollout task at once, wherever it is, as if the process died (crash tests;
+    /// the end of a graceful shutdown). Nothing is written.
+    #[doc(hidden)]
+    pub fn kill(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
+        }
+        if let Ok(mut running) = self.inner.running.lock() {
+            running.clear();
+        }
+    }
+
+    /// Test hook: the next rollout task that reaches checkpoint `point` freezes there (see
+    /// `hooks.rs` for the names).
+    #[doc(hidden)]
+    pub fn pause_at(&self, point: &str) -> PauseHandle {
+        self.inner.hooks.arm(point)
+    }
+
+    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: &str) {
+        self.inner.hooks.checkpoint(rollout_id, point).await;
     }
 }
 

@@ -12,10 +12,24 @@ use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
+///
+/// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
+/// as after a restart, a few times with backoff, before giving up until next start.
 pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
-    let span = tracing::info_span!("rollout", rollout.id = %id);
-    if let Err(e) = drive(engine, id, abort).instrument(span).await {
-        tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
+    const TRIES: u32 = 5;
+    let mut backoff = std::time::Duration::from_millis(200);
+    for n in 1..=TRIES {
+        let span = tracing::info_span!("rollout", rollout.id = %id);
+        let Err(e) = drive(engine, id, abort.clone()).instrument(span).await else {
+            return;
+        };
+        if n == TRIES || engine.is_stopping() {
+            tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
+            return;
+        }
+        tracing::warn!(rollout.id = %id, error = %e, retry_in_ms = backoff.as_millis() as u64, "rollout {id} hit a storage error; resuming it from the database");
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
     }
 }
 
@@ -27,6 +41,7 @@ async fn drive(
     let store = &engine.inner.store;
     let mut rollout = engine.get(id).await?;
     if rollout.status == RolloutStatus::Pending {
+        engine.checkpoint(id, "rollout:start").await;
         rollout = store
             .transition_rollout(id, &change(RolloutEvent::Start, None, json!({})))
             .await?;
@@ -40,8 +55,15 @@ async fn drive(
             run.restore(step);
             continue;
         }
-        if rollout_abort_requested(engine, id).await? || *abort.borrow() {
+        engine
+            .checkpoint(id, &format!("step:{}:before", step.name))
+            .await;
+        if rollout_abort_requested(engine, id).await? {
             return finish_aborted(engine, &rollout, Some(step)).await;
+        }
+        if engine.is_stopping() {
+            tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: rollout {id} resumes at step {} at next start", step.name);
+            return Ok(());
         }
         let Some(spec) = runbook.steps.get(step.position as usize) else {
             let msg = format!("step {} is not in runbook {}", step.name, runbook.name);
@@ -57,6 +79,9 @@ async fn drive(
             .await;
         };
         let step = start_step(engine, step, &spec.kind).await?;
+        engine
+            .checkpoint(id, &format!("step:{}:started", step.name))
+            .await;
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
         let end = run
             .execute(&step, &spec.kind, &mut abort)
@@ -79,6 +104,14 @@ async fn drive(
                 let rollout = engine.get(id).await?;
                 return finish_failed(engine, &rollout, &db_steps, &step, &code, &message, detail)
                     .await;
+            }
+            StepEnd::Aborted(_)
+                if engine.is_stopping() && !rollout_abort_requested(engine, id).await? =>
+            {
+                // A shutdown interrupted a wait: the step stays running and resumes with its
+                // original deadline at next start.
+                tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: step {} of {id} resumes at next start", step.name);
+                return Ok(());
             }
             StepEnd::Aborted(detail) => {
                 store

@@ -40,18 +40,27 @@ pub(crate) async fn compose_down(
     headers: HeaderMap,
     Json(req): Json<DownIn>,
 ) -> Response {
+    let delay = shared.state().faults.take_delay(SimOp::Down);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     start_down(&shared, &headers, req).unwrap_or_else(IntoResponse::into_response)
 }
 
 fn start_down(shared: &Arc<Shared>, headers: &HeaderMap, req: DownIn) -> Result<Response, Refusal> {
     authorize(shared, headers)?;
+    super::up::scripted_status(shared, SimOp::Down)?;
     let lock = take_lock(shared, "compose_down", &req.tag, &req.file, &req.services)?;
     check_tag(shared, &req.tag)?;
     check_env(&req.env)?;
     check_project(req.project.as_deref())?;
-    let (fail, cut) = shared.state().faults.take_for(SimOp::Down);
+    let (fail, cut, shape) = {
+        let mut st = shared.state();
+        let (fail, cut) = st.faults.take_for(SimOp::Down);
+        (fail, cut, st.faults.take_shape(SimOp::Down))
+    };
     let shared2 = shared.clone();
-    Ok(respond(shared, lock, move |em| async move {
+    Ok(respond(shared, lock, shape, move |em| async move {
         let _gone: Result<(), Gone> = run_down(shared2, req, fail.is_some(), cut, em).await;
     }))
 }

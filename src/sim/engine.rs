@@ -313,12 +313,17 @@ fn append_if_current(shared: &Shared, service: &str, generation: u64, line: Stri
 
 /// Whether the engine of `service` answers `/health` with 200 right now.
 pub(crate) fn engine_ready(shared: &Shared, service: &str) -> bool {
-    let st = shared.state();
-    !st.faults.health_never.contains(service)
+    let mut st = shared.state();
+    let ready = !st.faults.health_never.contains(service)
         && st
             .containers
             .get(service)
-            .is_some_and(|c| c.running && Instant::now() >= c.ready_at)
+            .is_some_and(|c| c.running && Instant::now() >= c.ready_at);
+    if ready && st.faults.health_flap.contains(service) {
+        st.faults.flap_seq += 1;
+        return st.faults.flap_seq % 2 == 0;
+    }
+    ready
 }
 
 #[derive(Clone)]

@@ -3,12 +3,17 @@
 //!
 //! Which faults last:
 //! - one-shot (consumed by the next stream of that operation that passes validation):
-//!   [`SimFaults::fail_phase`], [`SimFaults::cut_stream`];
+//!   [`SimFaults::fail_phase`], [`SimFaults::cut_stream`], [`SimFaults::cut_after_lines`],
+//!   [`SimFaults::stall_stream`], [`SimFaults::garbage_line`];
+//! - counted (the next `n` requests of an operation, before any validation but auth):
+//!   [`SimFaults::answer_status`], [`SimFaults::delay_answer`];
+//! - sticky: [`SimFaults::set_line_delay`], [`SimFaults::set_health_flap`];
 //! - sticky until changed: [`SimFaults::move_tag`], [`SimFaults::set_dry_run_extra`], [`SimFaults::set_dry_run_removal`],
 //!   [`SimFaults::set_health_never`], [`SimFaults::set_cold_start`], [`SimFaults::set_legacy`],
 //!   [`SimFaults::set_logs_on_start`];
 //! - timed: [`SimFaults::busy_for`];
-//! - immediate: [`SimFaults::emit_log_line`].
+//! - immediate: [`SimFaults::emit_log_line`], [`SimFaults::restart_engine`],
+//!   [`SimFaults::release_stalls`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -50,6 +55,22 @@ pub(crate) struct FaultState {
     pub logs_on_start: BTreeMap<String, Vec<String>>,
     /// Tags force-moved to another commit (tag → new commit), with other file content.
     pub moved_tags: BTreeMap<String, String>,
+    /// One-shot: op → number of lines after which the body ends (no `done`).
+    pub cut_after: BTreeMap<SimOp, usize>,
+    /// One-shot: ops whose next stream holds before `done` until released or hung up.
+    pub stall: BTreeSet<SimOp>,
+    /// One-shot: op → a line that is not an NDJSON event, sent after the first line.
+    pub garbage: BTreeMap<SimOp, String>,
+    /// Counted: op → (HTTP status, how many more answers) answered before any stream.
+    pub answer_status: BTreeMap<SimOp, (u16, u32)>,
+    /// Counted: op → (delay before the answer's headers, how many more answers).
+    pub delay_answer: BTreeMap<SimOp, (Duration, u32)>,
+    /// Sticky: pause before each NDJSON line, when longer than the host's own.
+    pub line_delay: Option<Duration>,
+    /// Sticky: engines whose `/health` alternates 200 and 503 (when otherwise ready).
+    pub health_flap: BTreeSet<String>,
+    /// Counts flapping health answers.
+    pub flap_seq: u64,
 }
 
 impl FaultState {
@@ -69,6 +90,45 @@ impl FaultState {
     pub fn take_for(&mut self, op: SimOp) -> (Option<String>, bool) {
         (self.fail_phase.remove(&op), self.cut_stream.remove(&op))
     }
+
+    /// Takes the one-shot stream shape faults armed for `op`.
+    pub fn take_shape(&mut self, op: SimOp) -> StreamShape {
+        StreamShape {
+            cut_after: self.cut_after.remove(&op),
+            stall: self.stall.remove(&op),
+            garbage: self.garbage.remove(&op),
+        }
+    }
+
+    /// Counts down a scripted pre-stream answer for `op`: the status to answer now, if any.
+    pub fn take_status(&mut self, op: SimOp) -> Option<u16> {
+        let (status, left) = self.answer_status.get_mut(&op)?;
+        let status = *status;
+        *left -= 1;
+        if *left == 0 {
+            self.answer_status.remove(&op);
+        }
+        Some(status)
+    }
+
+    /// Counts down a scripted answer delay for `op`.
+    pub fn take_delay(&mut self, op: SimOp) -> Option<Duration> {
+        let (delay, left) = self.delay_answer.get_mut(&op)?;
+        let delay = *delay;
+        *left -= 1;
+        if *left == 0 {
+            self.delay_answer.remove(&op);
+        }
+        Some(delay)
+    }
+}
+
+/// How one stream is misshapen (see [`SimFaults`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StreamShape {
+    pub cut_after: Option<usize>,
+    pub stall: bool,
+    pub garbage: Option<String>,
 }
 
 /// A clonable handle on the simulated host's faults. Every setter takes effect at once, also
@@ -162,6 +222,88 @@ impl SimFaults {
     /// `materialize_only` are ignored, so a dry run deploys for real).
     pub fn set_legacy(&self, legacy: bool) {
         self.shared.state().faults.legacy = legacy;
+    }
+
+    /// One-shot: the next stream of `op` ends after `lines` NDJSON lines, without `done` (the
+    /// operation stops there, like compose-manager's body dying mid-way). `0` cuts before
+    /// the first line.
+    pub fn cut_after_lines(&self, op: SimOp, lines: usize) {
+        self.shared.state().faults.cut_after.insert(op, lines);
+    }
+
+    /// One-shot: the next stream of `op` does all its work, then holds before `done` until
+    /// [`SimFaults::release_stalls`] or until the client hangs up (then it ends without
+    /// `done`, the lock is freed and the deployed records are not rotated).
+    pub fn stall_stream(&self, op: SimOp) {
+        self.shared.state().faults.stall.insert(op);
+    }
+
+    /// How many streams are held by [`SimFaults::stall_stream`] right now.
+    pub fn stalled_streams(&self) -> usize {
+        *self.shared.stalled.borrow()
+    }
+
+    /// Immediate: every held stream goes on to `done`.
+    pub fn release_stalls(&self) {
+        self.shared.release_stalls.send_modify(|n| *n += 1);
+    }
+
+    /// One-shot: the next stream of `op` carries `line` (not an NDJSON event) after its first
+    /// line, and goes on as usual.
+    pub fn garbage_line(&self, op: SimOp, line: &str) {
+        self.shared
+            .state()
+            .faults
+            .garbage
+            .insert(op, line.to_owned());
+    }
+
+    /// Counted: the next `times` requests of `op` answer `status` (JSON error body) before any
+    /// stream, with no effect. `times == 0` disarms it.
+    pub fn answer_status(&self, op: SimOp, status: u16, times: u32) {
+        let mut st = self.shared.state();
+        if times == 0 {
+            st.faults.answer_status.remove(&op);
+        } else {
+            st.faults.answer_status.insert(op, (status, times));
+        }
+    }
+
+    /// Counted: the next `times` requests of `op` wait `delay` before answering (before the
+    /// lock is taken: nothing happens if the client gives up).
+    pub fn delay_answer(&self, op: SimOp, delay: Duration, times: u32) {
+        let mut st = self.shared.state();
+        if times == 0 {
+            st.faults.delay_answer.remove(&op);
+        } else {
+            st.faults.delay_answer.insert(op, (delay, times));
+        }
+    }
+
+    /// Sticky: pause `delay` before each NDJSON line (`None`: the host's usual pace).
+    pub fn set_line_delay(&self, delay: Option<Duration>) {
+        self.shared.state().faults.line_delay = delay;
+    }
+
+    /// Sticky: the engine of `service` answers `/health` 200 and 503 in turn.
+    pub fn set_health_flap(&self, service: &str, flap: bool) {
+        let mut st = self.shared.state();
+        if flap {
+            st.faults.health_flap.insert(service.to_string());
+        } else {
+            st.faults.health_flap.remove(service);
+        }
+    }
+
+    /// Immediate: the engine of `service` restarts in place (same container, like `docker
+    /// restart`): `/health` answers 503 for `down_for`, and a restart line is logged.
+    pub fn restart_engine(&self, service: &str, down_for: Duration) {
+        let mut st = self.shared.state();
+        if let Some(c) = st.containers.get_mut(service) {
+            c.ready_at = Instant::now() + down_for;
+            c.started_at = Utc::now();
+            c.push_log("[sim] engine process restarted".to_string());
+        }
     }
 
     /// Sticky: engines of `service` started from now on print these lines over their cold

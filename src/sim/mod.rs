@@ -231,6 +231,8 @@ impl SimHost {
             shutdown: stop_rx.clone(),
             booted_at: now,
             inner: std::sync::Mutex::new(state),
+            stalled: watch::channel(0).0,
+            release_stalls: watch::channel(0).0,
         });
         let initial = cfg
             .initial_tag

@@ -36,6 +36,10 @@ pub(crate) struct Shared {
     pub booted_at: DateTime<Utc>,
     /// The mutable part; use [`Shared::state`].
     pub inner: Mutex<State>,
+    /// How many streams are held by a stall fault now.
+    pub stalled: watch::Sender<usize>,
+    /// Bumped to let every held stream go on.
+    pub release_stalls: watch::Sender<u64>,
 }
 
 /// A tag of the fake compose repo, with its committer date fixed at start.

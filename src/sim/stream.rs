@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use super::dry_run::PlanBody;
+use super::faults::StreamShape;
 use super::state::{HeldLock, Shared};
 
 /// The client is gone (or the host is shutting down): stop writing.
@@ -27,6 +28,8 @@ pub(crate) struct Emitter {
     shutdown: watch::Receiver<bool>,
     shared: Arc<Shared>,
     lock_seq: u64,
+    shape: StreamShape,
+    sent: usize,
 }
 
 #[derive(Serialize)]
@@ -63,13 +66,47 @@ pub(crate) struct StagedEvent {
 
 impl Emitter {
     async fn send<T: Serialize>(&mut self, event: &T) -> Result<(), Gone> {
-        let mut line = serde_json::to_vec(event).map_err(|_| Gone)?;
+        let line = serde_json::to_vec(event).map_err(|_| Gone)?;
+        self.send_raw(line).await?;
+        if self.sent == 1 {
+            if let Some(garbage) = self.shape.garbage.take() {
+                self.send_raw(garbage.into_bytes()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_raw(&mut self, mut line: Vec<u8>) -> Result<(), Gone> {
+        if self.shape.cut_after.is_some_and(|n| self.sent >= n) {
+            return Err(Gone);
+        }
         line.push(b'\n');
+        let slow = self.shared.state().faults.line_delay.unwrap_or_default();
         tokio::select! {
-            _ = tokio::time::sleep(self.delay) => {}
+            _ = tokio::time::sleep(self.delay.max(slow)) => {}
             _ = self.shutdown.wait_for(|stop| *stop) => return Err(Gone),
         }
+        self.sent += 1;
         self.tx.send(Bytes::from(line)).await.map_err(|_| Gone)
+    }
+
+    /// A stall fault: holds until released, or fails if the client hangs up first.
+    pub async fn hold(&mut self) -> Result<(), Gone> {
+        if !std::mem::take(&mut self.shape.stall) {
+            return Ok(());
+        }
+        let mut release = self.shared.release_stalls.subscribe();
+        release.mark_unchanged();
+        self.shared.stalled.send_modify(|n| *n += 1);
+        let outcome = tokio::select! {
+            _ = release.changed() => Ok(()),
+            () = self.tx.closed() => Err(Gone),
+            _ = self.shutdown.wait_for(|stop| *stop) => Err(Gone),
+        };
+        self.shared
+            .stalled
+            .send_modify(|n| *n = n.saturating_sub(1));
+        outcome
     }
 
     /// `{"event":"stderr","data":…}` (compose writes its progress to stderr).
@@ -113,6 +150,7 @@ impl Emitter {
     /// Frees the operation lock, then writes the terminal `done` line. Freeing it first means
     /// a client that acts on `done` at once never meets its own operation's 409.
     pub async fn done(mut self, success: bool, exit_code: i32) -> Result<(), Gone> {
+        self.hold().await?;
         self.shared.release(self.lock_seq);
         self.send(&DoneEvent {
             event: "done",
@@ -125,7 +163,12 @@ impl Emitter {
 
 /// Answers 200 `application/x-ndjson` and runs `work` in its own task to fill the body. The
 /// body holds `lock` until it ends.
-pub(crate) fn respond<F, Fut>(shared: &Arc<Shared>, lock: HeldLock, work: F) -> Response
+pub(crate) fn respond<F, Fut>(
+    shared: &Arc<Shared>,
+    lock: HeldLock,
+    shape: StreamShape,
+    work: F,
+) -> Response
 where
     F: FnOnce(Emitter) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -137,6 +180,8 @@ where
         shutdown: shared.shutdown.clone(),
         shared: shared.clone(),
         lock_seq: lock.seq,
+        shape,
+        sent: 0,
     };
     tokio::spawn(work(emitter));
     let body = futures_util::stream::unfold((rx, lock), |(mut rx, lock)| async move {

@@ -93,12 +93,27 @@ pub(crate) async fn compose_up(
     headers: HeaderMap,
     Json(req): Json<UpIn>,
 ) -> Response {
+    let op = if req.dry_run && !shared.state().faults.legacy {
+        SimOp::DryRun
+    } else {
+        SimOp::Up
+    };
+    let delay = shared.state().faults.take_delay(op);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     start_up(&shared, &headers, req).unwrap_or_else(IntoResponse::into_response)
 }
 
 fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Response, Refusal> {
     authorize(shared, headers)?;
     let legacy = shared.state().faults.legacy;
+    let scripted_op = if req.dry_run && !legacy {
+        SimOp::DryRun
+    } else {
+        SimOp::Up
+    };
+    scripted_status(shared, scripted_op)?;
     let mode = match (req.dry_run, req.materialize_only) {
         _ if legacy => Mode::Apply,
         (true, _) => Mode::DryRun,
@@ -131,13 +146,14 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
     } else {
         SimOp::Up
     };
-    let (fail, cut) = {
+    let (fail, cut, shape) = {
         let mut st = shared.state();
         st.disk.insert(req.file.clone(), text.clone());
         if mode == Mode::Apply {
             st.attempted = Some(record.clone());
         }
-        st.faults.take_for(op)
+        let (fail, cut) = st.faults.take_for(op);
+        (fail, cut, st.faults.take_shape(op))
     };
     let job = UpJob {
         shared: shared.clone(),
@@ -151,7 +167,7 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
         fail,
         cut,
     };
-    Ok(respond(shared, lock, move |em| async move {
+    Ok(respond(shared, lock, shape, move |em| async move {
         let _gone: Result<(), Gone> = run_up(job, em).await;
     }))
 }
@@ -283,6 +299,7 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
     if job.cut {
         return Ok(());
     }
+    em.hold().await?;
     {
         let mut st = shared.state();
         st.previous = st.current.take();
@@ -290,6 +307,15 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
         st.attempted = Some(job.record.clone());
     }
     em.done(true, 0).await
+}
+
+/// A scripted pre-stream answer (`SimFaults::answer_status`): nothing happens.
+pub(crate) fn scripted_status(shared: &Shared, op: SimOp) -> Result<(), Refusal> {
+    let status = shared.state().faults.take_status(op);
+    match status.and_then(|s| StatusCode::from_u16(s).ok()) {
+        Some(status) => Err(error(status, format!("scripted failure ({status})"))),
+        None => Ok(()),
+    }
 }
 
 /// The `staged` line of `materialize_only`: images of existing containers in scope, or `[]`

@@ -113,6 +113,12 @@ impl Store {
         sqlx::query("select 1").execute(&self.pool).await.is_ok()
     }
 
+    /// Closes every connection (waiting for those in use): an unfinished transaction is
+    /// rolled back, as when the process dies. Later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
     }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use canaryd::app::App;
 use canaryd::cli::{dev_config, ApiClient};
+use canaryd::config::{ApiToken, Role, Secret};
 use canaryd::domain::runbook::{self, Runbook};
+use canaryd::engine::Engine;
 use canaryd::http::RolloutOut;
 use canaryd::sim::{RecordedCall, SimConfig, SimHost};
 use serde_json::{json, Value};
@@ -84,15 +86,57 @@ pub fn sim_config() -> SimConfig {
     cfg
 }
 
+/// How a `TestApp` boots, beyond the simulated host.
+#[derive(Clone, Default)]
+pub struct TestOptions {
+    /// Runbooks (default: `fast_runbooks()`).
+    pub runbooks: Option<BTreeMap<String, Runbook>>,
+    /// API tokens as (name, role, secret); empty is dev mode (anonymous operator).
+    pub tokens: Vec<(String, Role, String)>,
+}
+
+#[allow(dead_code)] // not every test module uses every helper
+impl TestOptions {
+    /// The three roles of SPEC §3, with these secrets.
+    pub fn with_tokens(operator: &str, oncall: &str, viewer: &str) -> Self {
+        TestOptions {
+            runbooks: None,
+            tokens: vec![
+                ("ops-alice".into(), Role::Operator, operator.into()),
+                ("oncall".into(), Role::Oncall, oncall.into()),
+                ("audit".into(), Role::Viewer, viewer.into()),
+            ],
+        }
+    }
+}
+
 pub struct TestApp {
     pub sim: SimHost,
     pub api: ApiClient,
     pub url: String,
     pub db: PathBuf,
     pub env: BTreeMap<String, String>,
+    pub engine: Engine,
+    opts: TestOptions,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
+}
+
+/// A daemon stopped the hard way: its simulated host and database survive for a restart.
+pub struct Crashed {
+    pub sim: SimHost,
+    pub db: PathBuf,
+    env: BTreeMap<String, String>,
+    opts: TestOptions,
+    dir: tempfile::TempDir,
+}
+
+impl Crashed {
+    /// Boots a new daemon on the same database and host (restart recovery runs first).
+    pub async fn restart(self) -> TestApp {
+        TestApp::boot_with(self.sim, self.dir, self.db, self.env, self.opts).await
+    }
 }
 
 impl TestApp {
@@ -108,33 +152,132 @@ impl TestApp {
         Self::boot(sim, dir, db, env).await
     }
 
+    /// Boots with tokens and/or other runbooks.
+    #[allow(dead_code)]
+    pub async fn spawn_custom(cfg: SimConfig, opts: TestOptions) -> TestApp {
+        let env = cfg.initial_env.clone();
+        let sim = SimHost::start(cfg).await.expect("simulated host starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("canaryd.db");
+        Self::boot_with(sim, dir, db, env, opts).await
+    }
+
+    /// Boots with the three roles' tokens (SPEC §3); `api` uses the operator's.
+    #[allow(dead_code)]
+    pub async fn spawn_with_tokens(operator: &str, oncall: &str, viewer: &str) -> TestApp {
+        Self::spawn_custom(
+            sim_config(),
+            TestOptions::with_tokens(operator, oncall, viewer),
+        )
+        .await
+    }
+
     async fn boot(
         sim: SimHost,
         dir: tempfile::TempDir,
         db: PathBuf,
         env: BTreeMap<String, String>,
     ) -> TestApp {
+        Self::boot_with(sim, dir, db, env, TestOptions::default()).await
+    }
+
+    async fn boot_with(
+        sim: SimHost,
+        dir: tempfile::TempDir,
+        db: PathBuf,
+        env: BTreeMap<String, String>,
+        opts: TestOptions,
+    ) -> TestApp {
         let listen = "127.0.0.1:0".parse().expect("addr");
-        let config = dev_config(&sim, listen, db.clone(), env.clone());
-        let app = App::build(config, fast_runbooks())
+        let mut config = dev_config(&sim, listen, db.clone(), env.clone());
+        config.tokens = opts
+            .tokens
+            .iter()
+            .map(|(name, role, secret)| ApiToken {
+                name: name.clone(),
+                role: *role,
+                secret: Secret::new(secret.clone()),
+            })
+            .collect();
+        let runbooks = opts.runbooks.clone().unwrap_or_else(fast_runbooks);
+        let app = App::build(config, runbooks)
             .await
-            .expect("daemon builds");
+            .expect("daemon builds")
+            .with_shutdown_grace(Duration::from_secs(3));
         let url = format!("http://{}", app.local_addr().expect("bound"));
+        let engine = app.engine();
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
-        let api = ApiClient::new(&url, None).expect("client");
+        let token = opts
+            .tokens
+            .iter()
+            .find(|t| t.1 == Role::Operator)
+            .map(|t| t.2.clone());
+        let api = ApiClient::new(&url, token).expect("client");
         TestApp {
             sim,
             api,
             url,
             db,
             env,
+            engine,
+            opts,
             stop: Some(stop),
             server: Some(server),
             _dir: dir,
         }
+    }
+
+    /// Stops the daemon as a crash would: the listener and every rollout task die where they
+    /// are, nothing more is written. The host and the database stay.
+    pub async fn kill(mut self) -> Crashed {
+        self.engine.kill();
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+        }
+        // The process is gone: its SQLite connections (and any open transaction) with it.
+        let closed = tokio::time::timeout(Duration::from_secs(5), self.engine.store().close());
+        assert!(closed.await.is_ok(), "the dead daemon's database closes");
+        Crashed {
+            sim: self.sim,
+            db: self.db,
+            env: self.env,
+            opts: self.opts,
+            dir: self._dir,
+        }
+    }
+
+    /// Stops the daemon gracefully (as on SIGTERM) and keeps host and database for a restart.
+    #[allow(dead_code)]
+    pub async fn stop_gracefully(mut self) -> Crashed {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        Crashed {
+            sim: self.sim,
+            db: self.db,
+            env: self.env,
+            opts: self.opts,
+            dir: self._dir,
+        }
+    }
+
+    /// Every audit event of a rollout, oldest first, straight from SQLite.
+    pub async fn audit_kinds(&self, id: &str) -> Vec<String> {
+        self.engine
+            .store()
+            .audit_events(id, 0)
+            .await
+            .expect("audit events")
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
     }
 
     /// A canary plan of r2 to `tag`.

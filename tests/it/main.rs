@@ -4,5 +4,6 @@ mod canary;
 mod compose_client;
 mod helpers;
 mod openapi;
+mod recovery;
 mod rollback;
 mod sim_host;
