@@ -37,6 +37,68 @@ pub struct ResolvedConfig {
     pub compose: ComposeTuning,
     /// How long finished rollouts are kept; `None` keeps them forever.
     pub retention_days: Option<u32>,
+    /// Webhook notifications (none unless configured).
+    pub notifications: NotificationsConfig,
+}
+
+/// Webhook notifications (`notifications:` in the config; optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NotificationsConfig {
+    /// Where notifications go.
+    pub webhooks: Vec<WebhookConfig>,
+    /// Delivery timings and retries.
+    pub delivery: DeliveryTuning,
+}
+
+/// One webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Names the webhook in logs and in the outbox.
+    pub name: String,
+    /// Where to POST; may hold a token, hence a [`Secret`] (`url_env` in the file).
+    pub url: Secret,
+    /// Body shape.
+    pub format: WebhookFormat,
+    /// The events it receives (every event unless configured).
+    pub events: BTreeSet<crate::notify::NotifyEvent>,
+}
+
+/// The body a webhook receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookFormat {
+    /// The whole notification as JSON (`id`, `event`, `rollout`, `step`, `error`, `text`).
+    #[default]
+    Json,
+    /// Slack-compatible incoming webhook: `{"text": "..."}`.
+    Slack,
+}
+
+/// Webhook delivery timings (`notifications:` keys; all optional).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryTuning {
+    /// Timeout of one POST, connect included (default 10s).
+    pub timeout: Duration,
+    /// First retry delay after a failed attempt; doubles per attempt (default 1s).
+    pub retry_initial: Duration,
+    /// Retry delay cap (default 5m).
+    pub retry_max: Duration,
+    /// Attempts before a delivery is given up and marked `failed` (default 50).
+    pub max_attempts: u32,
+    /// How often the outbox is checked when nothing wakes the notifier (default 1s).
+    pub poll_interval: Duration,
+}
+
+impl Default for DeliveryTuning {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(5 * 60),
+            max_attempts: 50,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
 }
 
 /// One API token.

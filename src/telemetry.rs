@@ -1,5 +1,12 @@
 //! Logging: `tracing` to stderr, readable text or JSON (`--log-format json`); `RUST_LOG` filters.
+//!
+//! In JSON, each line is one object: `timestamp`, `level`, `target`, `fields` (the message and
+//! the event's fields), `span` (the innermost span) and `spans` (every open span, outermost
+//! first). A rollout's task runs in a `rollout` span with `rollout.id`, `host` and `service`,
+//! and each step in a `step` span with `step.name` and `step.kind`, so every line a rollout
+//! writes can be found with `jq 'select(.spans[]?."rollout.id" == "ro_...")'`.
 
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
@@ -10,19 +17,33 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber once; later calls do nothing.
+/// Installs the global subscriber once, writing to stderr; later calls do nothing.
 pub fn init(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let _ = tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr));
+}
+
+/// The subscriber `init` installs, writing to `writer` (tests capture the lines with it).
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.with_target(false).try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-    };
+        .with_writer(writer);
+    match format {
+        LogFormat::Text => Box::new(builder.with_target(false).finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .finish(),
+        ),
+    }
 }

@@ -86,6 +86,40 @@ impl ApiClient {
         self.send(req).await
     }
 
+    /// Opens `GET path` as a stream (Server-Sent Events): the caller reads the body with
+    /// `chunk()`. No overall timeout; a stream silent for 45 s (three missed keep-alives) fails.
+    pub async fn get_stream(
+        &self,
+        path: &str,
+        last_event_id: Option<i64>,
+    ) -> anyhow::Result<reqwest::Response> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(45))
+            .build()?;
+        let mut req = http
+            .get(format!("{}{path}", self.base))
+            .header("accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach canaryd at {}", self.base))?;
+        if !res.status().is_success() {
+            let status = res.status().as_u16();
+            let body: Value = res.json().await.unwrap_or(Value::Null);
+            let code = body["error"]["code"].as_str().unwrap_or("error");
+            let message = body["error"]["message"].as_str().unwrap_or("");
+            return Err(anyhow!("{status} {code}: {message}"));
+        }
+        Ok(res)
+    }
+
     /// One rollout.
     pub async fn rollout(&self, id: &str) -> anyhow::Result<RolloutOut> {
         Ok(serde_json::from_value(

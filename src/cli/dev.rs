@@ -106,6 +106,7 @@ pub fn dev_config(
         hosts: BTreeMap::from([(DEV_HOST.to_owned(), host)]),
         compose,
         retention_days: None,
+        notifications: Default::default(),
     }
 }
 

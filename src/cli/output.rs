@@ -127,3 +127,46 @@ pub fn timeline(r: &RolloutOut) -> String {
     }
     out
 }
+
+/// The audit trail: who did what when, one line per event (from `GET /v1/rollouts/{id}/audit`).
+pub fn audit_trail(events: &[serde_json::Value]) -> String {
+    let mut out = String::from("  audit trail:\n");
+    for e in events {
+        let at = e["occurred_at"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| {
+                t.with_timezone(&Utc)
+                    .format("%Y-%m-%d %H:%M:%S%.3f")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let mut line = format!(
+            "  {at}  #{:<6} {:<12} {:<20}",
+            e["seq"],
+            e["actor"].as_str().unwrap_or("?"),
+            e["kind"].as_str().unwrap_or("?")
+        );
+        if let Some(step) = e["step"].as_str() {
+            line.push_str(&format!(" step={step}"));
+        }
+        if let (Some(from), Some(to)) = (e["from_state"].as_str(), e["to_state"].as_str()) {
+            line.push_str(&format!(" {from}->{to}"));
+        } else if let Some(to) = e["to_state"].as_str() {
+            line.push_str(&format!(" ->{to}"));
+        }
+        let d = &e["detail"];
+        if let Some(reason) = d["reason"].as_str() {
+            line.push_str(&format!(" reason={reason:?}"));
+        }
+        if let Some(by) = d["rolled_back_by"].as_str() {
+            line.push_str(&format!(" rolled_back_by={by}"));
+        }
+        if let Some(code) = d["error"]["code"].as_str() {
+            line.push_str(&format!(" error={code}"));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -3,16 +3,18 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
-use chrono::Utc;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::output::{step_line, timeline};
+use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
 use crate::http::RolloutOut;
+
+mod watch;
+
+pub use watch::follow;
 
 #[derive(Debug, Subcommand)]
 pub enum RolloutCommand {
@@ -95,12 +97,19 @@ pub struct HistoryArgs {
     pub kind: Option<String>,
     #[arg(long)]
     pub tag: Option<String>,
+    /// Who started the rollout (token name; `canaryd` for automatic rollbacks).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Created at or after this RFC 3339 time.
     #[arg(long)]
     pub since: Option<String>,
+    /// Created before this RFC 3339 time.
     #[arg(long)]
     pub until: Option<String>,
+    /// At most this many rollouts, newest first (fetched page by page).
     #[arg(long, default_value_t = 20)]
     pub limit: u32,
+    /// table, json or csv.
     #[arg(long, default_value = "table")]
     pub format: String,
     #[command(flatten)]
@@ -199,36 +208,6 @@ pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
     Ok(exit_code_of(&r))
 }
 
-/// Polls a rollout until terminal, calling `print` for each step state change.
-pub async fn follow(
-    client: &ApiClient,
-    id: &str,
-    mut print: impl FnMut(String),
-) -> anyhow::Result<RolloutOut> {
-    let mut last: BTreeMap<String, String> = BTreeMap::new();
-    let mut last_progress = std::time::Instant::now();
-    loop {
-        let r = client.rollout(id).await?;
-        let now = Utc::now();
-        for s in &r.steps {
-            if last.get(&s.name) != Some(&s.status) {
-                last.insert(s.name.clone(), s.status.clone());
-                if s.status != "pending" {
-                    print(step_line(&r, s, now));
-                    last_progress = std::time::Instant::now();
-                }
-            } else if s.status == "running" && last_progress.elapsed() > Duration::from_secs(30) {
-                print(step_line(&r, s, now));
-                last_progress = std::time::Instant::now();
-            }
-        }
-        if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
-            return Ok(r);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// SPEC §2: 0 succeeded, 1 failed or rolled back, 2 aborted.
 pub fn exit_code_of(r: &RolloutOut) -> ExitCode {
     match r.status.as_str() {
@@ -259,82 +238,107 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {
-    let r = ApiClient::from_env(&server.server)?.rollout(id).await?;
+    let client = ApiClient::from_env(&server.server)?;
+    let r = client.rollout(id).await?;
+    let audit = client.get(&format!("/v1/rollouts/{id}/audit")).await?;
     print!("{}", timeline(&r));
+    print!(
+        "{}",
+        audit_trail(audit["items"].as_array().map_or(&[], Vec::as_slice))
+    );
     Ok(ExitCode::SUCCESS)
 }
 
+/// Rollouts per request while paging through history.
+const HISTORY_PAGE: u32 = 500;
+
 pub async fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&args.server.server)?;
-    let mut query = vec![format!("limit={}", args.limit)];
+    if !matches!(args.format.as_str(), "table" | "json" | "csv") {
+        bail!("--format {:?}: expected table, json or csv", args.format);
+    }
+    let items = fetch_history(&client, &args).await?;
+    print!("{}", render_history(&items, &args.format)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Pages through `GET /v1/rollouts` with the filters of `args` until `--limit` items or the end.
+pub async fn fetch_history(client: &ApiClient, args: &HistoryArgs) -> anyhow::Result<Vec<Value>> {
+    let mut base = Vec::new();
     let filters = [
         ("host", &args.host),
         ("service", &args.service),
         ("status", &args.status),
         ("kind", &args.kind),
         ("tag", &args.tag),
+        ("actor", &args.actor),
         ("since", &args.since),
         ("until", &args.until),
     ];
     for (k, v) in filters {
         if let Some(v) = v {
-            query.push(format!("{k}={}", encode(v)));
+            base.push(format!("{k}={}", encode(v)));
         }
     }
-    let page = client
-        .get(&format!("/v1/rollouts?{}", query.join("&")))
-        .await?;
-    let items: Vec<RolloutOut> = serde_json::from_value(page["items"].clone())?;
-    match args.format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&page["items"])?),
-        "csv" => {
-            println!("id,kind,status,host,service,tag,actor,reason,created_at,finished_at,error");
-            for r in &items {
-                let fields = [
-                    r.id.clone(),
-                    r.kind.clone(),
-                    r.status.clone(),
-                    r.host.clone(),
-                    r.service.clone(),
-                    r.tag.clone(),
-                    r.actor.clone(),
-                    r.reason.clone(),
-                    r.created_at.to_rfc3339(),
-                    r.finished_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
-                    r.error.as_ref().map(|e| e.code.clone()).unwrap_or_default(),
-                ];
-                println!(
-                    "{}",
-                    fields
-                        .iter()
-                        .map(|f| csv_field(f))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                );
-            }
+    let mut items: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    while items.len() < args.limit as usize {
+        let want = (args.limit as usize - items.len()).min(HISTORY_PAGE as usize);
+        let mut query = base.clone();
+        query.push(format!("limit={want}"));
+        if let Some(c) = &cursor {
+            query.push(format!("cursor={}", encode(c)));
         }
-        "table" => {
-            println!(
-                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} REASON",
-                "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR"
-            );
-            for r in &items {
-                println!(
-                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {}",
-                    r.id, r.kind, r.status, r.host, r.service, r.tag, r.actor, r.reason
-                );
-            }
+        let page = client
+            .get(&format!("/v1/rollouts?{}", query.join("&")))
+            .await?;
+        if let Some(page_items) = page["items"].as_array() {
+            items.extend(page_items.iter().cloned());
         }
-        other => bail!("--format {other:?}: expected table, json or csv"),
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(items)
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
+/// Renders history items as a table, JSON or CSV (the daemon's CSV columns).
+pub fn render_history(items: &[Value], format: &str) -> anyhow::Result<String> {
+    match format {
+        "json" => Ok(format!("{}\n", serde_json::to_string_pretty(items)?)),
+        "csv" => {
+            let mut out = String::from(RolloutOut::CSV_HEADER);
+            for item in items {
+                let r: RolloutOut = serde_json::from_value(item.clone())?;
+                r.write_csv_record(&mut out);
+            }
+            Ok(out)
+        }
+        "table" => {
+            let mut out = format!(
+                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} REASON\n",
+                "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR", "CREATED"
+            );
+            for item in items {
+                let r: RolloutOut = serde_json::from_value(item.clone())?;
+                let reason = r.reason.replace(['\n', '\r'], " ");
+                out.push_str(&format!(
+                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {}\n",
+                    r.id,
+                    r.kind,
+                    r.status,
+                    r.host,
+                    r.service,
+                    r.tag,
+                    r.actor,
+                    r.created_at.format("%Y-%m-%d %H:%M:%S"),
+                    reason
+                ));
+            }
+            Ok(out)
+        }
+        other => bail!("--format {other:?}: expected table, json or csv"),
     }
 }
 

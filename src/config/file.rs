@@ -1,6 +1,6 @@
 //! The config file's exact shape (serde, unknown keys refused) and its resolution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,12 +9,13 @@ use serde::Deserialize;
 
 use super::url::check_url;
 use super::{
-    env_file, ApiToken, ComposeTuning, ConfigError, EnvMap, HostConfig, ReplicaConfig,
-    ResolvedConfig, Role, Secret,
+    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig,
+    NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
 use crate::domain::plan::is_env_key;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+use crate::notify::NotifyEvent;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +30,34 @@ struct ConfigFile {
     compose: Option<ComposeFile>,
     #[serde(default)]
     retention_days: Option<u32>,
+    #[serde(default)]
+    notifications: Option<NotificationsFile>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NotificationsFile {
+    #[serde(default)]
+    webhooks: Vec<WebhookFile>,
+    timeout: Option<String>,
+    retry_initial: Option<String>,
+    retry_max: Option<String>,
+    max_attempts: Option<u32>,
+    poll_interval: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookFile {
+    name: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    url_env: Option<String>,
+    #[serde(default)]
+    format: WebhookFormat,
+    #[serde(default)]
+    events: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -187,6 +216,7 @@ pub(super) fn resolve(
         let why = "must be at least 1 (leave it out to keep everything)";
         return Err(src.error(&[Key("retention_days")], why));
     }
+    let notifications = resolve_notifications(&src, raw.notifications.unwrap_or_default(), env)?;
     Ok(ResolvedConfig {
         listen,
         database: relative(&base, &raw.database),
@@ -195,6 +225,7 @@ pub(super) fn resolve(
         hosts,
         compose,
         retention_days: raw.retention_days,
+        notifications,
     })
 }
 
@@ -336,4 +367,98 @@ fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, Co
         return Err(src.error(&at, "must not be longer than busy_retry_max"));
     }
     Ok(tuning)
+}
+
+fn resolve_notifications(
+    src: &Source<'_>,
+    n: NotificationsFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<NotificationsConfig, ConfigError> {
+    use Seg::{Index, Key};
+    let d = DeliveryTuning::default();
+    let read =
+        |key: &str, text: Option<String>, default: Duration| -> Result<Duration, ConfigError> {
+            let at = [Key("notifications"), Key(key)];
+            match text.as_deref().map(parse_duration) {
+                None => Ok(default),
+                Some(Err(e)) => Err(src.error(&at, e)),
+                Some(Ok(d)) if d.is_zero() => Err(src.error(&at, "must be longer than zero")),
+                Some(Ok(d)) => Ok(d),
+            }
+        };
+    let delivery = DeliveryTuning {
+        timeout: read("timeout", n.timeout, d.timeout)?,
+        retry_initial: read("retry_initial", n.retry_initial, d.retry_initial)?,
+        retry_max: read("retry_max", n.retry_max, d.retry_max)?,
+        max_attempts: n.max_attempts.unwrap_or(d.max_attempts),
+        poll_interval: read("poll_interval", n.poll_interval, d.poll_interval)?,
+    };
+    if delivery.max_attempts == 0 {
+        let at = [Key("notifications"), Key("max_attempts")];
+        return Err(src.error(&at, "must be at least 1"));
+    }
+    if delivery.retry_initial > delivery.retry_max {
+        let at = [Key("notifications"), Key("retry_initial")];
+        return Err(src.error(&at, "must not be longer than retry_max"));
+    }
+    let mut webhooks: Vec<WebhookConfig> = Vec::new();
+    for (i, w) in n.webhooks.into_iter().enumerate() {
+        let at = |key| [Key("notifications"), Key("webhooks"), Index(i), Key(key)];
+        if !valid_name(&w.name) {
+            let why = "must be a non-empty name (letters, digits, `.`, `_`, `-`)";
+            return Err(src.error(&at("name"), why));
+        }
+        if webhooks.iter().any(|other| other.name == w.name) {
+            let why = format!("duplicate webhook name `{}`", w.name);
+            return Err(src.error(&at("name"), why));
+        }
+        let (url, key) = match (w.url, w.url_env) {
+            (Some(url), None) => (Secret::new(url), "url"),
+            (None, Some(var)) => (src.secret(&at("url_env"), &var, env)?, "url_env"),
+            _ => {
+                let why = "give exactly one of `url` and `url_env` (an env var holding a URL that contains a token)";
+                return Err(src.error(&[Key("notifications"), Key("webhooks"), Index(i)], why));
+            }
+        };
+        // The message never shows the URL: it may hold a token.
+        check_url(url.expose(), true).map_err(|_| {
+            src.error(
+                &at(key),
+                "is not an http(s)://host[:port][/path] URL (without credentials)",
+            )
+        })?;
+        let events = match w.events {
+            None => NotifyEvent::ALL.into_iter().collect(),
+            Some(list) if list.is_empty() => {
+                let why = "must name at least one event (leave it out for every event)";
+                return Err(src.error(&at("events"), why));
+            }
+            Some(list) => {
+                let mut events = BTreeSet::new();
+                for (j, name) in list.iter().enumerate() {
+                    let event = name.parse::<NotifyEvent>().map_err(|e| {
+                        src.error(
+                            &[
+                                Key("notifications"),
+                                Key("webhooks"),
+                                Index(i),
+                                Key("events"),
+                                Index(j),
+                            ],
+                            e,
+                        )
+                    })?;
+                    events.insert(event);
+                }
+                events
+            }
+        };
+        webhooks.push(WebhookConfig {
+            name: w.name,
+            url,
+            format: w.format,
+            events,
+        });
+    }
+    Ok(NotificationsConfig { webhooks, delivery })
 }

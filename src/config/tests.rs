@@ -345,3 +345,111 @@ fn the_shipped_config_loads_with_its_env_vars_set() {
         BTreeMap::from([(R1, "glm53-long"), (R2, "glm53-long")])
     );
 }
+
+const NOTIFY: &str = "\
+notifications:
+  retry_initial: 2s
+  max_attempts: 7
+  webhooks:
+    - {name: ops, url: 'http://hooks.internal:9000/canaryd'}
+    - {name: chat, url_env: SLACK_WEBHOOK_URL, format: slack, events: [failed, rolled_back]}
+";
+
+fn notify_env(key: &str) -> Option<String> {
+    match key {
+        "SLACK_WEBHOOK_URL" => Some("https://hooks.slack.example/services/T0/B0/secret".into()),
+        other => fake_env(other),
+    }
+}
+
+fn load_notify(extra: &str) -> Result<ResolvedConfig, ConfigError> {
+    let (_dir, path) = write_setup(&format!("{BASE}{extra}"), ENV_FILE);
+    load_with_env(&path, &notify_env)
+}
+
+#[test]
+fn webhooks_are_read_with_their_url_from_env_their_format_and_their_events() {
+    use crate::notify::NotifyEvent;
+    let none = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(none.notifications, NotificationsConfig::default());
+    let config = load_notify(NOTIFY).unwrap_or_else(|e| panic!("{e}"));
+    let n = &config.notifications;
+    assert_eq!(n.delivery.retry_initial, Duration::from_secs(2));
+    assert_eq!(n.delivery.max_attempts, 7);
+    assert_eq!(n.delivery.retry_max, DeliveryTuning::default().retry_max);
+    assert_eq!(n.webhooks[0].name, "ops");
+    assert_eq!(n.webhooks[0].format, WebhookFormat::Json);
+    assert_eq!(
+        n.webhooks[0].events.len(),
+        NotifyEvent::ALL.len(),
+        "every event by default"
+    );
+    assert_eq!(n.webhooks[1].format, WebhookFormat::Slack);
+    assert!(n.webhooks[1].url.expose().ends_with("/secret"));
+    assert_eq!(
+        n.webhooks[1].events,
+        BTreeSet::from([NotifyEvent::Failed, NotifyEvent::RolledBack])
+    );
+    assert!(
+        !format!("{config:?}").contains("/secret"),
+        "a webhook URL may hold a token: never in Debug"
+    );
+}
+
+#[test]
+fn bad_webhooks_are_refused_naming_the_key() {
+    let cases = [
+        (
+            "events: [failed, rolled_back]",
+            "events: [deployed]",
+            "notifications.webhooks[1].events[0]: unknown event `deployed`",
+        ),
+        (
+            "events: [failed, rolled_back]",
+            "events: []",
+            "notifications.webhooks[1].events: must name at least one event",
+        ),
+        (
+            "url_env: SLACK_WEBHOOK_URL",
+            "url_env: MISSING_URL",
+            "notifications.webhooks[1].url_env: environment variable MISSING_URL is not set",
+        ),
+        (
+            "{name: ops, url:",
+            "{name: ops, url_env: SLACK_WEBHOOK_URL, url:",
+            "notifications.webhooks[0]: give exactly one of `url` and `url_env`",
+        ),
+        (
+            "'http://hooks.internal:9000/canaryd'",
+            "'ftp://hooks.internal/x'",
+            "notifications.webhooks[0].url: is not an http(s)",
+        ),
+        (
+            "{name: chat,",
+            "{name: ops,",
+            "notifications.webhooks[1].name: duplicate webhook name `ops`",
+        ),
+        ("format: slack", "format: teams", "unknown variant `teams`"),
+        (
+            "max_attempts: 7",
+            "max_attempts: 0",
+            "notifications.max_attempts: must be at least 1",
+        ),
+        (
+            "retry_initial: 2s",
+            "retry_initial: 1h",
+            "notifications.retry_initial: must not be longer than retry_max",
+        ),
+        (
+            "max_attempts: 7",
+            "max_attempt: 7",
+            "unknown field `max_attempt`",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let err = load_notify(&NOTIFY.replacen(from, to, 1))
+            .expect_err(to)
+            .to_string();
+        assert!(err.contains(expected), "{to}: {err}");
+    }
+}

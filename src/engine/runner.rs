@@ -19,7 +19,12 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>)
     const TRIES: u32 = 5;
     let mut backoff = std::time::Duration::from_millis(200);
     for n in 1..=TRIES {
-        let span = tracing::info_span!("rollout", rollout.id = %id);
+        let span = tracing::info_span!(
+        "rollout",
+        rollout.id = %id,
+        host = tracing::field::Empty,
+        service = tracing::field::Empty
+    );
         let Err(e) = drive(engine, id, abort.clone()).instrument(span).await else {
             return;
         };
@@ -40,6 +45,9 @@ async fn drive(
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
     let mut rollout = engine.get(id).await?;
+    tracing::Span::current()
+        .record("host", rollout.host.as_str())
+        .record("service", rollout.service.as_str());
     if rollout.status == RolloutStatus::Pending {
         engine.checkpoint(id, "rollout:start").await;
         rollout = store

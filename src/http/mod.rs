@@ -4,6 +4,7 @@
 mod auth;
 mod dashboard;
 mod error;
+mod event;
 mod openapi;
 mod ops;
 mod replica;
@@ -39,6 +40,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(rollout::router())
+        .merge(event::router())
         .merge(rollback::router())
         .merge(replica::router())
         .merge(ops::router())

@@ -1,7 +1,7 @@
 //! `/v1/rollouts`: submit a canary plan, read rollouts, abort.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -11,14 +11,19 @@ use serde::{Deserialize, Serialize};
 
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
-use crate::store::{Rollout, RolloutFilter, Step};
+use crate::store::{Rollout, Step};
+
+mod list;
 
 /// Plans larger than this are refused (SPEC §4).
 pub const MAX_PLAN_BYTES: usize = 64 * 1024;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
-        .route("/v1/rollouts", post(create_rollout).get(list_rollouts))
+        .route(
+            "/v1/rollouts",
+            post(create_rollout).get(list::list_rollouts),
+        )
         .route("/v1/rollouts/{id}", get(get_rollout))
         .route("/v1/rollouts/{id}/abort", post(abort_rollout))
 }
@@ -209,95 +214,4 @@ async fn abort_rollout(
     }
     let rollout = state.engine.abort(&id, &actor.name, &input.reason).await?;
     Ok(Json(rollout_out(&state, rollout).await?))
-}
-
-/// Query of `GET /v1/rollouts`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ListRolloutsQuery {
-    host: Option<String>,
-    service: Option<String>,
-    status: Option<String>,
-    kind: Option<String>,
-    tag: Option<String>,
-    actor: Option<String>,
-    since: Option<DateTime<Utc>>,
-    until: Option<DateTime<Utc>>,
-    limit: Option<u32>,
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-struct ListOut {
-    items: Vec<RolloutOut>,
-    next_cursor: Option<String>,
-}
-
-async fn list_rollouts(
-    State(state): State<AppState>,
-    _actor: Actor,
-    Query(q): Query<ListRolloutsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let bad = |field: &str, v: &str| {
-        ApiError::bad_request("invalid_query", format!("{field}={v:?} is not valid"))
-    };
-    let status = q
-        .status
-        .as_deref()
-        .map(|s| s.parse().map_err(|_| bad("status", s)))
-        .transpose()?;
-    let kind = q
-        .kind
-        .as_deref()
-        .map(|s| s.parse().map_err(|_| bad("kind", s)))
-        .transpose()?;
-    let before = q
-        .cursor
-        .as_deref()
-        .map(|c| decode_cursor(c).ok_or_else(|| bad("cursor", c)))
-        .transpose()?;
-    let filter = RolloutFilter {
-        host: q.host,
-        service: q.service,
-        status,
-        kind,
-        tag: q.tag,
-        actor: q.actor,
-        since: q.since,
-        until: q.until,
-        before,
-        limit: limit + 1,
-    };
-    let mut rows = state
-        .engine
-        .store()
-        .list_rollouts(&filter)
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last()
-            .map(|r| encode_cursor(&crate::store::fmt_time(r.created_at), &r.id))
-    } else {
-        None
-    };
-    let mut items = Vec::with_capacity(rows.len());
-    for r in rows {
-        items.push(rollout_out(&state, r).await?);
-    }
-    Ok(Json(
-        serde_json::to_value(ListOut { items, next_cursor })
-            .map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
-}
-
-fn encode_cursor(created_at: &str, id: &str) -> String {
-    format!("{created_at}~{id}")
-}
-
-fn decode_cursor(c: &str) -> Option<(String, String)> {
-    let (t, id) = c.split_once('~')?;
-    DateTime::parse_from_rfc3339(t).ok()?;
-    id.starts_with("ro_").then(|| (t.to_owned(), id.to_owned()))
 }

@@ -1,5 +1,6 @@
 //! The append-only audit trail. Entries are only ever inserted, inside the transaction of the
-//! change they describe.
+//! change they describe; the notification an entry causes (if any) is written to the outbox in
+//! that same transaction (`outbox::enqueue`).
 
 use chrono::{DateTime, Utc};
 use sqlx::{Sqlite, Transaction};
@@ -10,14 +11,14 @@ use super::{fmt_time, parse_time, Store, StoreError};
 /// An audit entry being built.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
-    at: DateTime<Utc>,
-    actor: String,
-    kind: String,
-    rollout_id: Option<String>,
-    step: Option<String>,
-    from_state: Option<String>,
-    to_state: Option<String>,
-    detail: serde_json::Value,
+    pub(super) at: DateTime<Utc>,
+    pub(super) actor: String,
+    pub(super) kind: String,
+    pub(super) rollout_id: Option<String>,
+    pub(super) step: Option<String>,
+    pub(super) from_state: Option<String>,
+    pub(super) to_state: Option<String>,
+    pub(super) detail: serde_json::Value,
 }
 
 impl AuditEntry {
@@ -56,7 +57,7 @@ pub(super) async fn append(
     tx: &mut Transaction<'_, Sqlite>,
     e: &AuditEntry,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let done = sqlx::query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
     )
@@ -70,7 +71,7 @@ pub(super) async fn append(
     .bind(e.detail.to_string())
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    super::outbox::enqueue(tx, done.last_insert_rowid(), e).await
 }
 
 #[derive(sqlx::FromRow)]
@@ -89,7 +90,7 @@ struct AuditRow {
 impl Store {
     /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         append(&mut tx, entry).await?;
         tx.commit().await?;
         self.publish().await;

@@ -83,7 +83,7 @@ impl Store {
         change: &RolloutChange,
         deployment: &NewDeployment,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         insert(&mut tx, deployment).await?;
         super::rollout::transition(&mut tx, id, change).await?;
         let rollout = super::rollout::get_in(&mut tx, id).await?;
@@ -94,7 +94,7 @@ impl Store {
 
     /// Records the host's current deployment of a replica canaryd never deployed.
     pub async fn record_baseline(&self, d: &NewDeployment) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let (existing,): (i64,) =
             sqlx::query_as("select count(*) from deployment where host = ? and service = ?")
                 .bind(&d.host)

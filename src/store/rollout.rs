@@ -130,7 +130,7 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         insert_rollout(&mut tx, new, steps).await?;
         tx.commit().await?;
         self.publish().await;
@@ -143,7 +143,7 @@ impl Store {
         id: &str,
         change: &RolloutChange,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         transition(&mut tx, id, change).await?;
         let rollout = get_in(&mut tx, id).await?;
         tx.commit().await?;
@@ -159,7 +159,7 @@ impl Store {
         rollback: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         transition(&mut tx, canary_id, change).await?;
         insert_rollout(&mut tx, rollback, steps).await?;
         sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
@@ -172,15 +172,27 @@ impl Store {
         Ok(())
     }
 
-    /// Links an existing rollout to the rollback created for it (manual rollback).
+    /// Links an existing rollout to the rollback created for it (manual rollback). The audit
+    /// event (`rollback_linked`, on the rolled-back rollout) carries the rollback's actor, reason
+    /// and request time.
     pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
-        sqlx::query(
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
             "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
         )
         .bind(rollback)
         .bind(rolled_back)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
+        if done.rows_affected() > 0 {
+            let by = get_in(&mut tx, rollback).await?;
+            let entry = AuditEntry::new(by.created_at, &by.actor, "rollback_linked")
+                .rollout(rolled_back)
+                .detail(serde_json::json!({"rolled_back_by": rollback, "reason": by.reason}));
+            append(&mut tx, &entry).await?;
+        }
+        tx.commit().await?;
+        self.publish().await;
         Ok(())
     }
 
@@ -222,7 +234,7 @@ impl Store {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "update rollout set abort_reason = ?, abort_actor = ? where rollout_id = ? and active_host is not null",
         )
@@ -255,41 +267,65 @@ impl Store {
         Ok(())
     }
 
-    /// Lists rollouts newest first, with keyset pagination.
+    /// Lists rollouts newest first (by `created_at`, then id), with keyset pagination: `before`
+    /// is exclusive, so paging with the last item's key visits every row exactly once even
+    /// while new rollouts are inserted.
     pub async fn list_rollouts(&self, f: &RolloutFilter) -> Result<Vec<Rollout>, StoreError> {
-        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(SELECT_ROLLOUT);
-        qb.push(" where 1 = 1");
-        let eq = [
-            ("host", f.host.clone()),
-            ("service", f.service.clone()),
-            ("status", f.status.map(|s| s.as_str().to_owned())),
-            ("kind", f.kind.map(|k| k.as_str().to_owned())),
-            ("tag", f.tag.clone()),
-            ("actor", f.actor.clone()),
-        ];
-        for (column, value) in eq {
-            if let Some(v) = value {
-                qb.push(format!(" and {column} = ")).push_bind(v);
-            }
-        }
-        if let Some(since) = f.since {
-            qb.push(" and created_at >= ").push_bind(fmt_time(since));
-        }
-        if let Some(until) = f.until {
-            qb.push(" and created_at < ").push_bind(fmt_time(until));
-        }
-        if let Some((created_at, id)) = &f.before {
-            qb.push(" and (created_at, rollout_id) < (")
-                .push_bind(created_at.clone())
-                .push(", ")
-                .push_bind(id.clone())
-                .push(")");
-        }
-        qb.push(" order by created_at desc, rollout_id desc limit ")
-            .push_bind(i64::from(f.limit.max(1)));
+        let mut qb = list_query(SELECT_ROLLOUT, f);
         let rows: Vec<RolloutRow> = qb.build_query_as().fetch_all(self.pool()).await?;
         rows.into_iter().map(Rollout::try_from).collect()
     }
+
+    /// The query plan SQLite chooses for `list_rollouts(f)` (one line per plan step), so a
+    /// test can check every filter is served by an index.
+    #[doc(hidden)]
+    pub async fn explain_list_rollouts(
+        &self,
+        f: &RolloutFilter,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut qb = list_query(&format!("explain query plan {SELECT_ROLLOUT}"), f);
+        let rows: Vec<(i64, i64, i64, String)> = qb.build_query_as().fetch_all(self.pool()).await?;
+        Ok(rows.into_iter().map(|r| r.3).collect())
+    }
+}
+
+/// `select ... where <filters> order by created_at desc, rollout_id desc limit n`.
+fn list_query(select: &str, f: &RolloutFilter) -> sqlx::QueryBuilder<'static, Sqlite> {
+    let mut qb = sqlx::QueryBuilder::<Sqlite>::new(select);
+    qb.push(" where 1 = 1");
+    let eq = [
+        ("host", f.host.clone()),
+        ("service", f.service.clone()),
+        ("status", f.status.map(|s| s.as_str().to_owned())),
+        ("kind", f.kind.map(|k| k.as_str().to_owned())),
+        ("tag", f.tag.clone()),
+        ("actor", f.actor.clone()),
+    ];
+    for (column, value) in eq {
+        if let Some(v) = value {
+            qb.push(format!(" and {column} = ")).push_bind(v);
+        }
+    }
+    if let Some(since) = f.since {
+        qb.push(" and created_at >= ").push_bind(fmt_time(since));
+    }
+    if let Some(until) = f.until {
+        qb.push(" and created_at < ").push_bind(fmt_time(until));
+    }
+    if let Some((created_at, id)) = &f.before {
+        // Spelled so that the index range stops at the cursor: `created_at <= t` bounds
+        // the scan, the `or` breaks ties within the same millisecond by id.
+        qb.push(" and created_at <= ")
+            .push_bind(created_at.clone())
+            .push(" and (created_at < ")
+            .push_bind(created_at.clone())
+            .push(" or rollout_id < ")
+            .push_bind(id.clone())
+            .push(")");
+    }
+    qb.push(" order by created_at desc, rollout_id desc limit ")
+        .push_bind(i64::from(f.limit.max(1)));
+    qb
 }
 
 pub(super) async fn get_in(
@@ -409,13 +445,27 @@ pub(super) async fn transition(
     .bind(id)
     .execute(&mut **tx)
     .await?;
-    let entry = AuditEntry::new(
-        change.at,
-        &change.actor,
-        &format!("rollout_{}", next.as_str()),
-    )
-    .rollout(id)
-    .states(Some(current.status.as_str()), Some(next.as_str()))
-    .detail(change.detail.clone());
+    // An abort is carried out by canaryd but caused by whoever asked for it: the audit event
+    // names them, with their reason.
+    let mut actor = change.actor.clone();
+    let mut detail = change.detail.clone();
+    if next == RolloutStatus::Aborted {
+        let (by,): (Option<String>,) =
+            sqlx::query_as("select abort_actor from rollout where rollout_id = ?")
+                .bind(id)
+                .fetch_one(&mut **tx)
+                .await?;
+        if let Some(by) = by {
+            actor = by;
+        }
+        if let (Some(reason), Some(map)) = (&current.abort_reason, detail.as_object_mut()) {
+            map.entry("reason")
+                .or_insert_with(|| serde_json::json!(reason));
+        }
+    }
+    let entry = AuditEntry::new(change.at, &actor, &format!("rollout_{}", next.as_str()))
+        .rollout(id)
+        .states(Some(current.status.as_str()), Some(next.as_str()))
+        .detail(detail);
     append(tx, &entry).await
 }

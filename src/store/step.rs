@@ -74,6 +74,28 @@ impl Store {
         rows.into_iter().map(Step::try_from).collect()
     }
 
+    /// The steps of several rollouts (a listing page) in one query, by rollout id.
+    pub async fn steps_of(
+        &self,
+        rollout_ids: &[String],
+    ) -> Result<std::collections::HashMap<String, Vec<Step>>, StoreError> {
+        let ids = serde_json::Value::from(rollout_ids.to_vec()).to_string();
+        let rows: Vec<StepRow> = sqlx::query_as(
+            "select step_id, rollout_id, position, name, kind, status, attempts, started_at, finished_at, \
+             deadline_at, detail from step where rollout_id in (select value from json_each(?)) \
+             order by rollout_id, position",
+        )
+        .bind(ids)
+        .fetch_all(self.pool())
+        .await?;
+        let mut out: std::collections::HashMap<String, Vec<Step>> = Default::default();
+        for row in rows {
+            let step = Step::try_from(row)?;
+            out.entry(step.rollout_id.clone()).or_default().push(step);
+        }
+        Ok(out)
+    }
+
     /// Moves a step to a new status, writing its detail and an audit event in one transaction.
     /// `deadline` is kept once set (a resumed wait keeps its original deadline).
     pub async fn transition_step(
@@ -84,7 +106,7 @@ impl Store {
         deadline: Option<DateTime<Utc>>,
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
             .bind(&step.id)
             .fetch_one(&mut *tx)
@@ -157,7 +179,7 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<String, StoreError> {
         let id = new_id("att");
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let (n,): (i64,) =
             sqlx::query_as("select count(*) + 1 from step_attempt where step_id = ?")
                 .bind(&step.id)

@@ -3,6 +3,8 @@
 mod canary;
 mod compose_client;
 mod helpers;
+mod logging;
+mod notify;
 mod openapi;
 mod recovery;
 mod rollback;

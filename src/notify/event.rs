@@ -1,0 +1,174 @@
+//! Which audit events are notified, under which name, and the text a human reads. Pure.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A notification a webhook may subscribe to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum NotifyEvent {
+    /// A rollout (canary or rollback) left `pending` and began its first step.
+    Started,
+    /// A step failed (the rollout fails next, and may roll back).
+    StepFailed,
+    /// A canary succeeded.
+    Succeeded,
+    /// A rollout (canary or rollback) failed.
+    Failed,
+    /// A rollout was aborted.
+    Aborted,
+    /// A rollback succeeded: the replica runs its prior deployment again.
+    RolledBack,
+}
+
+impl NotifyEvent {
+    /// Every event, in the order of a rollout's life.
+    pub const ALL: [NotifyEvent; 6] = [
+        Self::Started,
+        Self::StepFailed,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Aborted,
+        Self::RolledBack,
+    ];
+
+    /// The name in the config file, the outbox and the payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::StepFailed => "step_failed",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Aborted => "aborted",
+            Self::RolledBack => "rolled_back",
+        }
+    }
+
+    /// The notification an audit event causes, if any. `rollout_kind` is `canary` or
+    /// `rollback`: a rollback that succeeds is `rolled_back`, not `succeeded`.
+    pub fn from_audit(audit_kind: &str, rollout_kind: &str) -> Option<NotifyEvent> {
+        match audit_kind {
+            "rollout_running" => Some(Self::Started),
+            "step_failed" => Some(Self::StepFailed),
+            "rollout_succeeded" if rollout_kind == "rollback" => Some(Self::RolledBack),
+            "rollout_succeeded" => Some(Self::Succeeded),
+            "rollout_failed" => Some(Self::Failed),
+            "rollout_aborted" => Some(Self::Aborted),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NotifyEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NotifyEvent {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|e| e.as_str()).collect();
+                format!("unknown event `{s}` (one of: {})", names.join(", "))
+            })
+    }
+}
+
+/// What a notification is about, as the human-readable line says it.
+#[derive(Debug, Clone, Default)]
+pub struct Subject<'a> {
+    pub rollout_id: &'a str,
+    pub kind: &'a str,
+    pub host: &'a str,
+    pub service: &'a str,
+    pub tag: &'a str,
+    pub actor: &'a str,
+    pub reason: &'a str,
+    pub step: Option<&'a str>,
+    pub error: Option<&'a str>,
+}
+
+/// One line for chat: `canaryd: canary ro_… of r2 on gpu02 to v0.0.452 failed at step up: …`.
+pub fn text(event: NotifyEvent, s: &Subject<'_>) -> String {
+    let what = format!(
+        "{} {} of {} on {} to {}",
+        s.kind, s.rollout_id, s.service, s.host, s.tag
+    );
+    let step = s.step.unwrap_or("?");
+    let error = s.error.map(|e| format!(": {e}")).unwrap_or_default();
+    match event {
+        NotifyEvent::Started => format!("canaryd: {what} started (by {}: {})", s.actor, s.reason),
+        NotifyEvent::StepFailed => format!("canaryd: {what}: step {step} failed{error}"),
+        NotifyEvent::Succeeded => format!("canaryd: {what} succeeded"),
+        NotifyEvent::Failed => format!("canaryd: {what} failed{error}"),
+        NotifyEvent::Aborted => format!("canaryd: {what} aborted{error}"),
+        NotifyEvent::RolledBack => format!(
+            "canaryd: {} rolled back to {} ({what} succeeded)",
+            s.service, s.tag
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_events_map_to_notifications_and_a_successful_rollback_is_rolled_back() {
+        let cases = [
+            ("rollout_created", "canary", None),
+            ("rollout_running", "canary", Some(NotifyEvent::Started)),
+            ("rollout_running", "rollback", Some(NotifyEvent::Started)),
+            ("step_running", "canary", None),
+            ("step_succeeded", "canary", None),
+            ("step_failed", "canary", Some(NotifyEvent::StepFailed)),
+            ("rollout_succeeded", "canary", Some(NotifyEvent::Succeeded)),
+            (
+                "rollout_succeeded",
+                "rollback",
+                Some(NotifyEvent::RolledBack),
+            ),
+            ("rollout_failed", "rollback", Some(NotifyEvent::Failed)),
+            ("rollout_aborted", "canary", Some(NotifyEvent::Aborted)),
+            ("abort_requested", "canary", None),
+        ];
+        for (audit, kind, expected) in cases {
+            assert_eq!(
+                NotifyEvent::from_audit(audit, kind),
+                expected,
+                "{audit} {kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn event_names_round_trip_and_unknown_names_list_the_known_ones() {
+        for e in NotifyEvent::ALL {
+            assert_eq!(e.as_str().parse::<NotifyEvent>(), Ok(e));
+        }
+        let err = "deployed".parse::<NotifyEvent>().expect_err("unknown");
+        assert!(err.contains("rolled_back"), "{err}");
+    }
+
+    #[test]
+    fn the_chat_line_names_the_rollout_the_replica_and_the_error() {
+        let s = Subject {
+            rollout_id: "ro_1",
+            kind: "canary",
+            host: "gpu02",
+            service: "r2",
+            tag: "v0.0.452",
+            step: Some("up"),
+            error: Some("compose_failed: exit 1"),
+            ..Subject::default()
+        };
+        assert_eq!(
+            text(NotifyEvent::StepFailed, &s),
+            "canaryd: canary ro_1 of r2 on gpu02 to v0.0.452: step up failed: compose_failed: exit 1"
+        );
+    }
+}

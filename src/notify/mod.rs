@@ -1,0 +1,252 @@
+//! Webhook notifications, delivered from the transactional outbox (SPEC §8, issue 7).
+//!
+//! The outbox row of a notification is written in the same transaction as the audit event
+//! that causes it (`store::outbox`), so a committed state change always has its notification
+//! and a rolled-back one never does. This task then:
+//!
+//! 1. routes each new outbox row to the webhooks subscribed to its event (one
+//!    `outbox_delivery` row per webhook, written with the routing mark in one transaction);
+//! 2. delivers each due delivery: it **claims** the attempt first (attempts + 1 and the time
+//!    of the next retry, committed), then POSTs with `Idempotency-Key: <outbox id>`, then marks
+//!    it delivered on a 2xx, or records the error; the retry delay doubles from
+//!    `retry_initial` to `retry_max`, and after `max_attempts` the delivery is `failed`.
+//!
+//! Semantics: **at least once, with an idempotency key**. Nothing is lost across restarts
+//! (the rows are in SQLite), and a request that reached the receiver but whose 2xx was not
+//! recorded (timeout, crash, restart) is sent again with the same `Idempotency-Key`, which
+//! the receiver uses to drop the duplicate.
+
+pub mod event;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+
+use crate::config::{NotificationsConfig, WebhookConfig, WebhookFormat};
+use crate::store::{DueDelivery, Store};
+
+pub use event::NotifyEvent;
+
+/// Outbox rows handled per pass; a pass repeats while there is more.
+const BATCH: i64 = 100;
+/// Passes per wake-up before waiting again (bounds one wake-up's work).
+const MAX_PASSES: usize = 100;
+
+/// The running notifier; stopping it (or dropping it) ends its task. Anything not yet
+/// delivered stays in the outbox for the next start.
+pub struct Notifier {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Notifier {
+    /// Starts delivering the outbox of `store` to the configured webhooks.
+    pub fn spawn(store: Store, config: NotificationsConfig) -> Notifier {
+        let worker = Worker::new(store, config);
+        Notifier {
+            task: Some(tokio::spawn(worker.run())),
+        }
+    }
+
+    /// Stops the task at once (an attempt in flight is resent at the next start).
+    pub async fn stop(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+struct Worker {
+    store: Store,
+    config: Arc<NotificationsConfig>,
+    client: reqwest::Client,
+}
+
+impl Worker {
+    fn new(store: Store, config: NotificationsConfig) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(config.delivery.timeout)
+            .connect_timeout(config.delivery.timeout)
+            .user_agent(concat!("canaryd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        Self {
+            store,
+            config: Arc::new(config),
+            client,
+        }
+    }
+
+    /// Runs for the daemon's life: a pass over the outbox at each audit event, at each due
+    /// retry and at least every `poll_interval`.
+    async fn run(self) {
+        let mut events = self.store.subscribe();
+        let poll = self.config.delivery.poll_interval;
+        loop {
+            for _ in 0..MAX_PASSES {
+                match self.pass().await {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "notification outbox pass failed; retrying");
+                        break;
+                    }
+                }
+            }
+            let wait = match self.store.next_delivery_at().await {
+                Ok(Some(at)) => (at - Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+                    .min(poll),
+                _ => poll,
+            };
+            tokio::select! {
+                received = events.recv() => {
+                    if let Err(tokio::sync::broadcast::error::RecvError::Closed) = received {
+                        tokio::time::sleep(poll).await;
+                    }
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Routes new notifications and sends due deliveries; true when a batch was full (more
+    /// may be waiting).
+    async fn pass(&self) -> Result<bool, crate::store::StoreError> {
+        let unrouted = self.store.unrouted_notifications(BATCH).await?;
+        for n in &unrouted {
+            let targets: Vec<&str> = self
+                .config
+                .webhooks
+                .iter()
+                .filter(|w| w.events.iter().any(|e| e.as_str() == n.event))
+                .map(|w| w.name.as_str())
+                .collect();
+            self.store
+                .route_notification(&n.outbox_id, &targets, Utc::now())
+                .await?;
+        }
+        let due = self.store.due_deliveries(Utc::now(), BATCH).await?;
+        for d in &due {
+            self.deliver(d).await?;
+        }
+        Ok(unrouted.len() as i64 == BATCH || due.len() as i64 == BATCH)
+    }
+
+    async fn deliver(&self, d: &DueDelivery) -> Result<(), crate::store::StoreError> {
+        let Some(webhook) = self.config.webhooks.iter().find(|w| w.name == d.webhook) else {
+            // Removed from the config since it was routed: nothing to send it to.
+            let why = format!("webhook {} is no longer configured", d.webhook);
+            return self
+                .store
+                .finish_delivery(&d.outbox_id, &d.webhook, Utc::now(), Err((why, true)))
+                .await;
+        };
+        let tuning = &self.config.delivery;
+        let attempt = u32::try_from(d.attempts)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
+        let delay = backoff(tuning.retry_initial, tuning.retry_max, attempt);
+        let now = Utc::now();
+        let retry_at = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        self.store
+            .claim_delivery(&d.outbox_id, &d.webhook, now, retry_at)
+            .await?;
+        let outcome = self.send(webhook, d).await;
+        let outcome = match outcome {
+            Ok(()) => {
+                tracing::info!(
+                    webhook = %webhook.name, notification.id = %d.outbox_id, event = %d.event,
+                    attempt, "notification {} ({}) delivered to {}", d.outbox_id, d.event, webhook.name
+                );
+                Ok(())
+            }
+            Err(error) => {
+                let give_up = attempt >= tuning.max_attempts;
+                if give_up {
+                    tracing::error!(
+                        webhook = %webhook.name, notification.id = %d.outbox_id, attempt, error = %error,
+                        "notification {} to {} given up after {attempt} attempts", d.outbox_id, webhook.name
+                    );
+                } else {
+                    tracing::warn!(
+                        webhook = %webhook.name, notification.id = %d.outbox_id, attempt, error = %error,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "notification {} to {} failed; retrying", d.outbox_id, webhook.name
+                    );
+                }
+                Err((error, give_up))
+            }
+        };
+        self.store
+            .finish_delivery(&d.outbox_id, &d.webhook, Utc::now(), outcome)
+            .await
+    }
+
+    /// One POST. The error never contains the URL (it may hold a token).
+    async fn send(&self, webhook: &WebhookConfig, d: &DueDelivery) -> Result<(), String> {
+        let payload: serde_json::Value =
+            serde_json::from_str(&d.payload).map_err(|e| format!("corrupt payload: {e}"))?;
+        let body = match webhook.format {
+            WebhookFormat::Json => payload,
+            WebhookFormat::Slack => json!({"text": payload["text"]}),
+        };
+        let res = self
+            .client
+            .post(webhook.url.expose())
+            .header("Idempotency-Key", &d.outbox_id)
+            .json(&body)
+            .send()
+            .await
+            .map_err(describe)?;
+        let status = res.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {status}"))
+        }
+    }
+}
+
+/// The delay before retrying after failed attempt number `attempt` (1-based): `initial`,
+/// doubling, capped at `max`.
+pub fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1).min(30));
+    initial.saturating_mul(factor).min(max)
+}
+
+/// A transport error without its URL.
+fn describe(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".to_owned()
+    } else if e.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        e.without_url().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn the_retry_delay_doubles_from_the_initial_delay_up_to_the_cap() {
+        let (i, m) = (Duration::from_secs(1), Duration::from_secs(10));
+        let delays: Vec<u64> = (1..=6).map(|a| backoff(i, m, a).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(backoff(i, m, u32::MAX), m);
+    }
+}

@@ -1,0 +1,264 @@
+//! The notification outbox (migration 0006). `enqueue` runs inside the transaction of the audit
+//! event that causes a notification; the notifier (`crate::notify`) routes each row to the
+//! webhooks subscribed to it and delivers it, claiming every attempt before it is sent.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::{Sqlite, Transaction};
+
+use super::audit::AuditEntry;
+use super::{fmt_time, Store, StoreError};
+use crate::notify::event::{text, NotifyEvent, Subject};
+
+/// A notification waiting to be routed to webhooks.
+#[derive(Debug, Clone)]
+pub struct Unrouted {
+    pub outbox_id: String,
+    pub event: String,
+}
+
+/// One (notification, webhook) delivery that is due.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DueDelivery {
+    pub outbox_id: String,
+    pub webhook: String,
+    pub attempts: i64,
+    pub event: String,
+    pub payload: String,
+}
+
+/// Writes the notification `entry` causes, if any, in the caller's transaction. `seq` is the
+/// audit event's sequence number.
+pub(super) async fn enqueue(
+    tx: &mut Transaction<'_, Sqlite>,
+    seq: i64,
+    entry: &AuditEntry,
+) -> Result<(), StoreError> {
+    let Some(rollout_id) = entry.rollout_id.as_deref() else {
+        return Ok(());
+    };
+    if !matches!(
+        entry.kind.as_str(),
+        "rollout_running"
+            | "step_failed"
+            | "rollout_succeeded"
+            | "rollout_failed"
+            | "rollout_aborted"
+    ) {
+        return Ok(());
+    }
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
+         from rollout where rollout_id = ?",
+    )
+    .bind(rollout_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((kind, host, service, file, tag, actor, reason, rollback_of, code, message)) = row
+    else {
+        return Ok(());
+    };
+    let Some(event) = NotifyEvent::from_audit(&entry.kind, &kind) else {
+        return Ok(());
+    };
+    let error = if event == NotifyEvent::StepFailed {
+        let e = &entry.detail["error"];
+        e["code"]
+            .as_str()
+            .map(|c| json!({"code": c, "message": e["message"].as_str().unwrap_or_default()}))
+    } else {
+        code.map(|c| json!({"code": c, "message": message.unwrap_or_default()}))
+    };
+    let error_line = error.as_ref().map(|e| {
+        format!(
+            "{}: {}",
+            e["code"].as_str().unwrap_or_default(),
+            e["message"].as_str().unwrap_or_default()
+        )
+    });
+    let subject = Subject {
+        rollout_id,
+        kind: &kind,
+        host: &host,
+        service: &service,
+        tag: &tag,
+        actor: &actor,
+        reason: &reason,
+        step: entry.step.as_deref(),
+        error: error_line.as_deref(),
+    };
+    let outbox_id = super::new_id("ob");
+    let payload = json!({
+        "id": outbox_id,
+        "event": event.as_str(),
+        "occurred_at": fmt_time(entry.at),
+        "rollout": {
+            "id": rollout_id, "kind": kind, "status": entry.to_state, "host": host,
+            "service": service, "file": file, "tag": tag, "actor": actor, "reason": reason,
+            "rollback_of": rollback_of,
+        },
+        "step": entry.step,
+        "error": error,
+        "text": text(event, &subject),
+    });
+    sqlx::query(
+        "insert into outbox (outbox_id, audit_seq, event, rollout_id, payload, created_at) \
+         values (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&outbox_id)
+    .bind(seq)
+    .bind(event.as_str())
+    .bind(rollout_id)
+    .bind(payload.to_string())
+    .bind(fmt_time(entry.at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Notifications not yet routed to webhooks, oldest first (at most `limit`).
+    pub async fn unrouted_notifications(&self, limit: i64) -> Result<Vec<Unrouted>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "select outbox_id, event from outbox where routed_at is null \
+             order by created_at, outbox_id limit ?",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(outbox_id, event)| Unrouted { outbox_id, event })
+            .collect())
+    }
+
+    /// Creates a pending delivery of `outbox_id` to each of `webhooks` (none: nobody listens)
+    /// and marks the notification routed, in one transaction.
+    pub async fn route_notification(
+        &self,
+        outbox_id: &str,
+        webhooks: &[&str],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let now = fmt_time(now);
+        let mut tx = self.begin_write().await?;
+        for webhook in webhooks {
+            sqlx::query(
+                "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
+                 values (?, ?, 'pending', ?)",
+            )
+            .bind(outbox_id)
+            .bind(webhook)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("update outbox set routed_at = ? where outbox_id = ?")
+            .bind(&now)
+            .bind(outbox_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Pending deliveries due at `now`, oldest notification first (at most `limit`).
+    pub async fn due_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        let rows = sqlx::query_as(
+            "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
+             from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
+             where d.status = 'pending' and d.next_attempt_at <= ? \
+             order by o.created_at, d.outbox_id, d.webhook limit ?",
+        )
+        .bind(fmt_time(now))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows)
+    }
+
+    /// When the next pending delivery is due, if any.
+    pub async fn next_delivery_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let (next,): (Option<String>,) = sqlx::query_as(
+            "select min(next_attempt_at) from outbox_delivery where status = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        super::parse_opt_time("outbox_delivery", next)
+    }
+
+    /// Claims an attempt before it is sent: counts it and sets when it is retried if it is not
+    /// confirmed (a crash after the send resends it then, with the same key).
+    pub async fn claim_delivery(
+        &self,
+        outbox_id: &str,
+        webhook: &str,
+        now: DateTime<Utc>,
+        retry_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "update outbox_delivery set attempts = attempts + 1, last_attempt_at = ?, \
+             next_attempt_at = ? where outbox_id = ? and webhook = ? and status = 'pending'",
+        )
+        .bind(fmt_time(now))
+        .bind(fmt_time(retry_at))
+        .bind(outbox_id)
+        .bind(webhook)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records the outcome of an attempt: delivered (a 2xx), or the error, and whether to give up.
+    pub async fn finish_delivery(
+        &self,
+        outbox_id: &str,
+        webhook: &str,
+        now: DateTime<Utc>,
+        outcome: Result<(), (String, bool)>,
+    ) -> Result<(), StoreError> {
+        let (status, delivered_at, error) = match outcome {
+            Ok(()) => ("delivered", Some(fmt_time(now)), None),
+            Err((error, true)) => ("failed", None, Some(error)),
+            Err((error, false)) => ("pending", None, Some(error)),
+        };
+        sqlx::query(
+            "update outbox_delivery set status = ?, delivered_at = ?, last_error = ? \
+             where outbox_id = ? and webhook = ? and status = 'pending'",
+        )
+        .bind(status)
+        .bind(delivered_at)
+        .bind(error)
+        .bind(outbox_id)
+        .bind(webhook)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Deliveries by status (`pending`, `delivered`, `failed`), for checks and tests.
+    pub async fn delivery_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query_as(
+            "select status, count(*) from outbox_delivery group by status order by status",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows)
+    }
+}
