@@ -49,6 +49,7 @@ impl App {
                 "resumed {resumed} unfinished rollout(s)"
             );
         }
+        crate::store::spawn_retention(engine.store().clone(), config.retention_days);
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;

@@ -2,8 +2,10 @@
 //! audit event in one transaction, and no transaction is ever held across a network call.
 
 mod audit;
+mod bulk;
 mod deployment;
 mod record;
+mod retention;
 mod rollout;
 mod step;
 
@@ -17,8 +19,11 @@ use sqlx::sqlite::{
 };
 
 pub use audit::AuditEntry;
+#[doc(hidden)]
+pub use bulk::BulkSpec;
 pub use deployment::NewDeployment;
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
+pub use retention::{spawn_retention, Purged};
 pub use rollout::{NewRollout, NewStep, RolloutChange};
 
 /// The embedded migrations (`migrations/NNNN_name.sql`), run when the database is opened.

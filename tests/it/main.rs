@@ -1,5 +1,6 @@
 //! The one integration test binary: everything end to end, against the simulated host.
 
+mod audit;
 mod canary;
 mod compose_client;
 mod helpers;
