@@ -93,6 +93,11 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let engine = self.state.engine.clone();
+        // Webhook notifications from the outbox; what is not delivered at stop is sent at next start.
+        let notifier = crate::notify::Notifier::spawn(
+            self.state.engine.store().clone(),
+            self.state.config.notifications.clone(),
+        );
         let app = router(self.state);
         let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
         let shutdown = async move {
@@ -118,6 +123,7 @@ impl App {
             interrupted = stopped,
             "canaryd stopped; unfinished rollouts resume at next start"
         );
+        notifier.stop().await;
         served
     }
 }

@@ -26,7 +26,7 @@ impl Store {
     /// real rollout writes (created, running, two per step, terminal).
     pub async fn bulk_fill(&self, spec: BulkSpec) -> Result<(), StoreError> {
         let last = spec.rollouts - 1;
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "with recursive n(i) as (select 0 union all select i + 1 from n where i < ?1) \
              insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, \
@@ -66,7 +66,7 @@ impl Store {
         .await?;
         tx.commit().await?;
 
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "with recursive p(k) as (select 0 union all select k + 1 from p where k < ?1 - 1) \
              insert into step (step_id, rollout_id, position, name, kind, status, attempts, \
@@ -83,7 +83,7 @@ impl Store {
         .await?;
         tx.commit().await?;
 
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at, \
                finished_at, outcome, detail) \
@@ -97,7 +97,7 @@ impl Store {
         .await?;
         tx.commit().await?;
 
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \

@@ -4,6 +4,7 @@
 mod audit;
 mod bulk;
 mod deployment;
+mod outbox;
 mod record;
 mod retention;
 mod rollout;
@@ -22,6 +23,7 @@ pub use audit::AuditEntry;
 #[doc(hidden)]
 pub use bulk::BulkSpec;
 pub use deployment::NewDeployment;
+pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
 pub use retention::{spawn_retention, Purged};
 pub use rollout::{NewRollout, NewStep, RolloutChange};
@@ -126,6 +128,16 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// Begins a write transaction with `BEGIN IMMEDIATE`: the write lock is taken up front
+    /// (waiting up to the busy timeout), so a transaction that reads and then writes cannot
+    /// fail with `SQLITE_BUSY_SNAPSHOT` when another writer (the notifier, retention) commits
+    /// between its read and its write, as a deferred `BEGIN` can in WAL mode.
+    pub(crate) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
     }
 }
 

@@ -130,7 +130,7 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         insert_rollout(&mut tx, new, steps).await?;
         tx.commit().await?;
         self.publish().await;
@@ -143,7 +143,7 @@ impl Store {
         id: &str,
         change: &RolloutChange,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         transition(&mut tx, id, change).await?;
         let rollout = get_in(&mut tx, id).await?;
         tx.commit().await?;
@@ -159,7 +159,7 @@ impl Store {
         rollback: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         transition(&mut tx, canary_id, change).await?;
         insert_rollout(&mut tx, rollback, steps).await?;
         sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
@@ -176,7 +176,7 @@ impl Store {
     /// event (`rollback_linked`, on the rolled-back rollout) carries the rollback's actor, reason
     /// and request time.
     pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
         )
@@ -234,7 +234,7 @@ impl Store {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "update rollout set abort_reason = ?, abort_actor = ? where rollout_id = ? and active_host is not null",
         )
