@@ -3,6 +3,7 @@
 mod audit;
 mod canary;
 mod compose_client;
+mod dashboard;
 mod helpers;
 mod logging;
 mod notify;
