@@ -1,0 +1,866 @@
+//! Issue 8: orchestration overhead and fleet scale, side by side with the manual way.
+//!
+//! `cargo bench --bench fleet` (results and method: docs/performance.md). Three phases:
+//!
+//! 1. **One host.** The real `canaryd serve` binary (a child process, config written to a temp
+//!    folder) runs `BENCH_RUNS` canaries of r2 against one simulated host (in this process).
+//!    Readiness lag: from the instant the engine turns healthy (the container's start plus the
+//!    configured cold start) to the start of the next step, and from the instant this bench
+//!    prints a required log line (a marker the plan requires) to the start of the soak.
+//!    Overhead: the rollout's wall time minus the simulated waits (cold start, marker delay,
+//!    soak duration).
+//! 2. **The manual way.** `benches/common/manual_canary.sh` (bash, curl, jq, `sleep` polling
+//!    with the same interval) runs the same canary against the same host, `BENCH_SCRIPT_RUNS`
+//!    times, measured the same way.
+//! 3. **Fleet.** `FLEET_HOSTS` simulated hosts in this process, one `canaryd serve` child with
+//!    every host configured, a canary on each at once. CPU seconds (`/proc/<pid>/stat`) and
+//!    peak RSS (`VmHWM`) are the child's alone; CPU while waiting is measured over a window
+//!    in which every canary is in its soak and this bench sends no request.
+//!
+//! Knobs (env, defaults in brackets): `BENCH_RUNS` [5], `BENCH_SCRIPT_RUNS` [3],
+//! `BENCH_INTERVAL_MS` [200], `BENCH_COLD_MS` [2000], `BENCH_SOAK_MS` [2000], `FLEET_HOSTS`
+//! [200], `FLEET_INTERVAL_MS` [1000], `FLEET_COLD_MS` [10000], `FLEET_SOAK_MS` [20000].
+//! `FLEET_HOSTS=0` skips phase 3.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use canaryd::cli::ApiClient;
+use canaryd::http::RolloutOut;
+use canaryd::sim::{SimConfig, SimHost};
+use chrono::{DateTime, Utc};
+use common::{env_ms, env_usize, ms_between, pct, rb};
+use serde_json::{json, Value};
+
+const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
+const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+/// Canaries alternate between two tags old enough for the simulated host (v0.0.450 runs first).
+const TAGS: [&str; 2] = ["v0.0.451", "v0.0.452"];
+const SCRIPT: &str = include_str!("common/manual_canary.sh");
+/// Steps that act or look once (no configured wait inside).
+const INSTANT_STEPS: [&str; 7] = [
+    "snapshot",
+    "peers",
+    "preflight",
+    "down",
+    "plan",
+    "up",
+    "neighbours",
+];
+
+struct Settings {
+    runs: usize,
+    script_runs: usize,
+    interval: Duration,
+    cold: Duration,
+    soak: Duration,
+    hosts: usize,
+    fleet_interval: Duration,
+    fleet_cold: Duration,
+    fleet_soak: Duration,
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        Settings {
+            runs: env_usize("BENCH_RUNS", 5).max(1),
+            script_runs: env_usize("BENCH_SCRIPT_RUNS", 3),
+            interval: env_ms("BENCH_INTERVAL_MS", 200),
+            cold: env_ms("BENCH_COLD_MS", 2000),
+            soak: env_ms("BENCH_SOAK_MS", 2000),
+            hosts: env_usize("FLEET_HOSTS", 200),
+            fleet_interval: env_ms("FLEET_INTERVAL_MS", 1000),
+            fleet_cold: env_ms("FLEET_COLD_MS", 10_000),
+            fleet_soak: env_ms("FLEET_SOAK_MS", 20_000),
+        }
+    }
+}
+
+/// The shipped canary sequence with benchmark timings; `consecutive: 1` so that the health
+/// lag is the detection lag alone (N consecutive samples add N-1 intervals by design).
+fn canary_runbook(interval: Duration, soak: Duration) -> String {
+    let i = rb(interval);
+    format!(
+        r#"description: benchmark canary (shipped steps, benchmark timings)
+steps:
+  - {{name: snapshot, kind: snapshot}}
+  - {{name: peers, kind: peers_healthy, timeout: 60s}}
+  - {{name: preflight, kind: plan}}
+  - {{name: down, kind: down, timeout: 120s}}
+  - {{name: plan, kind: plan, allow: []}}
+  - {{name: up, kind: up, timeout: 120s}}
+  - {{name: neighbours, kind: verify_neighbours}}
+  - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}
+  - {{name: startup-logs, kind: wait_logs, timeout: 10m, interval: {i},
+     require: ["event-loop stall dump armed"],
+     forbid: ["CUDA error 801", "Traceback (most recent call last)", "out of memory"]}}
+  - {{name: soak, kind: soak, duration: {s}, interval: {i}, max_misses: 3,
+     forbid: ["[event-loop-stall]", "CUDA error"]}}
+"#,
+        s = rb(soak)
+    )
+}
+
+fn rollback_runbook(interval: Duration) -> String {
+    let i = rb(interval);
+    format!(
+        r#"description: benchmark rollback
+steps:
+  - {{name: snapshot, kind: snapshot}}
+  - {{name: peers, kind: peers_healthy, timeout: 60s}}
+  - {{name: preflight, kind: plan}}
+  - {{name: down, kind: down, timeout: 120s}}
+  - {{name: plan, kind: plan, allow: []}}
+  - {{name: up, kind: up, timeout: 120s}}
+  - {{name: neighbours, kind: verify_neighbours}}
+  - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}
+"#
+    )
+}
+
+fn sim_config(cold: Duration) -> SimConfig {
+    let mut cfg = SimConfig::example();
+    cfg.cold_start = cold;
+    // Stream pacing is the same for canaryd and the script; zero keeps it out of "overhead".
+    cfg.stream_line_delay = Duration::ZERO;
+    cfg
+}
+
+fn host_name(i: usize) -> String {
+    format!("h{i:03}")
+}
+
+/// `canaryd serve` in a child process, configured for the given simulated hosts.
+struct Daemon {
+    child: Child,
+    pid: u32,
+    api: ApiClient,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    async fn start(sims: &[SimHost], interval: Duration, soak: Duration) -> anyhow::Result<Self> {
+        let first = sims.first().context("at least one simulated host")?;
+        let dir = tempfile::tempdir().context("temp dir")?;
+        let env: String = sim_config(Duration::ZERO)
+            .initial_env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        std::fs::write(dir.path().join("host.env"), env)?;
+        std::fs::create_dir(dir.path().join("runbooks"))?;
+        std::fs::write(
+            dir.path().join("runbooks/single-replica-canary.yaml"),
+            canary_runbook(interval, soak),
+        )?;
+        std::fs::write(
+            dir.path().join("runbooks/single-replica-rollback.yaml"),
+            rollback_runbook(interval),
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut cfg = format!(
+            "listen: 127.0.0.1:{port}\ndatabase: canaryd.db\nrunbooks_dir: runbooks\n\
+             compose: {{busy_retry_initial: 100ms, busy_retry_max: 1s}}\nhosts:\n"
+        );
+        for (i, sim) in sims.iter().enumerate() {
+            writeln!(
+                cfg,
+                "  {}:\n    compose_manager_url: {}\n    token_env: BENCH_SIM_TOKEN\n    env_file: host.env\n    replicas:",
+                host_name(i),
+                sim.url()
+            )?;
+            for service in [R1, R2] {
+                let health = sim.health_url(service).context("engine port")?;
+                writeln!(
+                    cfg,
+                    "      {service}: {{group: glm53-long, health_url: {health}}}"
+                )?;
+            }
+        }
+        let config = dir.path().join("canaryd.yaml");
+        std::fs::write(&config, cfg)?;
+        let log = std::fs::File::create(dir.path().join("canaryd.log"))?;
+        let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("BENCH_SIM_TOKEN", first.token())
+            // The serve default, stated so that a RUST_LOG of the caller does not change it.
+            .env("RUST_LOG", "canaryd=info,tower_http=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("spawning canaryd serve")?;
+        let pid = child.id();
+        let url = format!("http://127.0.0.1:{port}");
+        let api = ApiClient::new(&url, None)?;
+        let mut daemon = Daemon {
+            child,
+            pid,
+            api,
+            url,
+            dir,
+        };
+        let http = reqwest::Client::new();
+        for _ in 0..1000 {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                let log = std::fs::read_to_string(daemon.dir.path().join("canaryd.log"))
+                    .unwrap_or_default();
+                bail!("canaryd exited at start ({status}):\n{log}");
+            }
+            let ready = http.get(format!("{}/readyz", daemon.url)).send().await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return Ok(daemon);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("canaryd was not ready within 20 s")
+    }
+
+    /// Stops the daemon; on a failed run, shows the end of its log first.
+    fn stop_after<T>(self, result: &anyhow::Result<T>) {
+        if result.is_err() {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("canaryd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            eprintln!("--- end of the canaryd log:\n{}", tail.join("\n"));
+        }
+        self.stop();
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn plan(host: &str, tag: &str, marker: Option<&str>) -> Value {
+    let mut plan = json!({"host": host, "file": FILE, "service": R2, "tag": tag,
+        "reason": "benchmark canary"});
+    if let Some(m) = marker {
+        plan["require_logs"] = json!([m]);
+    }
+    plan
+}
+
+fn step_times(r: &RolloutOut, name: &str) -> anyhow::Result<(DateTime<Utc>, DateTime<Utc>)> {
+    let s = r
+        .steps
+        .iter()
+        .find(|s| s.name == name)
+        .with_context(|| format!("step {name} of {}", r.id))?;
+    match (s.started_at, s.finished_at) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => bail!("step {name} of {} has no times: {}", r.id, s.status),
+    }
+}
+
+/// Orchestration gaps: from a step's end to the next step's start, in ms.
+fn gaps(r: &RolloutOut) -> Vec<f64> {
+    r.steps
+        .windows(2)
+        .filter_map(|w| Some(ms_between(w[0].finished_at?, w[1].started_at?)))
+        .collect()
+}
+
+/// Durations of the steps without a configured wait, in ms.
+fn instant_durations(r: &RolloutOut) -> Vec<f64> {
+    r.steps
+        .iter()
+        .filter(|s| INSTANT_STEPS.contains(&s.name.as_str()))
+        .filter_map(|s| Some(ms_between(s.started_at?, s.finished_at?)))
+        .collect()
+}
+
+/// When r2's engine turned (or turns) healthy: its container's start plus the cold start.
+fn healthy_at(sim: &SimHost, cold: Duration) -> anyhow::Result<DateTime<Utc>> {
+    let c = sim
+        .containers()
+        .into_iter()
+        .find(|c| c.service == R2 && c.state == "running")
+        .context("r2 runs")?;
+    Ok(c.started_at + chrono::Duration::from_std(cold)?)
+}
+
+async fn wait_rollout(
+    api: &ApiClient,
+    id: &str,
+    until: impl Fn(&RolloutOut) -> bool,
+    limit: Duration,
+    every: Duration,
+) -> anyhow::Result<RolloutOut> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let r = api.rollout(id).await?;
+        if until(&r) {
+            return Ok(r);
+        }
+        if r.status == "failed" || r.status == "aborted" {
+            bail!("rollout {id} ended {}: {:?}", r.status, r.error);
+        }
+        ensure!(Instant::now() < deadline, "rollout {id} stuck: {:#?}", r);
+        tokio::time::sleep(every).await;
+    }
+}
+
+fn step_running(r: &RolloutOut, name: &str) -> bool {
+    r.steps
+        .iter()
+        .any(|s| s.name == name && s.status != "pending")
+}
+
+/// A pseudo-random fraction in [0, 1) for run `n` (golden-ratio sequence: reproducible).
+fn fraction(n: usize) -> f64 {
+    (n as f64 * 0.618_033_988_7 + 0.21).fract()
+}
+
+#[derive(Default)]
+struct Sample {
+    wall_ms: Vec<f64>,
+    overhead_ms: Vec<f64>,
+    lag_health_ms: Vec<f64>,
+    lag_logs_ms: Vec<f64>,
+    gaps_ms: Vec<f64>,
+    instant_ms: Vec<f64>,
+}
+
+async fn canaryd_single(s: &Settings, sim: &SimHost) -> anyhow::Result<Sample> {
+    let daemon = Daemon::start(std::slice::from_ref(sim), s.interval, s.soak).await?;
+    let result = async {
+        let mut out = Sample::default();
+        let limit = s.cold + s.soak + Duration::from_secs(60);
+        for n in 0..s.runs {
+            let marker = format!("bench-ready-marker-canaryd-{n}");
+            let body = plan(&host_name(0), TAGS[n % 2], Some(&marker));
+            let created = daemon.api.post("/v1/rollouts", &body).await?;
+            let id = created["id"].as_str().context("rollout id")?.to_owned();
+            let every = Duration::from_millis(10);
+            wait_rollout(
+                &daemon.api,
+                &id,
+                |r| step_running(r, "startup-logs"),
+                limit,
+                every,
+            )
+            .await?;
+            tokio::time::sleep(s.interval.mul_f64(fraction(n))).await;
+            let marker_at = Utc::now();
+            sim.faults().emit_log_line(R2, &marker);
+            let r =
+                wait_rollout(&daemon.api, &id, |r| r.status == "succeeded", limit, every).await?;
+            let healthy = healthy_at(sim, s.cold)?;
+            let (logs_start, _) = step_times(&r, "startup-logs")?;
+            let (soak_start, _) = step_times(&r, "soak")?;
+            let finished = r.finished_at.context("finished_at")?;
+            let wall = ms_between(r.created_at, finished);
+            let marker_wait = ms_between(logs_start, marker_at).max(0.0);
+            out.wall_ms.push(wall);
+            out.overhead_ms
+                .push(wall - s.cold.as_secs_f64() * 1e3 - s.soak.as_secs_f64() * 1e3 - marker_wait);
+            out.lag_health_ms.push(ms_between(healthy, logs_start));
+            out.lag_logs_ms.push(ms_between(marker_at, soak_start));
+            out.gaps_ms.extend(gaps(&r));
+            out.instant_ms.extend(instant_durations(&r));
+        }
+        Ok::<_, anyhow::Error>(out)
+    }
+    .await;
+    daemon.stop_after(&result);
+    result
+}
+
+/// One run of the manual script.
+struct ScriptRun {
+    wall_ms: f64,
+    /// Step name → when the script started it.
+    steps: BTreeMap<String, DateTime<Utc>>,
+    marker_at: DateTime<Utc>,
+}
+
+/// Runs the manual script once.
+fn run_script(
+    s: &Settings,
+    sim: &SimHost,
+    tag: &str,
+    marker: &str,
+    n: usize,
+) -> anyhow::Result<ScriptRun> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("manual_canary.sh");
+    std::fs::write(&path, SCRIPT)?;
+    let env_json = serde_json::to_string(&sim_config(Duration::ZERO).initial_env)?;
+    let max_polls = ((s.cold + s.soak).as_secs_f64() / s.interval.as_secs_f64()) as u64 + 600;
+    let started = Instant::now();
+    let mut child = Command::new("bash")
+        .arg(&path)
+        .current_dir(dir.path())
+        .env("CM", sim.url())
+        .env("TOKEN", sim.token())
+        .env("FILE", FILE)
+        .env("SERVICE", R2)
+        .env("TAG", tag)
+        .env("HEALTH", sim.health_url(R2).context("r2 port")?)
+        .env("PEER_HEALTH", sim.health_url(R1).context("r1 port")?)
+        .env("ENV_JSON", env_json)
+        .env("INTERVAL", format!("{:.3}", s.interval.as_secs_f64()))
+        .env("SOAK_MS", s.soak.as_millis().to_string())
+        .env("MARKER", marker)
+        .env("MAX_POLLS", max_polls.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("spawning bash")?;
+    let stdout = child.stdout.take().context("script stdout")?;
+    let mut steps = BTreeMap::new();
+    let mut marker_at = None;
+    let mut failure = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["STEP", name, ms] => {
+                let ms: i64 = ms.parse()?;
+                let at = DateTime::from_timestamp_millis(ms).context("script time")?;
+                steps.insert(name.to_string(), at);
+                if *name == "startup-logs" {
+                    std::thread::sleep(s.interval.mul_f64(fraction(n)));
+                    marker_at = Some(Utc::now());
+                    sim.faults().emit_log_line(R2, marker);
+                }
+            }
+            _ => failure = Some(line.clone()),
+        }
+    }
+    let status = child.wait()?;
+    let wall = started.elapsed().as_secs_f64() * 1e3;
+    ensure!(status.success(), "manual script failed: {failure:?}");
+    Ok(ScriptRun {
+        wall_ms: wall,
+        steps,
+        marker_at: marker_at.context("the script reached startup-logs")?,
+    })
+}
+
+async fn script_single(s: &Settings, sim: &SimHost) -> anyhow::Result<Sample> {
+    let mut out = Sample::default();
+    for n in 0..s.script_runs {
+        let tag = TAGS[(s.runs + n) % 2];
+        let marker = format!("bench-ready-marker-script-{n}");
+        let ScriptRun {
+            wall_ms: wall,
+            steps,
+            marker_at,
+        } = tokio::task::block_in_place(|| run_script(s, sim, tag, &marker, n))?;
+        let healthy = healthy_at(sim, s.cold)?;
+        let at = |name: &str| steps.get(name).copied().context("script step time");
+        let marker_wait = ms_between(at("startup-logs")?, marker_at).max(0.0);
+        out.wall_ms.push(wall);
+        out.overhead_ms
+            .push(wall - s.cold.as_secs_f64() * 1e3 - s.soak.as_secs_f64() * 1e3 - marker_wait);
+        out.lag_health_ms
+            .push(ms_between(healthy, at("startup-logs")?));
+        out.lag_logs_ms.push(ms_between(marker_at, at("soak")?));
+    }
+    Ok(out)
+}
+
+struct Fleet {
+    hosts: usize,
+    succeeded: usize,
+    wall_s: f64,
+    cpu_total_s: f64,
+    rss_idle_mib: f64,
+    hwm_mib: f64,
+    threads: u64,
+    wait_window_s: f64,
+    wait_cpu_pct: f64,
+    sample: Sample,
+    soak_overshoot_ms: Vec<f64>,
+}
+
+async fn fleet(s: &Settings) -> anyhow::Result<Fleet> {
+    let tck = common::clk_tck();
+    let mut sims = Vec::with_capacity(s.hosts);
+    for _ in 0..s.hosts {
+        sims.push(SimHost::start(sim_config(s.fleet_cold)).await?);
+    }
+    let daemon = Daemon::start(&sims, s.fleet_interval, s.fleet_soak).await?;
+    let pid = daemon.pid;
+    let result = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss_idle = common::status_mib(pid, "VmRSS").unwrap_or(f64::NAN);
+        let cpu0 = common::cpu_seconds(pid, tck).context("cpu of canaryd")?;
+        let t0 = Instant::now();
+        let posts = (0..s.hosts).map(|i| {
+            let api = &daemon.api;
+            async move {
+                api.post("/v1/rollouts", &plan(&host_name(i), TAGS[0], None))
+                    .await
+            }
+        });
+        let mut ids = Vec::with_capacity(s.hosts);
+        for created in futures_util::future::join_all(posts).await {
+            ids.push(created?["id"].as_str().context("id")?.to_owned());
+        }
+        // No request to canaryd while the canaries run up to their soak (the driver must not
+        // be the load): the simulated hosts say when every new r2 has turned healthy.
+        let limit = Instant::now() + s.fleet_cold + Duration::from_secs(120);
+        loop {
+            let now = Utc::now();
+            let healthy = sims
+                .iter()
+                .filter(|sim| {
+                    sim.containers().iter().any(|c| {
+                        c.service == R2
+                            && c.state == "running"
+                            && c.tag == TAGS[0]
+                            && c.started_at
+                                + chrono::Duration::from_std(s.fleet_cold).unwrap_or_default()
+                                <= now
+                    })
+                })
+                .count();
+            if healthy == sims.len() {
+                break;
+            }
+            ensure!(
+                Instant::now() < limit,
+                "{healthy} of {} engines turned healthy",
+                sims.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(2 * s.fleet_interval).await;
+        // Then every canary should be in its soak: one read of each (at most every second).
+        let earliest_soak = loop {
+            let all = read_all(&daemon.api, &ids).await?;
+            let soaking: Vec<DateTime<Utc>> = all
+                .iter()
+                .filter_map(|r| r.steps.iter().find(|st| st.name == "soak"))
+                .filter_map(|st| st.started_at)
+                .collect();
+            if let Some(bad) = all
+                .iter()
+                .find(|r| r.status == "failed" || r.status == "aborted")
+            {
+                bail!(
+                    "fleet canary {} ended {}: {:?}",
+                    bad.id,
+                    bad.status,
+                    bad.error
+                );
+            }
+            if soaking.len() == ids.len() {
+                break soaking.into_iter().min().context("a soak")?;
+            }
+            ensure!(
+                Instant::now() < limit,
+                "{} of {} canaries reached the soak",
+                soaking.len(),
+                ids.len()
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        // The waiting window: no request from here, until shortly before the first soak ends.
+        let soak_end = earliest_soak + chrono::Duration::from_std(s.fleet_soak)?;
+        let left = (soak_end - Utc::now() - chrono::Duration::milliseconds(500))
+            .to_std()
+            .unwrap_or_default();
+        let window = left.min(Duration::from_secs(10));
+        let w_cpu0 = common::cpu_seconds(pid, tck).context("cpu")?;
+        let w0 = Instant::now();
+        tokio::time::sleep(window).await;
+        let w_cpu1 = common::cpu_seconds(pid, tck).context("cpu")?;
+        let window_s = w0.elapsed().as_secs_f64();
+        // Until every canary is terminal.
+        let limit = Instant::now() + s.fleet_soak + Duration::from_secs(120);
+        let done = loop {
+            let all = read_all(&daemon.api, &ids).await?;
+            if all
+                .iter()
+                .all(|r| matches!(r.status.as_str(), "succeeded" | "failed" | "aborted"))
+            {
+                break all;
+            }
+            ensure!(Instant::now() < limit, "fleet canaries did not finish");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let wall_s = t0.elapsed().as_secs_f64();
+        let cpu1 = common::cpu_seconds(pid, tck).context("cpu")?;
+        let mut sample = Sample::default();
+        let mut overshoot = Vec::new();
+        for (r, sim) in done.iter().zip(&sims) {
+            if r.status != "succeeded" {
+                continue;
+            }
+            let healthy = healthy_at(sim, s.fleet_cold)?;
+            let (logs_start, _) = step_times(r, "startup-logs")?;
+            let (soak_start, soak_end) = step_times(r, "soak")?;
+            let wall = ms_between(r.created_at, r.finished_at.context("finished")?);
+            sample.wall_ms.push(wall);
+            sample
+                .overhead_ms
+                .push(wall - s.fleet_cold.as_secs_f64() * 1e3 - s.fleet_soak.as_secs_f64() * 1e3);
+            sample.lag_health_ms.push(ms_between(healthy, logs_start));
+            sample.gaps_ms.extend(gaps(r));
+            sample.instant_ms.extend(instant_durations(r));
+            overshoot.push(ms_between(soak_start, soak_end) - s.fleet_soak.as_secs_f64() * 1e3);
+        }
+        Ok(Fleet {
+            hosts: s.hosts,
+            succeeded: sample.wall_ms.len(),
+            wall_s,
+            cpu_total_s: cpu1 - cpu0,
+            rss_idle_mib: rss_idle,
+            hwm_mib: common::status_mib(pid, "VmHWM").unwrap_or(f64::NAN),
+            threads: common::threads(pid).unwrap_or(0),
+            wait_window_s: window_s,
+            wait_cpu_pct: 100.0 * (w_cpu1 - w_cpu0) / window_s.max(1e-9),
+            sample,
+            soak_overshoot_ms: overshoot,
+        })
+    }
+    .await;
+    daemon.stop_after(&result);
+    for sim in sims {
+        sim.shutdown().await;
+    }
+    result
+}
+
+async fn read_all(api: &ApiClient, ids: &[String]) -> anyhow::Result<Vec<RolloutOut>> {
+    let reads = ids.iter().map(|id| api.rollout(id));
+    futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .collect()
+}
+
+fn p(v: &[f64]) -> String {
+    format!(
+        "{:.0} / {:.0} / {:.0}",
+        pct(v, 50.0),
+        pct(v, 99.0),
+        common::max(v)
+    )
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "yes"
+    } else {
+        "NO"
+    }
+}
+
+async fn run() -> anyhow::Result<bool> {
+    let s = Settings::from_env();
+    println!("fleet benchmark: {}", common::machine());
+    println!(
+        "one host: {} canaryd canaries + {} manual-script canaries, poll interval {} ms, cold start {} ms, soak {} ms",
+        s.runs,
+        s.script_runs,
+        s.interval.as_millis(),
+        s.cold.as_millis(),
+        s.soak.as_millis()
+    );
+    let sim = SimHost::start(sim_config(s.cold)).await?;
+    let started = Instant::now();
+    let cd = canaryd_single(&s, &sim).await?;
+    let sc = script_single(&s, &sim).await?;
+    sim.shutdown().await;
+    println!("phase 1-2 took {:.1} s", started.elapsed().as_secs_f64());
+    let iv = s.interval.as_secs_f64() * 1e3;
+    let ratio = |a: &[f64], b: &[f64]| pct(a, 50.0) / pct(b, 50.0);
+    let mut ok = true;
+    println!("\n== one canary (ms, p50 / p99 / max)");
+    println!(
+        "{:<44} {:>22} {:>22} {:>7} {:>18} {:>3}",
+        "metric", "canaryd", "manual script", "ratio", "target", "ok"
+    );
+    let lag_target = iv + 50.0;
+    type Row<'a> = (&'a str, &'a Vec<f64>, &'a Vec<f64>, String, Option<bool>);
+    let rows: [Row<'_>; 4] = [
+        (
+            "canary wall time (created -> finished)",
+            &cd.wall_ms,
+            &sc.wall_ms,
+            "-".into(),
+            None,
+        ),
+        (
+            "orchestration overhead (wall - sim waits)",
+            &cd.overhead_ms,
+            &sc.overhead_ms,
+            "< 1000".into(),
+            Some(common::max(&cd.overhead_ms) < 1000.0),
+        ),
+        (
+            "readiness lag: healthy -> next step",
+            &cd.lag_health_ms,
+            &sc.lag_health_ms,
+            format!("<= {lag_target:.0}"),
+            Some(common::max(&cd.lag_health_ms) <= lag_target),
+        ),
+        (
+            "readiness lag: last log line -> next step",
+            &cd.lag_logs_ms,
+            &sc.lag_logs_ms,
+            format!("<= {lag_target:.0}"),
+            Some(common::max(&cd.lag_logs_ms) <= lag_target),
+        ),
+    ];
+    for (name, a, b, target, good) in rows {
+        ok &= good.unwrap_or(true);
+        println!(
+            "{:<44} {:>22} {:>22} {:>7.2} {:>18} {:>3}",
+            name,
+            p(a),
+            p(b),
+            ratio(a, b),
+            target,
+            good.map(verdict).unwrap_or("-")
+        );
+    }
+    println!(
+        "{:<44} {:>22}",
+        "gap between steps (canaryd)",
+        p(&cd.gaps_ms)
+    );
+    println!(
+        "{:<44} {:>22}",
+        "steps without waits (snapshot..neighbours)",
+        p(&cd.instant_ms)
+    );
+    if s.hosts == 0 {
+        return Ok(ok);
+    }
+    println!(
+        "\n== fleet: {} hosts, a canary on each at once; poll interval {} ms, cold start {} ms, soak {} ms",
+        s.hosts,
+        s.fleet_interval.as_millis(),
+        s.fleet_cold.as_millis(),
+        s.fleet_soak.as_millis()
+    );
+    let f = fleet(&s).await?;
+    let fiv = s.fleet_interval.as_secs_f64() * 1e3;
+    let fs = &f.sample;
+    println!(
+        "{} of {} canaries succeeded in {:.1} s; canaryd process: {} threads",
+        f.succeeded, f.hosts, f.wall_s, f.threads
+    );
+    println!(
+        "{:<44} {:>22} {:>18} {:>3}",
+        "metric", "value", "target", "ok"
+    );
+    let fleet_rows: [(&str, String, String, Option<bool>); 9] = [
+        (
+            "CPU seconds of canaryd, whole run",
+            format!("{:.2} s", f.cpu_total_s),
+            "-".into(),
+            None,
+        ),
+        (
+            "CPU per canary",
+            format!("{:.1} ms", 1e3 * f.cpu_total_s / f.hosts as f64),
+            "-".into(),
+            None,
+        ),
+        (
+            "RSS idle (200 hosts configured)",
+            format!("{:.1} MiB", f.rss_idle_mib),
+            "-".into(),
+            None,
+        ),
+        (
+            "peak RSS (VmHWM)",
+            format!("{:.1} MiB", f.hwm_mib),
+            "< 100 MB".into(),
+            Some(f.hwm_mib * 1.048_576 < 100.0),
+        ),
+        (
+            "CPU while all soak (% of one core)",
+            format!("{:.1} % over {:.1} s", f.wait_cpu_pct, f.wait_window_s),
+            "< 10 %".into(),
+            Some(f.wait_cpu_pct < 10.0),
+        ),
+        (
+            "readiness lag: healthy -> next step (ms)",
+            p(&fs.lag_health_ms),
+            format!("<= {:.0}", fiv + 50.0),
+            Some(common::max(&fs.lag_health_ms) <= fiv + 50.0),
+        ),
+        (
+            "gap between steps (ms)",
+            format!("{} (1 host: {})", p(&fs.gaps_ms), p(&cd.gaps_ms)),
+            "-".into(),
+            None,
+        ),
+        (
+            "steps without waits (ms)",
+            format!("{} (1 host: {})", p(&fs.instant_ms), p(&cd.instant_ms)),
+            "-".into(),
+            None,
+        ),
+        (
+            "overhead per canary (ms)",
+            format!(
+                "{} (soak overshoot {})",
+                p(&fs.overhead_ms),
+                p(&f.soak_overshoot_ms)
+            ),
+            "-".into(),
+            None,
+        ),
+    ];
+    for (name, value, target, good) in fleet_rows {
+        ok &= good.unwrap_or(true);
+        println!(
+            "{:<44} {:>22} {:>18} {:>3}",
+            name,
+            value,
+            target,
+            good.map(verdict).unwrap_or("-")
+        );
+    }
+    ok &= f.succeeded == f.hosts;
+    Ok(ok)
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; this harness takes its knobs from the environment.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            println!("\nsome targets missed (see the table)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("fleet benchmark failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
