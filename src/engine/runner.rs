@@ -20,11 +20,11 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>)
     let mut backoff = std::time::Duration::from_millis(200);
     for n in 1..=TRIES {
         let span = tracing::info_span!(
-        "rollout",
-        rollout.id = %id,
-        host = tracing::field::Empty,
-        service = tracing::field::Empty
-    );
+            "rollout",
+            rollout.id = %id,
+            host = tracing::field::Empty,
+            service = tracing::field::Empty
+        );
         let Err(e) = drive(engine, id, abort.clone()).instrument(span).await else {
             return;
         };

@@ -62,6 +62,20 @@ steps:
   - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
 "#;
 
+/// The fast runbooks, with the canary's text edited (`from` → `to`, each must match).
+#[allow(dead_code)]
+pub fn canary_with(edits: &[(&str, &str)]) -> BTreeMap<String, Runbook> {
+    let mut text = FAST_CANARY.to_owned();
+    for (from, to) in edits {
+        assert!(text.contains(from), "FAST_CANARY has {from}");
+        text = text.replace(from, to);
+    }
+    let mut books = fast_runbooks();
+    let rb = runbook::parse("single-replica-canary", "edited", &text).expect("edited runbook");
+    books.insert("single-replica-canary".to_owned(), rb);
+    books
+}
+
 pub fn fast_runbooks() -> BTreeMap<String, Runbook> {
     [
         ("single-replica-canary", FAST_CANARY),
@@ -93,6 +107,8 @@ pub struct TestOptions {
     pub runbooks: Option<BTreeMap<String, Runbook>>,
     /// API tokens as (name, role, secret); empty is dev mode (anonymous operator).
     pub tokens: Vec<(String, Role, String)>,
+    /// compose-manager client timings (default: `dev_config`'s).
+    pub tuning: Option<canaryd::config::ComposeTuning>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -101,6 +117,7 @@ impl TestOptions {
     pub fn with_tokens(operator: &str, oncall: &str, viewer: &str) -> Self {
         TestOptions {
             runbooks: None,
+            tuning: None,
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -199,6 +216,9 @@ impl TestApp {
                 secret: Secret::new(secret.clone()),
             })
             .collect();
+        if let Some(tuning) = &opts.tuning {
+            config.compose = tuning.clone();
+        }
         let runbooks = opts.runbooks.clone().unwrap_or_else(fast_runbooks);
         let app = App::build(config, runbooks)
             .await

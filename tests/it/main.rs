@@ -1,13 +1,17 @@
 //! The one integration test binary: everything end to end, against the simulated host.
 
+mod abort;
 mod audit;
+mod auth;
 mod canary;
 mod compose_client;
 mod dashboard;
 mod helpers;
+mod hostile;
 mod logging;
 mod notify;
 mod openapi;
 mod recovery;
 mod rollback;
+mod secrets;
 mod sim_host;

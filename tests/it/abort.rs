@@ -1,0 +1,235 @@
+//! Abort from every non-terminal state (SPEC §7): effective before the next side effect, waits
+//! interrupted at once; graceful shutdown leaves rollouts resumable.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use canaryd::domain::runbook::{self, Runbook};
+use canaryd::sim::SimOp;
+use serde_json::json;
+
+use crate::helpers::{fast_runbooks, sim_config, TestApp, TestOptions, R2};
+
+async fn abort(app: &TestApp, id: &str) {
+    let (status, body) = app
+        .post(
+            &format!("/v1/rollouts/{id}/abort"),
+            &json!({"reason": "operator said stop"}),
+        )
+        .await;
+    assert_eq!(status, 200, "abort accepted: {body}");
+}
+
+/// Freezes the canary at `point`, aborts it, lets it go on: it must end `aborted` without one
+/// more compose call.
+async fn abort_at(point: &str) {
+    let app = TestApp::spawn().await;
+    let mut pause = app.engine.pause_at(point);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    let before = app.compose_calls().len();
+    abort(&app, &id).await;
+    pause.release();
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "aborted", "{point}: {r:#?}");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("aborted"),
+        "{point}"
+    );
+    assert_eq!(
+        app.compose_calls().len(),
+        before,
+        "{point}: no compose call after the abort"
+    );
+    assert!(
+        r.steps
+            .iter()
+            .all(|s| matches!(s.status.as_str(), "succeeded" | "aborted" | "skipped")),
+        "{point}: {:#?}",
+        r.steps
+    );
+    assert!(r.rolled_back_by.is_none(), "an abort is not a failure");
+    let kinds = app.audit_kinds(&id).await;
+    assert!(kinds.contains(&"abort_requested".to_owned()), "{kinds:?}");
+    assert!(kinds.contains(&"rollout_aborted".to_owned()), "{kinds:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_pending_rollout_aborts_before_anything_is_sent() {
+    abort_at("rollout:start").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_snapshot_stops_before_the_peer_check() {
+    abort_at("step:snapshot:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_peer_check_stops_it() {
+    abort_at("step:peers:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_preflight_stops_before_the_dry_run_is_sent() {
+    abort_at("step:preflight:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_down_step_stops_before_the_down_is_sent() {
+    abort_at("step:down:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_second_dry_run_step_stops_before_it_is_sent() {
+    abort_at("step:plan:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_up_step_stops_before_the_up_is_sent() {
+    abort_at("step:up:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_neighbour_check_stops_before_the_health_wait() {
+    abort_at("step:neighbours:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_health_wait_stops_it() {
+    abort_at("step:health:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_log_wait_stops_it() {
+    abort_at("step:startup-logs:started").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_the_soak_stops_it() {
+    abort_at("step:soak:started").await;
+}
+
+/// The fast canary with one slow wait (30 s polls, minutes of budget).
+fn slow_runbooks(step: &str) -> BTreeMap<String, Runbook> {
+    let mut books = fast_runbooks();
+    let text = crate::helpers::FAST_CANARY.replace(
+        match step {
+            "health" => {
+                "{name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}"
+            }
+            _ => {
+                "{name: soak, kind: soak, duration: 300ms, interval: 50ms, max_misses: 3, forbid: [\"[event-loop-stall]\", \"CUDA error\"]}"
+            }
+        },
+        match step {
+            "health" => {
+                "{name: health, kind: wait_health, timeout: 10m, interval: 30s, consecutive: 2}"
+            }
+            _ => {
+                "{name: soak, kind: soak, duration: 10m, interval: 30s, max_misses: 3, forbid: [\"CUDA error\"]}"
+            }
+        },
+    );
+    assert_ne!(text, crate::helpers::FAST_CANARY, "the step was replaced");
+    let rb = runbook::parse("single-replica-canary", "slow", &text).expect("slow runbook");
+    books.insert("single-replica-canary".to_owned(), rb);
+    books
+}
+
+async fn abort_interrupts_wait(step: &str) {
+    let opts = TestOptions {
+        runbooks: Some(slow_runbooks(step)),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    if step == "health" {
+        app.sim.faults().set_health_never(R2, true);
+    }
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, step, "running").await;
+    // Let the wait settle into its 30 s pause.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    abort(&app, &id).await;
+    let r = app.wait_terminal(&id).await;
+    let took = asked.elapsed();
+    assert_eq!(r.status, "aborted");
+    let s = r.steps.iter().find(|s| s.name == step).expect("step");
+    assert_eq!(s.status, "aborted", "{s:#?}");
+    let (finished, deadline) = (
+        s.finished_at.expect("end"),
+        s.deadline_at.expect("deadline"),
+    );
+    assert!(finished < deadline, "interrupted long before its deadline");
+    // The wait polls every 30 s; an abort that waited for the next poll would take that long.
+    assert!(
+        took < Duration::from_secs(10),
+        "interrupted at once, took {took:?}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_abort_interrupts_a_health_wait_between_two_polls() {
+    abort_interrupts_wait("health").await;
+}
+
+#[tokio::test]
+async fn an_abort_interrupts_a_soak_between_two_polls() {
+    abort_interrupts_wait("soak").await;
+}
+
+#[tokio::test]
+async fn an_abort_during_a_compose_stream_lets_it_finish_then_sends_nothing_more() {
+    let app = TestApp::spawn().await;
+    let faults = app.sim.faults();
+    faults.stall_stream(SimOp::Down);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    for _ in 0..400 {
+        if faults.stalled_streams() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(faults.stalled_streams(), 1);
+    let before = app.compose_calls().len();
+    abort(&app, &id).await;
+    // The stream is not cut (that would free compose-manager's lock while docker runs on).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.rollout(&id).await.status, "running");
+    faults.release_stalls();
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "aborted", "{r:#?}");
+    let down = r.steps.iter().find(|s| s.name == "down").expect("down");
+    assert_eq!(down.status, "succeeded", "the call in flight finished");
+    assert_eq!(app.compose_calls().len(), before, "nothing sent after it");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_leaves_a_rollout_resumable_and_it_finishes_after_restart() {
+    let app = TestApp::spawn().await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "health", "running").await;
+    let crashed = app.stop_gracefully().await;
+    let app = crashed.restart().await;
+    let kinds = app.audit_kinds(&id).await;
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k == "rollout_failed" || k == "rollout_aborted"),
+        "a shutdown marks nothing failed: {kinds:?}"
+    );
+    assert!(kinds.contains(&"rollout_resumed".to_owned()), "{kinds:?}");
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let ups = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.path == "/compose/up" && !crate::helpers::is_dry_run(c))
+        .count();
+    assert_eq!(ups, 1);
+    app.stop().await;
+}
