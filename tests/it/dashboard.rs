@@ -394,6 +394,13 @@ async fn the_dashboard_shows_replicas_and_a_running_rollout_advancing_live() {
         )
         .await;
     assert_eq!(browser.eval(&step_status(&id, "soak")).await, "succeeded");
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('live').textContent")
+            .await,
+        "live",
+        "the page followed the rollout through its event stream, not by polling"
+    );
 
     // History with a filter: the canary is there for status=succeeded, not for status=failed.
     browser

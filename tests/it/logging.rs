@@ -1,47 +1,16 @@
-//! `--log-format json`: every line is a JSON object, and what a rollout logs carries its
-//! `rollout.id`, `host` and `service` (and, inside a step, `step.name`) from its spans.
+//! `--log-format json`: every line the daemon writes is a JSON object, and what a rollout logs
+//! carries its `rollout.id`, `host` and `service` (and, inside a step, `step.name`) from its
+//! spans. Runs the real binary (`canaryd --log-format json dev`), so the global subscriber is
+//! the one operators get, and no other test's subscriber can interfere.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::time::Duration;
 
-use canaryd::telemetry::{subscriber, LogFormat};
-use serde_json::Value;
-use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::EnvFilter;
+use serde_json::{json, Value};
 
-use crate::helpers::{TestApp, HOST, R2};
+use crate::helpers::{FILE, HOST, R2};
 
-/// Collects every log line in memory.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'w> MakeWriter<'w> for Lines {
-    type Writer = Lines;
-    fn make_writer(&'w self) -> Lines {
-        self.clone()
-    }
-}
-
-impl Lines {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().expect("lines").clone()).expect("UTF-8 log")
-    }
-}
-
-/// The value of `field` in any span of a JSON log line.
+/// The value of `field` in any open span of a JSON log line.
 fn span_field<'a>(line: &'a Value, field: &str) -> Option<&'a Value> {
     line["spans"]
         .as_array()?
@@ -49,22 +18,90 @@ fn span_field<'a>(line: &'a Value, field: &str) -> Option<&'a Value> {
         .find_map(|span| span.get(field))
 }
 
-// A current-thread runtime (the default of #[tokio::test]): the daemon's tasks run on this
-// thread, so the thread-local subscriber sees all of them.
+/// Kills the daemon when the test ends, however it ends.
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test]
 async fn json_log_lines_parse_and_carry_the_rollout_id_host_service_and_step() {
-    let lines = Lines::default();
-    let filter = EnvFilter::new("canaryd=debug");
-    let _guard =
-        tracing::subscriber::set_default(subscriber(LogFormat::Json, filter, lines.clone()));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let out_path = dir.path().join("stdout.log");
+    let out = std::fs::File::create(&out_path).expect("stdout file");
+    let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args([
+            "--log-format",
+            "json",
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--db",
+        ])
+        .arg(dir.path().join("dev.db"))
+        .env("RUST_LOG", "canaryd=debug")
+        .stdout(out)
+        .stderr(log)
+        .spawn()
+        .expect("canaryd dev starts");
+    let daemon = Daemon(child);
+    // The first stdout line names the daemon's URL (bounded: 400 × 25 ms).
+    let mut first_line = String::new();
+    for _ in 0..400 {
+        let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+        if let Some(line) = text.lines().next().filter(|_| text.contains('\n')) {
+            first_line = line.to_owned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let url = first_line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no URL in {first_line:?}"))
+        .trim_end_matches(',')
+        .to_owned();
 
-    let app = TestApp::spawn().await;
-    let id = app.start_canary(&TestApp::plan("v0.0.451")).await;
-    let done = app.wait_terminal(&id).await;
-    assert_eq!(done.status, "succeeded");
-    app.stop().await;
+    let client = reqwest::Client::new();
+    let plan = json!({"host": HOST, "file": FILE, "service": R2, "tag": "v0.0.452",
+                      "reason": "json logs"});
+    let created: Value = client
+        .post(format!("{url}/v1/rollouts"))
+        .json(&plan)
+        .send()
+        .await
+        .expect("daemon answers")
+        .json()
+        .await
+        .expect("json");
+    let id = created["id"].as_str().expect("rollout id").to_owned();
+    // Bounded: 600 × 50 ms (the dev runbook takes about 7 s).
+    let mut status = String::new();
+    for _ in 0..600 {
+        let r: Value = client
+            .get(format!("{url}/v1/rollouts/{id}"))
+            .send()
+            .await
+            .expect("daemon answers")
+            .json()
+            .await
+            .expect("json");
+        status = r["status"].as_str().unwrap_or_default().to_owned();
+        if matches!(status.as_str(), "succeeded" | "failed" | "aborted") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "succeeded");
+    drop(daemon);
 
-    let text = lines.text();
+    let text = std::fs::read_to_string(&log_path).expect("stderr log");
     let parsed: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -85,12 +122,8 @@ async fn json_log_lines_parse_and_carry_the_rollout_id_host_service_and_step() {
         "some lines carry rollout.id = {id} from the rollout span:\n{text}"
     );
     for line in &of_rollout {
-        assert_eq!(span_field(line, "host"), Some(&Value::from(HOST)), "{line}");
-        assert_eq!(
-            span_field(line, "service"),
-            Some(&Value::from(R2)),
-            "{line}"
-        );
+        assert_eq!(span_field(line, "host"), Some(&json!(HOST)), "{line}");
+        assert_eq!(span_field(line, "service"), Some(&json!(R2)), "{line}");
     }
     assert!(
         of_rollout
