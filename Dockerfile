@@ -13,14 +13,17 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 # Dependencies first, so editing the sources does not rebuild them: a stub crate with the real
-# manifest and lock file.
+# manifest and lock file (Cargo wants every declared target's file, benches included).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src tests/it \
+RUN mkdir -p src tests/it benches \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs tests/it/main.rs \
+ && for b in $(awk '/^\[\[bench\]\]/ {f = 1; next} f && /^name/ {gsub(/"/, "", $3); print $3; f = 0}' Cargo.toml); do \
+      echo 'fn main() {}' > "benches/$b.rs"; \
+    done \
  && cargo build --release --locked --bin canaryd \
- && rm -rf src tests
-# The real sources. `migrations/`, `config/dev/`, `prod/` and `docs/openapi.json` are compiled
+ && rm -rf src tests benches
+# The real sources. `migrations/`, `config/dev/`, `prod/` and `docs/openapi.yaml` are compiled
 # in (sqlx::migrate!, include_str!), so they are needed here, not at run time.
 COPY src src
 COPY docs docs
@@ -28,6 +31,7 @@ COPY migrations migrations
 COPY config config
 COPY prod prod
 COPY tests tests
+COPY benches benches
 RUN touch src/main.rs src/lib.rs \
  && cargo build --release --locked --bin canaryd \
  && strip target/release/canaryd
