@@ -2,6 +2,8 @@
 
 pub mod compose_file;
 pub mod duration;
+#[cfg(test)]
+mod fuzz;
 pub mod log_watch;
 pub mod pattern;
 pub mod plan;

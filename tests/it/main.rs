@@ -5,6 +5,7 @@ mod audit;
 mod auth;
 mod canary;
 mod compose_client;
+mod crash_binary;
 mod dashboard;
 mod helpers;
 mod hostile;

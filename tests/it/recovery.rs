@@ -271,6 +271,8 @@ async fn crash_mid_call(op: SimOp, arm_at: Option<&str>) -> (TestApp, String) {
     }
     assert_eq!(faults.stalled_streams(), 1, "the call is held open");
     let app = app.kill().await.restart().await;
+    let kinds = app.audit_kinds(&id).await;
+    assert!(kinds.contains(&"rollout_resumed".to_owned()), "{kinds:?}");
     (app, id)
 }
 

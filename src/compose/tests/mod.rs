@@ -3,6 +3,7 @@
 
 mod calls;
 mod errors;
+mod fuzz;
 mod streams;
 
 use std::collections::BTreeMap;
