@@ -216,8 +216,12 @@ impl Engine {
             Err(e) => return Err(e.into()),
         }
         tracing::info!(rollout.id = %id, actor, "abort of {id} requested");
-        if let Some(tx) = self.signal(id) {
-            let _ = tx.send(true);
+        match self.signal(id) {
+            Some(tx) => {
+                let _ = tx.send(true);
+            }
+            // No task (it gave up on storage errors): one that sees the request finishes it.
+            None => self.spawn(id.to_owned()),
         }
         self.get(id).await
     }

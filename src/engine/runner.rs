@@ -45,6 +45,9 @@ async fn drive(
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
     let mut rollout = engine.get(id).await?;
+    if rollout.status.is_terminal() {
+        return Ok(());
+    }
     tracing::Span::current()
         .record("host", rollout.host.as_str())
         .record("service", rollout.service.as_str());

@@ -222,7 +222,7 @@ impl TestApp {
         let runbooks = opts.runbooks.clone().unwrap_or_else(fast_runbooks);
         let app = App::build(config, runbooks)
             .await
-            .expect("daemon builds")
+            .unwrap_or_else(|e| panic!("daemon builds: {e:#}"))
             .with_shutdown_grace(Duration::from_secs(3));
         let url = format!("http://{}", app.local_addr().expect("bound"));
         let engine = app.engine();
