@@ -37,8 +37,10 @@ impl App {
             .await
             .with_context(|| format!("opening the database {}", config.database.display()))?;
         let names: BTreeSet<String> = runbooks.keys().cloned().collect();
-        let engine =
-            Engine::new(store, &config, runbooks).context("building compose-manager clients")?;
+        let metrics = crate::metrics::Metrics::new();
+        tokio::spawn(Arc::clone(&metrics).follow(store.clone()));
+        let engine = Engine::with_metrics(store, &config, runbooks, Some(&metrics))
+            .context("building compose-manager clients")?;
         let resumed = engine
             .recover()
             .await
@@ -58,6 +60,7 @@ impl App {
             tokens: Arc::new(config.tokens.clone()),
             config: Arc::new(config),
             runbooks: Arc::new(names),
+            metrics,
             ready: Arc::new(AtomicBool::new(false)),
         };
         state.ready.store(true, Ordering::SeqCst);

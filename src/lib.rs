@@ -16,6 +16,8 @@ pub mod domain;
 pub mod engine;
 /// The HTTP API: routers per resource, errors, auth.
 pub mod http;
+/// Prometheus metrics, fed by audit events and compose-manager requests.
+pub mod metrics;
 /// Webhook notifications delivered from the transactional outbox.
 pub mod notify;
 /// Health poller and log watcher used by the engine's wait steps.

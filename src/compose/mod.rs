@@ -67,12 +67,16 @@ impl Default for ClientOptions {
     }
 }
 
+/// Told of every request: (endpoint, HTTP status or `error`/`unknown`). Feeds metrics.
+pub type ComposeObserver = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 /// A client for one host's compose-manager. Cheap to clone.
 #[derive(Clone)]
 pub struct ComposeClient {
     http: reqwest::Client,
     base_url: Arc<str>,
     opts: Arc<ClientOptions>,
+    observer: Option<ComposeObserver>,
 }
 
 impl fmt::Debug for ComposeClient {
@@ -124,7 +128,20 @@ impl ComposeClient {
             http,
             base_url: base_url.into(),
             opts: Arc::new(opts),
+            observer: None,
         })
+    }
+
+    /// The same client, reporting every request to `observer`.
+    pub fn with_observer(mut self, observer: ComposeObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn observe(&self, endpoint: &str, code: &str) {
+        if let Some(observer) = &self.observer {
+            observer(endpoint, code);
+        }
     }
 
     /// The base URL, without a trailing `/`.
@@ -236,18 +253,22 @@ impl ComposeClient {
             Ok(Ok(response)) => response,
             // Nothing reached the host: safe to report as an error (and to retry).
             Ok(Err(err)) if err.is_connect() || err.is_builder() => {
+                self.observe(endpoint, "error");
                 return Err(ComposeError::from_transport(endpoint, &err));
             }
             // The request may have reached the host: the outcome is unknown.
             Ok(Err(err)) => {
+                self.observe(endpoint, "unknown");
                 return Transcript::new(endpoint).finish(Some(format!("no answer: {err}")));
             }
             Err(_) => {
+                self.observe(endpoint, "unknown");
                 let why = format!("no answer within {} ms", idle.as_millis());
                 return Transcript::new(endpoint).finish(Some(why));
             }
         };
         let status = response.status();
+        self.observe(endpoint, status.as_str());
         if status != StatusCode::OK {
             let text = tokio::time::timeout(self.opts.request_timeout, response.text())
                 .await
@@ -276,12 +297,15 @@ impl ComposeClient {
         request: RequestBuilder,
     ) -> Result<(u16, String), ComposeError> {
         let started = Instant::now();
-        let response = request
-            .timeout(self.opts.request_timeout)
-            .send()
-            .await
-            .map_err(|e| ComposeError::from_transport(endpoint, &e))?;
+        let response = match request.timeout(self.opts.request_timeout).send().await {
+            Ok(response) => response,
+            Err(e) => {
+                self.observe(endpoint, "error");
+                return Err(ComposeError::from_transport(endpoint, &e));
+            }
+        };
         let status = response.status().as_u16();
+        self.observe(endpoint, response.status().as_str());
         let text = response
             .text()
             .await

@@ -103,6 +103,16 @@ impl Engine {
         config: &ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
     ) -> Result<Self, crate::compose::ComposeError> {
+        Self::with_metrics(store, config, runbooks, None)
+    }
+
+    /// Like `new`, with every compose-manager request counted in `metrics`.
+    pub fn with_metrics(
+        store: Store,
+        config: &ResolvedConfig,
+        runbooks: BTreeMap<String, Runbook>,
+        metrics: Option<&Arc<crate::metrics::Metrics>>,
+    ) -> Result<Self, crate::compose::ComposeError> {
         let mut hosts = BTreeMap::new();
         for (name, host) in &config.hosts {
             let opts = ClientOptions {
@@ -112,7 +122,11 @@ impl Engine {
                 triggered_by: "canaryd".to_owned(),
                 project: host.project.clone(),
             };
-            let client = ComposeClient::new(&host.compose_manager_url, host.token.expose(), opts)?;
+            let mut client =
+                ComposeClient::new(&host.compose_manager_url, host.token.expose(), opts)?;
+            if let Some(metrics) = metrics {
+                client = client.with_observer(metrics.compose_observer(name));
+            }
             hosts.insert(
                 name.clone(),
                 HostRuntime {

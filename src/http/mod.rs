@@ -5,6 +5,7 @@ mod auth;
 mod dashboard;
 mod error;
 mod event;
+mod metrics;
 mod openapi;
 mod ops;
 mod replica;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub config: Arc<ResolvedConfig>,
     pub tokens: Arc<Vec<ApiToken>>,
     pub runbooks: Arc<BTreeSet<String>>,
+    /// Prometheus metrics (`/metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Set once the database is open and restart recovery is done (`/readyz`).
     pub ready: Arc<AtomicBool>,
 }
@@ -46,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .merge(openapi::router())
         .merge(dashboard::router())
+        .merge(metrics::router())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

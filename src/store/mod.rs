@@ -26,7 +26,7 @@ pub use deployment::NewDeployment;
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
 pub use retention::{spawn_retention, Purged};
-pub use rollout::{NewRollout, NewStep, RolloutChange};
+pub use rollout::{CsvPage, NewRollout, NewStep, RolloutChange, CSV_COLUMNS};
 
 /// The embedded migrations (`migrations/NNNN_name.sql`), run when the database is opened.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
@@ -113,6 +113,15 @@ impl Store {
             }
             Err(e) => tracing::warn!(error = %e, "could not read back audit events to publish"),
         }
+    }
+
+    /// How many rollouts are not terminal.
+    pub async fn count_active_rollouts(&self) -> Result<i64, StoreError> {
+        let (n,): (i64,) =
+            sqlx::query_as("select count(*) from rollout where active_host is not null")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(n)
     }
 
     /// True when the database answers a trivial query.
