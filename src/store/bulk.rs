@@ -11,7 +11,7 @@ pub struct BulkSpec {
     pub rollouts: i64,
     /// Steps per rollout; each step gets one attempt.
     pub steps_per_rollout: i64,
-    /// Hosts (`gpu00`...), each with `services_per_host` replicas.
+    /// Hosts (`host00`...), each with `services_per_host` replicas.
     pub hosts: i64,
     pub services_per_host: i64,
     /// Unix seconds of the first rollout; they follow every `spacing_secs`.
@@ -36,7 +36,7 @@ impl Store {
                case when i % 10 = 3 then 'rollback' else 'canary' end, \
                case when i > ?1 - ?2 then 'running' when i % 17 = 5 then 'failed' \
                     when i % 29 = 7 then 'aborted' else 'succeeded' end, \
-               printf('gpu%02d', i % ?2), \
+               printf('host%02d', i % ?2), \
                'prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml', \
                printf('model-sg-glm53-w4afp8-tp4-h%02d-r%d', i % ?2, (i / ?2) % ?3 + 1), \
                printf('v0.%d.%d', i / 1000, i % 1000), \
@@ -54,7 +54,7 @@ impl Store {
                case when i % 17 = 5 then 'health_timeout' end, \
                case when i % 17 = 5 then 'no healthy answer within 60m' end, \
                1, \
-               case when i > ?1 - ?2 then printf('gpu%02d', i % ?2) end \
+               case when i > ?1 - ?2 then printf('host%02d', i % ?2) end \
              from n",
         )
         .bind(last)
@@ -126,6 +126,14 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Moves the write-ahead log into the database file, so its size can be measured.
+    pub async fn bulk_checkpoint(&self) -> Result<(), StoreError> {
+        sqlx::query("pragma wal_checkpoint(truncate)")
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 }

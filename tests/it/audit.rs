@@ -404,7 +404,7 @@ async fn csv_export_holds_every_matching_row_beyond_one_page() {
     let ids: BTreeSet<&String> = records[1..].iter().map(|r| &r[0]).collect();
     assert_eq!(ids.len(), 4500, "no row twice");
     let text = reqwest::get(format!(
-        "{}/v1/rollouts?format=csv&host=gpu01&status=running",
+        "{}/v1/rollouts?format=csv&host=host01&status=running",
         app.url
     ))
     .await

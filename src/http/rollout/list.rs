@@ -20,7 +20,7 @@ use crate::store::{fmt_time, RolloutFilter, Store};
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 500;
 /// Rows read per query while streaming a CSV export.
-const CSV_PAGE: u32 = 2000;
+const CSV_PAGE: u32 = 5000;
 
 /// Query of `GET /v1/rollouts`; every value is parsed here so a bad one is named in the 400.
 #[derive(Debug, Deserialize, Default)]
@@ -159,29 +159,26 @@ pub(super) async fn list_rollouts(
 fn csv_response(store: Store, mut filter: RolloutFilter) -> Response {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
-        let mut chunk = String::from(RolloutOut::CSV_HEADER);
+        if tx
+            .send(Ok(Bytes::from_static(RolloutOut::CSV_HEADER.as_bytes())))
+            .await
+            .is_err()
+        {
+            return;
+        }
         filter.limit = CSV_PAGE;
         loop {
-            let rows = match store.list_rollouts(&filter).await {
-                Ok(rows) => rows,
+            let page = match store.export_csv_page(&filter).await {
+                Ok(page) => page,
                 Err(e) => {
                     tracing::error!(error = %e, "CSV export failed; the response is cut short");
                     let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
                     return;
                 }
             };
-            let full = rows.len() == CSV_PAGE as usize;
-            if let Some(last) = rows.last() {
-                filter.before = Some((fmt_time(last.created_at), last.id.clone()));
-            }
-            for r in rows {
-                RolloutOut::new(r, Vec::new()).write_csv_record(&mut chunk);
-            }
-            if tx
-                .send(Ok(Bytes::from(std::mem::take(&mut chunk))))
-                .await
-                .is_err()
-            {
+            let full = page.rows == CSV_PAGE;
+            filter.before = page.last;
+            if tx.send(Ok(Bytes::from(page.text))).await.is_err() {
                 return; // the client went away
             }
             if !full {
@@ -213,33 +210,45 @@ impl RolloutOut {
     /// are quoted, quotes doubled).
     pub fn write_csv_record(&self, out: &mut String) {
         let time = |t: Option<DateTime<Utc>>| t.map(fmt_time).unwrap_or_default();
-        let fields = [
-            self.id.as_str(),
-            &self.kind,
-            &self.status,
-            &self.host,
-            &self.service,
-            &self.file,
-            &self.tag,
-            &self.runbook,
-            &self.actor,
-            &self.reason,
-            &fmt_time(self.created_at),
-            &time(self.started_at),
-            &time(self.finished_at),
-            self.error.as_ref().map_or("", |e| e.code.as_str()),
-            self.error.as_ref().map_or("", |e| e.message.as_str()),
-            self.rollback_of.as_deref().unwrap_or(""),
-            self.rolled_back_by.as_deref().unwrap_or(""),
-        ];
-        for (i, f) in fields.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            push_csv_field(out, f);
-        }
-        out.push_str("\r\n");
+        let (created, started, finished) = (
+            fmt_time(self.created_at),
+            time(self.started_at),
+            time(self.finished_at),
+        );
+        write_record(
+            out,
+            &[
+                self.id.as_str(),
+                &self.kind,
+                &self.status,
+                &self.host,
+                &self.service,
+                &self.file,
+                &self.tag,
+                &self.runbook,
+                &self.actor,
+                &self.reason,
+                &created,
+                &started,
+                &finished,
+                self.error.as_ref().map_or("", |e| e.code.as_str()),
+                self.error.as_ref().map_or("", |e| e.message.as_str()),
+                self.rollback_of.as_deref().unwrap_or(""),
+                self.rolled_back_by.as_deref().unwrap_or(""),
+            ],
+        );
     }
+}
+
+/// One CSV record in the columns of `CSV_HEADER`, CRLF-terminated.
+fn write_record(out: &mut String, fields: &[&str; 17]) {
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_csv_field(out, f);
+    }
+    out.push_str("\r\n");
 }
 
 fn push_csv_field(out: &mut String, f: &str) {
@@ -282,6 +291,15 @@ mod tests {
             push_csv_field(&mut out, input);
             assert_eq!(out, want, "{input:?}");
         }
+    }
+
+    #[test]
+    fn the_csv_header_names_the_columns_the_store_exports() {
+        let names: Vec<&str> = crate::store::CSV_COLUMNS
+            .iter()
+            .map(|c| if *c == "rollout_id" { "id" } else { c })
+            .collect();
+        assert_eq!(RolloutOut::CSV_HEADER, format!("{}\r\n", names.join(",")));
     }
 
     #[test]
