@@ -9,7 +9,8 @@
 //! alternate r2 between two tags.
 //!
 //! Knobs (env, defaults in brackets): `ROLLBACK_ROWS` [100000], `ROLLBACK_N` [200] rollbacks on
-//! the full database, `ROLLBACK_N_EMPTY` [50] on the empty one.
+//! the full database, `ROLLBACK_N_EMPTY` [50] on the empty one; `ROLLBACK_KEEP_DIR` keeps the
+//! databases in that folder.
 
 mod common;
 
@@ -140,7 +141,17 @@ struct Measured {
 
 async fn measure(rows: usize, n: usize) -> anyhow::Result<Measured> {
     let dir = tempfile::tempdir()?;
-    let db = dir.path().join("canaryd.db");
+    // `ROLLBACK_KEEP_DIR` keeps the databases there (to inspect query plans afterwards).
+    let db = match std::env::var("ROLLBACK_KEEP_DIR") {
+        Ok(keep) => {
+            let path = Path::new(&keep).join(format!("canaryd-{rows}.db"));
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+            path
+        }
+        Err(_) => dir.path().join("canaryd.db"),
+    };
     let t = Instant::now();
     fill(&db, rows).await?;
     let fill_s = t.elapsed().as_secs_f64();
@@ -241,6 +252,10 @@ async fn run() -> anyhow::Result<bool> {
     let n = env_usize("ROLLBACK_N", 200).max(1);
     let n_empty = env_usize("ROLLBACK_N_EMPTY", 50);
     println!("rollback initiation benchmark: {}", common::machine());
+    if let Ok(filter) = std::env::var("ROLLBACK_TRACE") {
+        // e.g. `sqlx=debug` shows every statement with its time.
+        canaryd::telemetry::init(canaryd::telemetry::LogFormat::Text, &filter);
+    }
     let mut results = Vec::new();
     if n_empty > 0 {
         results.push(measure(0, n_empty).await?);
