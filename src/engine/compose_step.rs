@@ -168,7 +168,7 @@ where
 {
     let store = &run.engine.inner.store;
     // A step caught mid-call by a restart: the call may have happened. Never resend it.
-    if let Some(end) = reconcile_previous_attempt(run, step, deadline).await {
+    if let Some(end) = reconcile_previous_attempt(run, step, deadline, abort).await {
         return end;
     }
     if let Err(e) = store.mark_touched(&run.rollout.id).await {
@@ -194,7 +194,7 @@ where
                 }
                 StreamOutcome::Unknown => {
                     finish(run, &attempt, "unknown", detail.clone()).await;
-                    outcome_unknown(run, endpoint, deadline, detail).await
+                    outcome_unknown(run, endpoint, deadline, detail, abort).await
                 }
             }
         }
@@ -206,7 +206,8 @@ where
                 json!({"error": error.to_string()}),
             )
             .await;
-            outcome_unknown(run, endpoint, deadline, json!({"error": error.to_string()})).await
+            let detail = json!({"error": error.to_string()});
+            outcome_unknown(run, endpoint, deadline, detail, abort).await
         }
         Call::Error { attempt, error } => call_error(run, &attempt, error).await,
         Call::Aborted => StepEnd::Aborted(json!({"endpoint": endpoint, "sent": false})),
@@ -303,6 +304,7 @@ async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
     deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
 ) -> Option<StepEnd> {
     let store = &run.engine.inner.store;
     let attempts = store.attempts(&run.rollout.id).await.ok()?;
@@ -319,10 +321,12 @@ async fn reconcile_previous_attempt(
                 )
                 .await;
             let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
-            Some(outcome_unknown(run, &last.endpoint, deadline, detail).await)
+            Some(outcome_unknown(run, &last.endpoint, deadline, detail, abort).await)
         }
         Some("succeeded") => Some(StepEnd::Succeeded(last.detail)),
-        Some("unknown") => Some(outcome_unknown(run, &last.endpoint, deadline, last.detail).await),
+        Some("unknown") => {
+            Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
+        }
         Some(_) => None,
     }
 }
@@ -334,6 +338,7 @@ async fn outcome_unknown(
     endpoint: &str,
     deadline: DateTime<Utc>,
     detail: serde_json::Value,
+    abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
     let client = &run.host.client;
     let started = Utc::now();
@@ -346,7 +351,13 @@ async fn outcome_unknown(
                 break;
             }
         }
-        tokio::time::sleep(poll_interval(limit).min(Duration::from_millis(500))).await;
+        if pause(poll_interval(limit).min(Duration::from_millis(500)), abort).await {
+            // Nothing is sent either way; the outcome stays for a human to judge.
+            let waited_ms = (Utc::now() - started).num_milliseconds();
+            return StepEnd::Aborted(
+                json!({"call": detail, "outcome": "unknown", "host_idle": false, "waited_ms": waited_ms}),
+            );
+        }
     }
     let waited_ms = (Utc::now() - started).num_milliseconds();
     let ps = client.ps().await.ok();

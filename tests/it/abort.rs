@@ -233,3 +233,54 @@ async fn a_graceful_shutdown_leaves_a_rollout_resumable_and_it_finishes_after_re
     assert_eq!(ups, 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome() {
+    let opts = TestOptions {
+        tuning: Some(canaryd::config::ComposeTuning {
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(2),
+            stream_idle_timeout: Duration::from_millis(300),
+            busy_retry_initial: Duration::from_millis(50),
+            busy_retry_max: Duration::from_millis(200),
+        }),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let faults = app.sim.faults();
+    let mut pause = app.engine.pause_at("step:down:started");
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    // The down gets no answer in time (unknown outcome) and the host then stays busy: canary
+    // waits for it to be idle (up to 30 s) before it may judge.
+    faults.delay_answer(SimOp::Down, Duration::from_millis(600), 1);
+    faults.busy_for(Duration::from_secs(60));
+    pause.release();
+    for _ in 0..200 {
+        let calls = app.sim.calls();
+        if calls.iter().filter(|c| c.path == "/status").count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    abort(&app, &id).await;
+    let r = app.wait_terminal(&id).await;
+    let took = asked.elapsed();
+    faults.busy_for(Duration::ZERO);
+    assert_eq!(r.status, "aborted", "{r:#?}");
+    let down = r.steps.iter().find(|s| s.name == "down").expect("down");
+    assert_eq!(down.status, "aborted");
+    assert_eq!(down.detail["outcome"], "unknown", "{}", down.detail);
+    assert!(
+        took < Duration::from_secs(10),
+        "interrupted at once, took {took:?}"
+    );
+    let downs = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.path == "/compose/down")
+        .count();
+    assert_eq!(downs, 1, "never resent");
+    app.stop().await;
+}
