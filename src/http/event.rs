@@ -69,13 +69,15 @@ async fn rollout_events(
     // Subscribe before the replay reads the database: nothing committed in between is lost
     // (it arrives on the bus too, and `seq` drops the duplicates).
     let bus = store.subscribe();
-    let (tx, mut rx) = mpsc::channel::<Event>(64);
+    let (tx, mut rx) = mpsc::channel::<AuditEvent>(64);
     tokio::spawn(async move {
         if let Err(e) = pump(&store, &id, after, bus, &tx).await {
             tracing::warn!(rollout.id = %id, error = %e, "event stream of {id} ended early");
         }
     });
-    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)));
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|e| e.map(|e| Ok(to_sse(&e))))
+    });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -104,16 +106,17 @@ enum Sent {
 }
 
 /// Sends events with `seq > *last`, in order; tells whether the rollout ended.
-async fn send_all(events: Vec<AuditEvent>, last: &mut i64, tx: &mpsc::Sender<Event>) -> Sent {
+async fn send_all(events: Vec<AuditEvent>, last: &mut i64, tx: &mpsc::Sender<AuditEvent>) -> Sent {
     for e in events {
         if e.seq <= *last {
             continue;
         }
         *last = e.seq;
-        if tx.send(to_sse(&e)).await.is_err() {
+        let terminal = is_terminal(&e);
+        if tx.send(e).await.is_err() {
             return Sent::ClientGone;
         }
-        if is_terminal(&e) {
+        if terminal {
             return Sent::Terminal;
         }
     }
@@ -125,7 +128,7 @@ async fn pump(
     id: &str,
     after: i64,
     mut bus: tokio::sync::broadcast::Receiver<AuditEvent>,
-    tx: &mpsc::Sender<Event>,
+    tx: &mpsc::Sender<AuditEvent>,
 ) -> Result<(), StoreError> {
     let mut last = after;
     match send_all(store.audit_events(id, last).await?, &mut last, tx).await {
@@ -156,5 +159,91 @@ async fn pump(
             Sent::Open => {}
             Sent::Terminal | Sent::ClientGone => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind};
+    use crate::store::{new_id, AuditEntry, NewRollout, RolloutChange};
+
+    fn change(event: RolloutEvent) -> RolloutChange {
+        RolloutChange {
+            event,
+            actor: "canaryd".into(),
+            error: None,
+            detail: serde_json::json!({}),
+            at: Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_falls_behind_the_bus_still_gets_every_event_once_in_order() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("e.db")).await.expect("store");
+        let id = new_id("ro");
+        let new = NewRollout {
+            id: id.clone(),
+            kind: RolloutKind::Canary,
+            host: "h".into(),
+            file: "prod/x.yaml".into(),
+            service: "s".into(),
+            tag: "v1".into(),
+            runbook: "r".into(),
+            actor: "ops".into(),
+            reason: "test".into(),
+            env_overrides: BTreeMap::new(),
+            env_sha256: String::new(),
+            require_logs: Vec::new(),
+            on_failure: OnFailure::Halt,
+            rollback_of: None,
+            expect_commit: None,
+            expect_file_sha256: None,
+            created_at: Utc::now(),
+        };
+        store.create_rollout(&new, &[]).await.expect("created");
+        // A reader that does not read yet: 64 events fill its channel, the bus (1024) overflows.
+        let (tx, mut rx) = mpsc::channel::<AuditEvent>(64);
+        let bus = store.subscribe();
+        let pumping = {
+            let (store, id) = (store.clone(), id.clone());
+            tokio::spawn(async move { pump(&store, &id, 0, bus, &tx).await })
+        };
+        for n in 0..1500 {
+            let note = AuditEntry::new(Utc::now(), "ops", "note")
+                .rollout(&id)
+                .detail(serde_json::json!({"n": n}));
+            store.audit(&note).await.expect("appended");
+        }
+        store
+            .transition_rollout(&id, &change(RolloutEvent::Start))
+            .await
+            .expect("running");
+        store
+            .transition_rollout(&id, &change(RolloutEvent::Succeed))
+            .await
+            .expect("succeeded");
+        let mut seqs = Vec::new();
+        let mut kinds = Vec::new();
+        for _ in 0..2000 {
+            match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+                Ok(Some(e)) => {
+                    seqs.push(e.seq);
+                    kinds.push(e.kind);
+                }
+                Ok(None) => break,
+                Err(_) => panic!("the stream stalled after {} events", seqs.len()),
+            }
+        }
+        pumping.await.expect("join").expect("pump ends cleanly");
+        assert_eq!(seqs.len(), 1 + 1500 + 2, "every event once");
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order");
+        assert_eq!(kinds.first().map(String::as_str), Some("rollout_created"));
+        assert_eq!(kinds.last().map(String::as_str), Some("rollout_succeeded"));
     }
 }
