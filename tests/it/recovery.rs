@@ -417,3 +417,67 @@ async fn a_resumed_wait_keeps_its_original_deadline() {
     assert!(finished >= deadline, "it ran until its deadline");
     app.stop().await;
 }
+
+/// A succeeded canary of r2, then a one-click rollback whose task is frozen at `point`, a
+/// crash there and a restart.
+async fn crash_rollback_at(point: &str, stall_up: bool) -> (TestApp, String) {
+    let app = TestApp::spawn().await;
+    let canary = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    assert_eq!(app.wait_terminal(&canary).await.status, "succeeded");
+    let mut pause = app.engine.pause_at(point);
+    let (status, body) = app
+        .post(
+            "/v1/rollbacks",
+            &json!({"host": crate::helpers::HOST, "service": R2, "reason": "TTFT regression"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        pause.reached(Duration::from_secs(10)).await.as_deref(),
+        Some(id.as_str())
+    );
+    if stall_up {
+        app.sim.faults().stall_stream(SimOp::Up);
+    }
+    pause.release();
+    if stall_up {
+        for _ in 0..400 {
+            if app.sim.faults().stalled_streams() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(app.sim.faults().stalled_streams(), 1);
+    }
+    let app = app.kill().await.restart().await;
+    (app, id)
+}
+
+#[tokio::test]
+async fn a_rollback_killed_between_its_steps_resumes_and_redeploys_once() {
+    let (app, id) = crash_rollback_at("step:health:before", false).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_audit_complete(&app, &r).await;
+    assert_eq!(calls_for(&app, BASELINE_TAG).2, 1, "one up of the rollback");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_rollback_killed_during_its_up_is_reconciled_and_never_resent() {
+    let (app, id) = crash_rollback_at("step:up:before", true).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("compose_outcome_unknown")
+    );
+    assert!(
+        r.rolled_back_by.is_none(),
+        "a rollback does not roll itself back"
+    );
+    assert_audit_complete(&app, &r).await;
+    assert_eq!(calls_for(&app, BASELINE_TAG).2, 1, "the up was not resent");
+    app.stop().await;
+}
