@@ -7,7 +7,8 @@ use std::time::Duration;
 use canaryd::store::BulkSpec;
 use serde_json::{json, Value};
 
-use super::{insert, open_store, parse_csv, Row};
+use super::listing::parse_csv;
+use super::{insert, open_store, Row};
 use crate::helpers::TestApp;
 
 struct Run {
