@@ -58,8 +58,27 @@ async fn drive(
             .await?;
         tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
     }
-    let runbook = engine.runbook(&rollout.runbook)?.clone();
     let db_steps = store.steps(id).await?;
+    // The config changed under a resumed rollout: end it clearly rather than guess.
+    let missing = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
+        (Err(e), _) => Some(("runbook_not_loaded", e.to_string())),
+        (_, Err(e)) => Some(("host_not_configured", e.to_string())),
+        (Ok(_), Ok(_)) => None,
+    };
+    if let Some((code, message)) = missing {
+        let current = db_steps.iter().find(|s| !s.status.is_terminal());
+        if rollout_abort_requested(engine, id).await? {
+            return finish_aborted(engine, &rollout, current).await;
+        }
+        let Some(step) = current else {
+            let ch = change(RolloutEvent::Fail, Some((code, &message)), json!({}));
+            store.transition_rollout(id, &ch).await?;
+            return Ok(());
+        };
+        tracing::error!(rollout.id = %id, code, "rollout {id} cannot go on: {message}");
+        return finish_failed(engine, &rollout, &db_steps, step, code, &message, json!({})).await;
+    }
+    let runbook = engine.runbook(&rollout.runbook)?.clone();
     let mut run = StepRun::new(engine, &rollout);
     for step in &db_steps {
         if matches!(step.status, StepStatus::Succeeded | StepStatus::Skipped) {

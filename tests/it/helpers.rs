@@ -154,6 +154,13 @@ impl Crashed {
     pub async fn restart(self) -> TestApp {
         TestApp::boot_with(self.sim, self.dir, self.db, self.env, self.opts).await
     }
+
+    /// Restarts with other runbooks (a config changed while the daemon was down).
+    #[allow(dead_code)]
+    pub async fn restart_with_runbooks(mut self, runbooks: BTreeMap<String, Runbook>) -> TestApp {
+        self.opts.runbooks = Some(runbooks);
+        self.restart().await
+    }
 }
 
 impl TestApp {

@@ -88,7 +88,7 @@ async fn assert_audit_complete(app: &TestApp, r: &RolloutOut) {
             s.status,
             kinds(&events)
         );
-        if s.status != "skipped" {
+        if s.started_at.is_some() {
             assert!(has("step_running", Some(&s.name)), "{}", s.name);
         }
     }
@@ -479,5 +479,25 @@ async fn a_rollback_killed_during_its_up_is_reconciled_and_never_resent() {
     );
     assert_audit_complete(&app, &r).await;
     assert_eq!(calls_for(&app, BASELINE_TAG).2, 1, "the up was not resent");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_rollout_whose_runbook_is_gone_after_a_restart_fails_runbook_not_loaded() {
+    let app = TestApp::spawn().await;
+    let mut pause = app.engine.pause_at("step:health:before");
+    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    let mut books = crate::helpers::fast_runbooks();
+    books.remove("single-replica-canary");
+    let app = app.kill().await.restart_with_runbooks(books).await;
+    let (canary, rollback) = assert_recovered(&app, &id).await;
+    assert_eq!(canary.status, "failed");
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("runbook_not_loaded"),
+        "{canary:#?}"
+    );
+    assert!(rollback.is_some(), "the touched replica is rolled back");
     app.stop().await;
 }
