@@ -4,6 +4,7 @@
 mod audit;
 mod bulk;
 mod deployment;
+mod history;
 mod outbox;
 mod record;
 mod retention;
@@ -23,10 +24,11 @@ pub use audit::AuditEntry;
 #[doc(hidden)]
 pub use bulk::BulkSpec;
 pub use deployment::NewDeployment;
+pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
 pub use retention::{spawn_retention, Purged};
-pub use rollout::{CsvPage, NewRollout, NewStep, RolloutChange, CSV_COLUMNS};
+pub use rollout::{NewRollout, NewStep, RolloutChange};
 
 /// The embedded migrations (`migrations/NNNN_name.sql`), run when the database is opened.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
