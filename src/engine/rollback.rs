@@ -51,15 +51,8 @@ async fn last_touch_succeeded(
     host: &str,
     service: &str,
 ) -> Result<bool, EngineError> {
-    let filter = RolloutFilter {
-        host: Some(host.to_owned()),
-        service: Some(service.to_owned()),
-        limit: 50,
-        ..Default::default()
-    };
-    let recent = engine.inner.store.list_rollouts(&filter).await?;
-    let last = recent.into_iter().find(|r| r.touched_replica);
-    Ok(last.is_none_or(|r| r.status == RolloutStatus::Succeeded))
+    let last = engine.inner.store.last_touch_status(host, service).await?;
+    Ok(last.is_none_or(|s| s == RolloutStatus::Succeeded))
 }
 
 fn rollback_rollout(
@@ -105,12 +98,21 @@ pub(super) async fn submit(
     }
     let runbook = engine.runbook(ROLLBACK_RUNBOOK)?.clone();
     let store = &engine.inner.store;
-    let deployments = store.deployments(&req.host, &req.service).await?;
+    // Bounded reads: the newest two deployments (current and prior), or the tag asked for.
+    let deployments = match &req.to_tag {
+        Some(tag) => store
+            .deployment_with_tag(&req.host, &req.service, tag)
+            .await?
+            .into_iter()
+            .collect(),
+        None => store.recent_deployments(&req.host, &req.service, 2).await?,
+    };
     let good = last_touch_succeeded(engine, &req.host, &req.service).await?;
     let Some(target) = choose_rollback_target(&deployments, good, req.to_tag.as_deref()) else {
         let detail = match &req.to_tag {
             Some(t) => format!(" with tag {t}"),
-            None => format!(" ({} deployment(s) known)", deployments.len()),
+            None if deployments.is_empty() => " (none at all)".to_owned(),
+            None => " before its current one".to_owned(),
         };
         return Err(EngineError::NoPriorDeployment {
             host: req.host,
@@ -181,7 +183,9 @@ pub(super) async fn finish_failed_canary(
         && fresh.on_failure == OnFailure::Rollback
         && fresh.touched_replica;
     if wants_rollback {
-        let deployments = store.deployments(&fresh.host, &fresh.service).await?;
+        let deployments = store
+            .recent_deployments(&fresh.host, &fresh.service, 1)
+            .await?;
         // The failed canary recorded no deployment: the newest one is the state to go back to.
         if let (Some(target), Ok(runbook)) = (deployments.first(), engine.runbook(ROLLBACK_RUNBOOK))
         {

@@ -238,6 +238,14 @@ impl<'a> StepRun<'a> {
             .iter()
             .map(|s| s.to_string())
             .collect();
+        if peers.is_empty() {
+            // SPEC §9 rule 7: someone must carry the traffic while the target is down.
+            let msg = format!(
+                "{} has no other replica in its group on {}: taking it down would leave nothing serving",
+                self.rollout.service, self.rollout.host
+            );
+            return StepEnd::failed("no_peers", msg, json!({"peers": []}));
+        }
         let interval = poll_interval(deadline);
         loop {
             let mut unhealthy = BTreeMap::new();
@@ -323,6 +331,7 @@ impl<'a> StepRun<'a> {
             );
         };
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
+        let mut progress = Progress::default();
         loop {
             let sample = self.engine.inner.prober.sample(&url).await;
             if sample.is_healthy() {
@@ -342,11 +351,8 @@ impl<'a> StepRun<'a> {
                 );
                 return StepEnd::failed("health_timeout", msg, detail);
             }
-            let _ = self
-                .engine
-                .inner
-                .store
-                .update_step_detail(&step.id, &detail)
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
             if pause(interval, abort).await {
                 return StepEnd::Aborted(detail);
@@ -374,6 +380,7 @@ impl<'a> StepRun<'a> {
     ) -> StepEnd {
         let mut watch = LogWatch::new(require, forbid);
         let mut errors = 0u64;
+        let mut progress = Progress::default();
         loop {
             match self.fetch_logs().await {
                 Ok(output) => match watch.observe(&output, Utc::now()) {
@@ -393,11 +400,8 @@ impl<'a> StepRun<'a> {
                 let msg = format!("required log lines never seen: {:?}", watch.missing());
                 return StepEnd::failed("logs_timeout", msg, detail);
             }
-            let _ = self
-                .engine
-                .inner
-                .store
-                .update_step_detail(&step.id, &detail)
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
             if pause(interval, abort).await {
                 return StepEnd::Aborted(detail);
@@ -423,6 +427,7 @@ impl<'a> StepRun<'a> {
         };
         let mut watch = LogWatch::new(Vec::new(), forbid);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
+        let mut progress = Progress::default();
         loop {
             let sample = self.engine.inner.prober.sample(&url).await;
             probes += 1;
@@ -443,11 +448,8 @@ impl<'a> StepRun<'a> {
             if Utc::now() >= deadline {
                 return StepEnd::Succeeded(detail);
             }
-            let _ = self
-                .engine
-                .inner
-                .store
-                .update_step_detail(&step.id, &detail)
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
             if pause(interval, abort).await {
                 return StepEnd::Aborted(detail);
@@ -485,5 +487,32 @@ pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> boo
             Ok(()) => *abort.borrow(),
             Err(_) => { tokio::time::sleep(d).await; false }
         },
+    }
+}
+
+/// How often a running wait saves its evidence (the final evidence is written when the step
+/// ends). Bounded so that many concurrent waits do not queue on SQLite's single writer.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Saves a wait's evidence at its first probe, then at most every `PROGRESS_EVERY`.
+#[derive(Default)]
+struct Progress {
+    last: Option<std::time::Instant>,
+}
+
+impl Progress {
+    async fn save(
+        &mut self,
+        store: &crate::store::Store,
+        step_id: &str,
+        detail: &serde_json::Value,
+    ) {
+        if self.last.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        if let Err(e) = store.update_step_detail(step_id, detail).await {
+            tracing::warn!(error = %e, "could not save the progress of step {step_id}");
+        }
     }
 }

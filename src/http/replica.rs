@@ -38,7 +38,7 @@ async fn list_replicas(
         let active = store.active_rollout_on(host_name).await.map_err(internal)?;
         for (service, replica) in &host.replicas {
             let current = store
-                .deployments(host_name, service)
+                .recent_deployments(host_name, service, 1)
                 .await
                 .map_err(internal)?
                 .into_iter()

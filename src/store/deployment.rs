@@ -125,6 +125,44 @@ impl Store {
         rows.into_iter().map(Deployment::try_from).collect()
     }
 
+    /// The replica's newest `limit` deployments, newest first (what a rollback chooses from).
+    pub async fn recent_deployments(
+        &self,
+        host: &str,
+        service: &str,
+        limit: u32,
+    ) -> Result<Vec<Deployment>, StoreError> {
+        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
+            "{SELECT_DEPLOYMENT} where host = ? and service = ? \
+             order by deployed_at desc, deployment_id desc limit ?"
+        ))
+        .bind(host)
+        .bind(service)
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(Deployment::try_from).collect()
+    }
+
+    /// The replica's newest deployment of `tag`, if it ever ran that tag.
+    pub async fn deployment_with_tag(
+        &self,
+        host: &str,
+        service: &str,
+        tag: &str,
+    ) -> Result<Option<Deployment>, StoreError> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "{SELECT_DEPLOYMENT} where host = ? and service = ? and tag = ? \
+             order by deployed_at desc, deployment_id desc limit 1"
+        ))
+        .bind(host)
+        .bind(service)
+        .bind(tag)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(Deployment::try_from).transpose()
+    }
+
     /// Whether a deployment row for this rollout exists (recovery of a half-finished success).
     pub async fn deployment_of(&self, rollout_id: &str) -> Result<Option<Deployment>, StoreError> {
         let row: Option<DeploymentRow> =

@@ -258,6 +258,24 @@ impl Store {
         Ok(())
     }
 
+    /// The status of the newest rollout that sent a down or up to this replica, if any.
+    pub async fn last_touch_status(
+        &self,
+        host: &str,
+        service: &str,
+    ) -> Result<Option<RolloutStatus>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "select status from rollout where host = ? and service = ? and touched_replica = 1 \
+             order by created_at desc, rollout_id desc limit 1",
+        )
+        .bind(host)
+        .bind(service)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|(s,)| s.parse::<RolloutStatus>().map_err(corrupt))
+            .transpose()
+    }
+
     /// Marks that a down or up is about to be sent: from now on a failure has something to undo.
     pub async fn mark_touched(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")

@@ -495,3 +495,26 @@ async fn a_yaml_plan_is_accepted_like_json() {
     assert_eq!(r.status, "succeeded");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_replica_without_a_peer_in_its_group_is_never_taken_down() {
+    let opts = crate::helpers::TestOptions {
+        groups: vec![(R2.to_owned(), "glm53-alone".to_owned())],
+        ..Default::default()
+    };
+    let app = TestApp::spawn_custom(crate::helpers::sim_config(), opts).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("no_peers"),
+        "{r:#?}"
+    );
+    assert!(
+        app.compose_calls().is_empty(),
+        "nothing was sent: {:?}",
+        app.compose_calls()
+    );
+    app.stop().await;
+}

@@ -109,6 +109,8 @@ pub struct TestOptions {
     pub tokens: Vec<(String, Role, String)>,
     /// compose-manager client timings (default: `dev_config`'s).
     pub tuning: Option<canaryd::config::ComposeTuning>,
+    /// Replicas moved to another group, as (service, group).
+    pub groups: Vec<(String, String)>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -118,6 +120,7 @@ impl TestOptions {
         TestOptions {
             runbooks: None,
             tuning: None,
+            groups: Vec::new(),
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -225,6 +228,13 @@ impl TestApp {
             .collect();
         if let Some(tuning) = &opts.tuning {
             config.compose = tuning.clone();
+        }
+        for (service, group) in &opts.groups {
+            for host in config.hosts.values_mut() {
+                if let Some(replica) = host.replicas.get_mut(service) {
+                    replica.group = group.clone();
+                }
+            }
         }
         let runbooks = opts.runbooks.clone().unwrap_or_else(fast_runbooks);
         let app = App::build(config, runbooks)
