@@ -160,17 +160,23 @@ async fn start_step(
     kind: &crate::domain::runbook::StepKind,
 ) -> Result<Step, super::EngineError> {
     let store = &engine.inner.store;
-    if step.status == StepStatus::Pending {
-        let deadline = steps::timeout_of(kind).map(|t| Utc::now() + t);
-        store
-            .transition_step(step, StepEvent::Start, &json!({}), deadline, Utc::now())
-            .await?;
+    if step.status != StepStatus::Pending {
+        // Resumed: the row already holds its start time and original deadline.
+        return Ok(step.clone());
     }
-    let fresh = store.steps(&step.rollout_id).await?;
-    Ok(fresh
-        .into_iter()
-        .find(|s| s.id == step.id)
-        .unwrap_or_else(|| step.clone()))
+    let now = Utc::now();
+    let deadline = steps::timeout_of(kind).map(|t| now + t);
+    store
+        .transition_step(step, StepEvent::Start, &json!({}), deadline, now)
+        .await?;
+    // What the row now says, without reading every step back.
+    let mut started = step.clone();
+    started.status = StepStatus::Running;
+    started.attempts += 1;
+    started.started_at = started.started_at.or(Some(now));
+    started.deadline_at = started.deadline_at.or(deadline);
+    started.detail = json!({});
+    Ok(started)
 }
 
 pub(super) fn change(
