@@ -45,9 +45,9 @@ const DEV_RUNBOOKS: [(&str, &str); 3] = [
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
-    /// Address of the daemon.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    pub listen: SocketAddr,
+    /// Address of the daemon (default 127.0.0.1:7878; with --demo, a free loopback port).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
     /// SQLite file (default: a fresh one in a temporary folder).
     #[arg(long)]
     pub db: Option<PathBuf>,
@@ -130,7 +130,11 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         .db
         .clone()
         .unwrap_or_else(|| tmp.join("canaryd-dev.db"));
-    let config = dev_config(&sim, args.listen, db.clone(), env);
+    let default_port = if args.demo { 0 } else { 7878 };
+    let listen = args
+        .listen
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], default_port)));
+    let config = dev_config(&sim, listen, db.clone(), env);
     let app = App::build(config, dev_runbooks()?).await?;
     let addr = app.local_addr()?;
     let url = format!("http://{addr}");
