@@ -3,7 +3,8 @@
 //!
 //! Checkpoints: `rollout:start` (before the rollout is marked running), `step:<name>:before`
 //! (before the step is marked running), `step:<name>:started` (after it is), and
-//! `step:<name>:attempt_done` (a compose call's outcome is written, the step's is not). Unarmed,
+//! `step:<name>:attempt_done` (a compose call's outcome is written, the step's is not),
+//! `step:<name>:failed` (the step is marked failed, its rollout is not yet). Unarmed,
 //! a checkpoint costs one mutex lock.
 
 use std::sync::{Arc, Mutex};

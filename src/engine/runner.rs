@@ -85,6 +85,15 @@ async fn drive(
             run.restore(step);
             continue;
         }
+        if step.status == StepStatus::Failed {
+            // The step's failure was written but not its rollout's (a restart or a storage
+            // error in between): finish from the recorded failure, never run the step again.
+            let error = &step.detail["error"];
+            let code = error["code"].as_str().unwrap_or("step_failed").to_owned();
+            let message = error["message"].as_str().unwrap_or("failed").to_owned();
+            let detail = step.detail.clone();
+            return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
+        }
         engine
             .checkpoint(id, &format!("step:{}:before", step.name))
             .await;
@@ -275,6 +284,9 @@ async fn finish_failed(
         store
             .transition_step(failed, StepEvent::Fail, &step_detail, None, Utc::now())
             .await?;
+        engine
+            .checkpoint(&rollout.id, &format!("step:{}:failed", failed.name))
+            .await;
     }
     skip_rest(engine, steps, failed.position).await?;
     let msg = format!("step {} failed: {message}", failed.name);
