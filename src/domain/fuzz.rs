@@ -56,6 +56,20 @@ fn field_value() -> impl Strategy<Value = serde_json::Value> {
     ]
 }
 
+/// A plan that `validate` accepts; `plan_object` mutates it so that the properties about
+/// accepted plans see accepted plans (random objects are almost never valid).
+fn valid_plan() -> serde_json::Value {
+    serde_json::json!({
+        "host": "gpu02",
+        "file": "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml",
+        "service": R2,
+        "tag": "v0.0.452",
+        "reason": "fuzz",
+    })
+}
+
+/// A valid plan with up to four fields set to a valid, nearly valid or hostile value, or
+/// removed.
 fn plan_object() -> impl Strategy<Value = serde_json::Value> {
     let keys = prop_oneof![
         Just("host"),
@@ -69,11 +83,28 @@ fn plan_object() -> impl Strategy<Value = serde_json::Value> {
         Just("on_failure"),
         Just("bogus"),
     ];
-    proptest::collection::vec((keys, field_value()), 0..10).prop_map(|pairs| {
-        let map: serde_json::Map<String, serde_json::Value> =
-            pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-        serde_json::Value::Object(map)
+    let change = (keys, proptest::option::of(field_value()));
+    proptest::collection::vec(change, 0..5).prop_map(|changes| {
+        let mut plan = valid_plan();
+        let map = plan.as_object_mut().expect("an object");
+        for (k, v) in changes {
+            match v {
+                Some(v) => map.insert(k.to_owned(), v),
+                None => map.remove(k),
+            };
+        }
+        plan
     })
+}
+
+#[test]
+fn the_unmutated_plan_is_accepted_so_the_properties_see_accepted_plans() {
+    let body = valid_plan().to_string();
+    let spec = parse_json(body.as_bytes()).expect("parses");
+    validate(spec, &known()).expect("accepted");
+    let yaml = serde_yaml::to_string(&valid_plan()).expect("yaml");
+    let spec = parse_yaml(&yaml).expect("parses as YAML");
+    validate(spec, &known()).expect("accepted as YAML");
 }
 
 fn tag_ok(tag: &str) -> bool {

@@ -20,6 +20,25 @@ async fn abort(app: &TestApp, id: &str) {
     assert_eq!(status, 200, "abort accepted: {body}");
 }
 
+/// From the committed `abort_requested` to the committed `rollout_aborted`: how long the
+/// daemon took to act on the abort (test polling not included).
+async fn abort_reaction(app: &TestApp, id: &str) -> chrono::Duration {
+    let events = app
+        .engine
+        .store()
+        .audit_events(id, 0)
+        .await
+        .expect("audit events");
+    let at = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} event"))
+            .occurred_at
+    };
+    at("rollout_aborted") - at("abort_requested")
+}
+
 /// Freezes the canary at `point`, aborts it, lets it go on: it must end `aborted` without one
 /// more compose call.
 async fn abort_at(point: &str) {
@@ -168,6 +187,11 @@ async fn abort_interrupts_wait(step: &str) {
         took < Duration::from_secs(10),
         "interrupted at once, took {took:?}"
     );
+    let reaction = abort_reaction(&app, &id).await;
+    assert!(
+        reaction < chrono::Duration::seconds(1),
+        "the wait is interrupted within a second, took {reaction}"
+    );
     app.stop().await;
 }
 
@@ -256,13 +280,19 @@ async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome(
     faults.delay_answer(SimOp::Down, Duration::from_millis(600), 1);
     faults.busy_for(Duration::from_secs(60));
     pause.release();
+    let mut waiting_for_idle = false;
     for _ in 0..200 {
         let calls = app.sim.calls();
         if calls.iter().filter(|c| c.path == "/status").count() >= 2 {
+            waiting_for_idle = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(
+        waiting_for_idle,
+        "the canary never polled /status for an idle host"
+    );
     let asked = Instant::now();
     abort(&app, &id).await;
     let r = app.wait_terminal(&id).await;
@@ -275,6 +305,11 @@ async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome(
     assert!(
         took < Duration::from_secs(10),
         "interrupted at once, took {took:?}"
+    );
+    let reaction = abort_reaction(&app, &id).await;
+    assert!(
+        reaction < chrono::Duration::seconds(1),
+        "the idle wait is interrupted within a second, took {reaction}"
     );
     let downs = app
         .compose_calls()

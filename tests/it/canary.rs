@@ -195,11 +195,16 @@ async fn a_dry_run_that_plans_a_removal_fails_with_no_real_up() {
         r.error.as_ref().map(|e| e.code.as_str()),
         Some("plan_gate_failed")
     );
+    assert_eq!(step(&r, "preflight").status, "failed");
     assert!(step(&r, "preflight").detail["error"]["message"]
         .as_str()
         .unwrap_or("")
         .contains("otelcol-contrib"));
     assert!(app.compose_calls().iter().all(is_dry_run));
+    assert!(
+        r.rolled_back_by.is_none(),
+        "nothing was touched, nothing to roll back"
+    );
     app.stop().await;
 }
 
@@ -232,6 +237,12 @@ async fn a_forbidden_startup_line_fails_the_canary_at_once() {
         .as_str()
         .unwrap_or("")
         .contains("CUDA error 801"));
+    // At once: long before the step's 3 s timeout would have ended it.
+    let took = logs.finished_at.expect("finished") - logs.started_at.expect("started");
+    assert!(
+        took < chrono::Duration::seconds(2),
+        "failed at once, took {took}"
+    );
     assert_eq!(step(&r, "soak").status, "skipped");
     app.stop().await;
 }
@@ -243,7 +254,13 @@ async fn a_required_line_that_never_appears_times_out_naming_it() {
         .faults()
         .set_logs_on_start(R2, Some(vec!["HiCache startup RAM allocated".into()]));
     let r = failing_canary(&app).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("logs_timeout")
+    );
     let logs = step(&r, "startup-logs");
+    assert_eq!(logs.status, "failed");
     assert_eq!(
         logs.detail["error"]["code"], "logs_timeout",
         "{}",
@@ -265,6 +282,11 @@ async fn health_that_never_comes_fails_the_canary() {
     let app = TestApp::spawn().await;
     app.sim.faults().set_health_never(R2, true);
     let r = failing_canary(&app).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("health_timeout")
+    );
     let health = step(&r, "health");
     assert_eq!(health.status, "failed");
     assert_eq!(health.detail["error"]["code"], "health_timeout");

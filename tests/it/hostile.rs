@@ -47,6 +47,7 @@ async fn a_5xx_answer_to_the_up_fails_the_step_compose_server_error_and_rolls_ba
     assert_eq!(r.status, "failed");
     assert_eq!(code(&r), Some("compose_server_error"), "{r:#?}");
     assert_eq!(step(&r, "up").status, "failed");
+    assert_eq!(real_ups(&app, "v0.0.452"), 1, "a refused up is not resent");
     let rb = rb.expect("the replica was taken down: rolled back");
     assert_eq!(rb.status, "succeeded", "{rb:#?}");
     app.stop().await;
@@ -157,7 +158,13 @@ async fn garbage_in_the_dry_run_stream_fails_the_gate_compose_protocol() {
     app.sim.faults().garbage_line(SimOp::DryRun, "{\"event\":");
     let (r, rb) = run_canary(&app).await;
     assert_eq!(code(&r), Some("compose_protocol"), "{r:#?}");
+    assert_eq!(step(&r, "preflight").status, "failed");
     assert!(rb.is_none());
+    assert!(
+        app.compose_calls().iter().all(is_dry_run),
+        "no real down or up: {:?}",
+        app.compose_calls()
+    );
     app.stop().await;
 }
 

@@ -152,6 +152,7 @@ async fn the_first_canary_rolls_back_to_the_recorded_baseline() {
 async fn a_canary_that_fails_after_touching_r2_rolls_itself_back() {
     let app = TestApp::spawn().await;
     canary(&app, "v0.0.451").await;
+    let r1 = app.container_id(R1).expect("r1");
     app.sim.faults().set_logs_on_start(
         R2,
         Some(vec!["CUDA error 801: operation not supported".into()]),
@@ -159,6 +160,11 @@ async fn a_canary_that_fails_after_touching_r2_rolls_itself_back() {
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
     let failed = app.wait_terminal(&id).await;
     assert_eq!(failed.status, "failed");
+    assert_eq!(
+        failed.error.as_ref().map(|e| e.code.as_str()),
+        Some("forbidden_log_line"),
+        "{failed:#?}"
+    );
     let rb_id = failed
         .rolled_back_by
         .clone()
@@ -170,6 +176,20 @@ async fn a_canary_that_fails_after_touching_r2_rolls_itself_back() {
     assert_eq!(rb.actor, "canaryd");
     assert_eq!(rb.tag, "v0.0.451");
     assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    let rollback_ups = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.path == "/compose/up" && !is_dry_run(c) && c.body["tag"] == "v0.0.451")
+        .count();
+    assert_eq!(rollback_ups, 2, "the first canary's up and the rollback's");
+    for c in app.compose_calls() {
+        assert_eq!(c.body["services"], json!([R2]), "r2 alone: {}", c.body);
+    }
+    assert_eq!(
+        app.container_id(R1),
+        Some(r1),
+        "r1's container is untouched"
+    );
     app.stop().await;
 }
 
