@@ -175,6 +175,19 @@ impl<'a> StepRun<'a> {
             .map(|r| r.health_url.as_str())
     }
 
+    /// The target's health URL, or the step's failure when it has none.
+    fn target_health_url(&self) -> Result<String, StepEnd> {
+        self.health_url(&self.rollout.service)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                StepEnd::failed(
+                    "no_health_url",
+                    "the replica has no health_url configured",
+                    json!({}),
+                )
+            })
+    }
+
     async fn snapshot_host(&mut self) -> StepEnd {
         let client = &self.host.client;
         let ps = match client.ps().await {
@@ -323,12 +336,9 @@ impl<'a> StepRun<'a> {
         consecutive: u32,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
-        let Some(url) = self.health_url(&self.rollout.service).map(str::to_owned) else {
-            return StepEnd::failed(
-                "no_health_url",
-                "the replica has no health_url configured",
-                json!({}),
-            );
+        let url = match self.target_health_url() {
+            Ok(url) => url,
+            Err(end) => return end,
         };
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
         let mut progress = Progress::default();
@@ -418,12 +428,9 @@ impl<'a> StepRun<'a> {
         forbid: Vec<LogPattern>,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
-        let Some(url) = self.health_url(&self.rollout.service).map(str::to_owned) else {
-            return StepEnd::failed(
-                "no_health_url",
-                "the replica has no health_url configured",
-                json!({}),
-            );
+        let url = match self.target_health_url() {
+            Ok(url) => url,
+            Err(end) => return end,
         };
         let mut watch = LogWatch::new(Vec::new(), forbid);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
