@@ -307,7 +307,14 @@ async fn reconcile_previous_attempt(
     abort: &mut watch::Receiver<bool>,
 ) -> Option<StepEnd> {
     let store = &run.engine.inner.store;
-    let attempts = store.attempts(&run.rollout.id).await.ok()?;
+    let attempts = match store.attempts(&run.rollout.id).await {
+        Ok(attempts) => attempts,
+        // Whether a call is in flight is unknown: never send (SPEC §9 rule 5).
+        Err(e) => {
+            let msg = format!("could not read this step's compose attempts, so not sending: {e}");
+            return Some(StepEnd::failed("storage_error", msg, json!({})));
+        }
+    };
     let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
     match last.outcome.as_deref() {
         None => {

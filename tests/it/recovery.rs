@@ -380,6 +380,42 @@ async fn a_crash_during_the_up_is_reconciled_as_unknown_and_never_resent() {
     app.stop().await;
 }
 
+/// The attempts of a step caught mid-`up` cannot be read back after the restart: whether the
+/// `up` was sent is unknown, so it is not sent again (the step fails instead).
+#[tokio::test]
+async fn an_unreadable_attempt_record_after_a_crash_mid_up_never_resends_it() {
+    let app = TestApp::spawn().await;
+    let faults = app.sim.faults();
+    faults.stall_stream(SimOp::Up);
+    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    for _ in 0..400 {
+        if faults.stalled_streams() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(faults.stalled_streams(), 1, "the up is held open");
+    let crashed = app.kill().await;
+    let url = format!("sqlite://{}", crashed.db.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("open db");
+    sqlx::query("update step_attempt set started_at = 'not a time' where outcome is null")
+        .execute(&pool)
+        .await
+        .expect("damage the in-flight attempt");
+    pool.close().await;
+    let app = crashed.restart().await;
+    let canary = app.wait_terminal(&id).await;
+    assert_eq!(canary.status, "failed", "{canary:#?}");
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("storage_error"),
+        "{canary:#?}"
+    );
+    let (_, _, up) = calls_for(&app, CANARY_TAG);
+    assert_eq!(up, 1, "the up was not resent");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn readyz_answers_only_once_the_unfinished_rollouts_are_resumed() {
     let (app, id) = crash_at("step:health:started").await;
