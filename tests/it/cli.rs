@@ -63,6 +63,18 @@ async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() 
         stdout.contains("canary of model-sg-glm53-w4afp8-tp4-r2 on gpu02 to v0.0.452"),
         "{stdout}"
     );
+    let list = app.api.get("/v1/rollouts?kind=canary").await.expect("list");
+    let canary = &list["items"][0];
+    assert_eq!(canary["status"], "succeeded", "{canary:#}");
+    assert_eq!(canary["tag"], "v0.0.452", "{canary:#}");
+    assert!(
+        canary["env_overrides"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|k| k
+                .as_str()
+                .is_some_and(|k| k.contains("GLM53_R2_HICACHE_RAM_BUDGET")))),
+        "--env reached the plan: {canary:#}"
+    );
 
     let rollback = strings(&[
         "rollback",
@@ -81,6 +93,12 @@ async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() 
         stdout.contains("rollback of model-sg-glm53-w4afp8-tp4-r2 on gpu02 to v0.0.450"),
         "{stdout}"
     );
+    let list = app
+        .api
+        .get("/v1/rollouts?kind=rollback")
+        .await
+        .expect("list");
+    assert_eq!(list["items"][0]["status"], "succeeded", "{list:#}");
     app.stop().await;
 }
 
