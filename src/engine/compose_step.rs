@@ -244,6 +244,18 @@ where
                 }
             }
         };
+        run.engine
+            .checkpoint(
+                &run.rollout.id,
+                &format!("step:{}:attempt_written", step.name),
+            )
+            .await;
+        // The attempt write may have waited on the database: an abort that came meanwhile
+        // still stops the call (SPEC §7: before the next side effect).
+        if *abort.borrow() {
+            finish(run, &attempt, "not_sent", json!({"aborted": true})).await;
+            return Call::Aborted;
+        }
         let error = match send().await {
             Ok(value) => return Call::Done { attempt, value },
             Err(error) => error,

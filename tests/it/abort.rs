@@ -110,6 +110,13 @@ async fn an_abort_during_the_up_step_stops_before_the_up_is_sent() {
     abort_at("step:up:started").await;
 }
 
+/// An abort that lands after the up's attempt row is written (a write that can wait seconds on
+/// a busy database) but before the up is sent still stops it.
+#[tokio::test]
+async fn an_abort_after_the_up_attempt_is_written_stops_before_the_up_is_sent() {
+    abort_at("step:up:attempt_written").await;
+}
+
 #[tokio::test]
 async fn an_abort_during_the_neighbour_check_stops_before_the_health_wait() {
     abort_at("step:neighbours:started").await;
