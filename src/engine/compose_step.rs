@@ -187,6 +187,9 @@ where
                 }
                 StreamOutcome::Failed { exit_code } => {
                     finish(run, &attempt, "failed", detail.clone()).await;
+                    run.engine
+                        .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
+                        .await;
                     let msg = format!(
                         "{endpoint} ended with done success:false (exit code {exit_code:?})"
                     );
@@ -343,6 +346,14 @@ async fn reconcile_previous_attempt(
             Some(outcome_unknown(run, &last.endpoint, deadline, detail, abort).await)
         }
         Some("succeeded") => Some(StepEnd::Succeeded(last.detail)),
+        // It ended `done` `success:false` before the restart: that is the step's outcome.
+        Some("failed") => {
+            let msg = format!(
+                "{} ended with done success:false (before the restart)",
+                last.endpoint
+            );
+            Some(StepEnd::failed("compose_failed", msg, last.detail))
+        }
         Some("unknown") => {
             Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
         }

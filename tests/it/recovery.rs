@@ -208,6 +208,31 @@ async fn a_crash_after_the_up_succeeded_but_before_its_step_did_does_not_resend_
     crash_at_boundary_then_succeed("step:up:attempt_done").await;
 }
 
+/// A crash after the up ended `done` `success:false` was written, before its step failed: the
+/// restart fails the step from the recorded outcome and never sends the up again.
+#[tokio::test]
+async fn a_crash_after_the_up_failed_but_before_its_step_did_does_not_resend_it() {
+    let app = TestApp::spawn().await;
+    app.sim.faults().fail_phase(SimOp::Up, Some("up".into()));
+    let mut pause = app.engine.pause_at("step:up:attempt_done");
+    let mut plan = TestApp::plan(CANARY_TAG);
+    plan["on_failure"] = json!("halt");
+    let id = app.start_canary(&plan).await;
+    let frozen = pause.reached(Duration::from_secs(10)).await;
+    assert_eq!(frozen.as_deref(), Some(id.as_str()), "reached attempt_done");
+    let app = app.kill().await.restart().await;
+    let canary = app.wait_terminal(&id).await;
+    assert_eq!(canary.status, "failed", "{canary:#?}");
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("compose_failed"),
+        "{canary:#?}"
+    );
+    let (_, down, up) = calls_for(&app, CANARY_TAG);
+    assert_eq!((down, up), (1, 1), "the failed up is not sent again");
+    app.stop().await;
+}
+
 /// A crash after a step was marked failed but before its rollout was: the restart finishes
 /// the rollout from the recorded failure and never runs the step (its `up`) again.
 #[tokio::test]
