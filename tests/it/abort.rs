@@ -21,7 +21,9 @@ async fn abort(app: &TestApp, id: &str) {
 }
 
 /// From the committed `abort_requested` to the committed `rollout_aborted`: how long the
-/// daemon took to act on the abort (test polling not included).
+/// daemon took to act on the abort (test polling not included). Tests bound it well below the
+/// wait's 30 s poll (proof the wait was interrupted) rather than at 1 s: a tight wall-clock
+/// bound would flake on a shared 2-core runner. Typical values are a few milliseconds.
 async fn abort_reaction(app: &TestApp, id: &str) -> chrono::Duration {
     let events = app
         .engine
@@ -196,8 +198,8 @@ async fn abort_interrupts_wait(step: &str) {
     );
     let reaction = abort_reaction(&app, &id).await;
     assert!(
-        reaction < chrono::Duration::seconds(1),
-        "the wait is interrupted within a second, took {reaction}"
+        reaction < chrono::Duration::seconds(5),
+        "the wait is interrupted long before its next 30 s poll, took {reaction}"
     );
     app.stop().await;
 }
@@ -315,8 +317,8 @@ async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome(
     );
     let reaction = abort_reaction(&app, &id).await;
     assert!(
-        reaction < chrono::Duration::seconds(1),
-        "the idle wait is interrupted within a second, took {reaction}"
+        reaction < chrono::Duration::seconds(5),
+        "the idle wait is interrupted long before its next 30 s poll, took {reaction}"
     );
     let downs = app
         .compose_calls()

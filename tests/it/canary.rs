@@ -237,12 +237,7 @@ async fn a_forbidden_startup_line_fails_the_canary_at_once() {
         .as_str()
         .unwrap_or("")
         .contains("CUDA error 801"));
-    // At once: long before the step's 3 s timeout would have ended it.
-    let took = logs.finished_at.expect("finished") - logs.started_at.expect("started");
-    assert!(
-        took < chrono::Duration::seconds(2),
-        "failed at once, took {took}"
-    );
+    // At once, on the line: a timeout would have failed `logs_timeout` (asserted above).
     assert_eq!(step(&r, "soak").status, "skipped");
     app.stop().await;
 }
