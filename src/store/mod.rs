@@ -65,8 +65,8 @@ pub struct Store {
 #[derive(Debug)]
 struct EventBus {
     tx: tokio::sync::broadcast::Sender<AuditEvent>,
-    /// The last `seq` published; held while publishing so events go out once and in order.
-    last: tokio::sync::Mutex<i64>,
+    /// Rung after every commit that wrote audit events; one publisher task answers.
+    wake: tokio::sync::Notify,
 }
 
 impl Store {
@@ -90,12 +90,39 @@ impl Store {
         let (tx, _) = tokio::sync::broadcast::channel(1024);
         let bus = EventBus {
             tx,
-            last: tokio::sync::Mutex::new(last),
+            wake: tokio::sync::Notify::new(),
         };
-        Ok(Self {
+        let store = Self {
             pool,
             bus: std::sync::Arc::new(bus),
-        })
+        };
+        tokio::spawn(store.clone().run_publisher(last));
+        Ok(store)
+    }
+
+    /// The one task that reads committed audit events back and broadcasts them, in `seq`
+    /// order, each once. Writers only ring `wake`: they never wait on it, so a burst of
+    /// commits from many rollouts does not queue behind a shared lock.
+    async fn run_publisher(self, mut last: i64) {
+        loop {
+            self.bus.wake.notified().await;
+            loop {
+                match self.audit_events_after(last).await {
+                    Ok(events) if events.is_empty() => break,
+                    Ok(events) => {
+                        for e in events {
+                            last = e.seq;
+                            let _ = self.bus.tx.send(e);
+                        }
+                    }
+                    Err(_) if self.pool.is_closed() => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read back audit events to publish");
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     /// Audit events as they are committed (a slow subscriber may miss some: `Lagged`).
@@ -103,18 +130,9 @@ impl Store {
         self.bus.tx.subscribe()
     }
 
-    /// Publishes every audit event committed since the last call.
+    /// Asks the publisher to broadcast every audit event committed so far (returns at once).
     pub(crate) async fn publish(&self) {
-        let mut last = self.bus.last.lock().await;
-        match self.audit_events_after(*last).await {
-            Ok(events) => {
-                for e in events {
-                    *last = e.seq;
-                    let _ = self.bus.tx.send(e);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read back audit events to publish"),
-        }
+        self.bus.wake.notify_one();
     }
 
     /// How many rollouts are not terminal.
