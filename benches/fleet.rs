@@ -841,26 +841,5 @@ async fn run() -> anyhow::Result<bool> {
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; this harness takes its knobs from the environment.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            println!("\nsome targets missed (see the table)");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("fleet benchmark failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::run_main("fleet", "some targets missed (see the table)", run())
 }

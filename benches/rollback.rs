@@ -307,26 +307,6 @@ async fn run() -> anyhow::Result<bool> {
 }
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            println!("\ntarget missed (see the table)");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("rollback benchmark failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    // `cargo bench` passes `--bench`; this harness takes its knobs from the environment.
+    common::run_main("rollback", "target missed (see the table)", run())
 }

@@ -115,3 +115,33 @@ pub fn machine() -> String {
         load.join(" ")
     )
 }
+
+/// Runs a bench's async body on a 2-worker runtime. Exit code: failure only when the bench
+/// itself failed; a missed target is reported in its table (`missed` is printed).
+pub fn run_main<F>(name: &str, missed: &str, body: F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(body) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            println!("\n{missed}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name} benchmark failed: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
