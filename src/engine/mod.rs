@@ -4,6 +4,8 @@
 
 mod compose_step;
 mod hooks;
+mod left_down;
+mod log_step;
 mod rollback;
 mod runner;
 mod steps;
