@@ -109,6 +109,32 @@ string_enum!(
 );
 
 string_enum!(
+    /// How one compose-manager call of a step ended (`step_attempt.outcome`; a row without
+    /// one is a call that may be in flight).
+    AttemptOutcome {
+        /// The stream ended `done` `success: true`.
+        Succeeded => "succeeded",
+        /// The stream ended `done` `success: false`.
+        Failed => "failed",
+        /// The request went out and its outcome is not known (no `done`, a timeout).
+        Unknown => "unknown",
+        /// Refused before any effect (a 4xx, a refused connection); retried when transient.
+        Error => "error",
+        /// `409`: the host's one-operation lock was taken; retried.
+        Busy => "busy",
+        /// An abort landed while the attempt row was written: the call was never sent.
+        NotSent => "not_sent",
+    }
+);
+
+impl AttemptOutcome {
+    /// Whether a compose stream of the call started (the tag resolved on the host).
+    pub fn reached_the_stream(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Unknown)
+    }
+}
+
+string_enum!(
     /// Something that happens to a rollout.
     RolloutEvent {
         /// The engine picks it up.

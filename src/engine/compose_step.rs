@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::steps::{pause, poll_interval, StepEnd, StepRun};
 use crate::compose::{ComposeError, DownRequest, StreamOutcome, StreamResult, UpRequest};
 use crate::domain::plan_gate;
-use crate::domain::state::RolloutKind;
+use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
 
 enum Call<T> {
@@ -185,14 +185,14 @@ where
             let detail = json!({"endpoint": endpoint, "lines": value.n_lines, "tail": value.transcript_tail});
             match value.outcome {
                 StreamOutcome::Succeeded => {
-                    finish(run, &attempt, "succeeded", detail.clone()).await;
+                    finish(run, &attempt, AttemptOutcome::Succeeded, detail.clone()).await;
                     run.engine
                         .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
                         .await;
                     StepEnd::Succeeded(detail)
                 }
                 StreamOutcome::Failed { exit_code } => {
-                    finish(run, &attempt, "failed", detail.clone()).await;
+                    finish(run, &attempt, AttemptOutcome::Failed, detail.clone()).await;
                     run.engine
                         .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
                         .await;
@@ -202,7 +202,7 @@ where
                     StepEnd::failed("compose_failed", msg, detail)
                 }
                 StreamOutcome::Unknown => {
-                    finish(run, &attempt, "unknown", detail.clone()).await;
+                    finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
                     outcome_unknown(run, endpoint, deadline, detail, abort).await
                 }
             }
@@ -211,7 +211,7 @@ where
             finish(
                 run,
                 &attempt,
-                "unknown",
+                AttemptOutcome::Unknown,
                 json!({"error": error.to_string()}),
             )
             .await;
@@ -262,7 +262,13 @@ where
         // The attempt write may have waited on the database: an abort that came meanwhile
         // still stops the call (SPEC §7: before the next side effect).
         if *abort.borrow() {
-            finish(run, &attempt, "not_sent", json!({"aborted": true})).await;
+            finish(
+                run,
+                &attempt,
+                AttemptOutcome::NotSent,
+                json!({"aborted": true}),
+            )
+            .await;
             return Call::Aborted;
         }
         let error = match send().await {
@@ -280,9 +286,9 @@ where
             return Call::Error { attempt, error };
         }
         let outcome = if matches!(error, ComposeError::Busy { .. }) {
-            "busy"
+            AttemptOutcome::Busy
         } else {
-            "error"
+            AttemptOutcome::Error
         };
         let detail = json!({"error": error.to_string(), "code": error.code(), "retried": true});
         finish(run, &attempt, outcome, detail).await;
@@ -310,12 +316,9 @@ async fn tag_resolved(run: &StepRun<'_>) -> bool {
         return true;
     }
     match run.engine.inner.store.attempts(&run.rollout.id).await {
-        Ok(attempts) => attempts.iter().any(|a| {
-            matches!(
-                a.outcome.as_deref(),
-                Some("succeeded" | "failed" | "unknown")
-            )
-        }),
+        Ok(attempts) => attempts
+            .iter()
+            .any(|a| a.outcome.is_some_and(AttemptOutcome::reached_the_stream)),
         Err(_) => false,
     }
 }
@@ -341,7 +344,7 @@ async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
     {
         tracing::info!(rollout.id = %run.rollout.id, step.name = %step.name, "a dry run was in flight at the restart; sending it again (no side effect)");
         let detail = json!({"reconciled": true, "resent": "dry run"});
-        finish(run, &a.id, "unknown", detail).await;
+        finish(run, &a.id, AttemptOutcome::Unknown, detail).await;
     }
 }
 
@@ -361,13 +364,13 @@ async fn reconcile_previous_attempt(
         }
     };
     let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
-    match last.outcome.as_deref() {
+    match last.outcome {
         None => {
             tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "{} was in flight at the restart; reconciling, not resending", last.endpoint);
             let _ = store
                 .finish_attempt(
                     &last.id,
-                    "unknown",
+                    AttemptOutcome::Unknown,
                     &json!({"reconciled": true}),
                     Utc::now(),
                 )
@@ -375,16 +378,16 @@ async fn reconcile_previous_attempt(
             let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
             Some(outcome_unknown(run, &last.endpoint, deadline, detail, abort).await)
         }
-        Some("succeeded") => Some(StepEnd::Succeeded(last.detail)),
+        Some(AttemptOutcome::Succeeded) => Some(StepEnd::Succeeded(last.detail)),
         // It ended `done` `success:false` before the restart: that is the step's outcome.
-        Some("failed") => {
+        Some(AttemptOutcome::Failed) => {
             let msg = format!(
                 "{} ended with done success:false (before the restart)",
                 last.endpoint
             );
             Some(StepEnd::failed("compose_failed", msg, last.detail))
         }
-        Some("unknown") => {
+        Some(AttemptOutcome::Unknown) => {
             Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
         }
         Some(_) => None,
@@ -541,7 +544,7 @@ async fn settle_before_first_call(
     let unknown = attempts.is_none_or(|attempts| {
         attempts.iter().any(|a| {
             matches!(a.endpoint.as_str(), "compose/up" | "compose/down")
-                && matches!(a.outcome.as_deref(), None | Some("unknown"))
+                && matches!(a.outcome, None | Some(AttemptOutcome::Unknown))
         })
     });
     if !unknown {
@@ -604,7 +607,13 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
 }
 
 async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> StepEnd {
-    finish(run, attempt, "error", json!({"error": error.to_string()})).await;
+    finish(
+        run,
+        attempt,
+        AttemptOutcome::Error,
+        json!({"error": error.to_string()}),
+    )
+    .await;
     StepEnd::failed(error.code(), error.to_string(), json!({}))
 }
 
@@ -613,7 +622,12 @@ fn out_of_time(what: &str, last_error: String) -> StepEnd {
     StepEnd::failed("step_timeout", msg, json!({"last_error": last_error}))
 }
 
-async fn finish(run: &StepRun<'_>, attempt: &str, outcome: &str, detail: serde_json::Value) {
+async fn finish(
+    run: &StepRun<'_>,
+    attempt: &str,
+    outcome: AttemptOutcome,
+    detail: serde_json::Value,
+) {
     if let Err(e) = run
         .engine
         .inner
@@ -625,10 +639,10 @@ async fn finish(run: &StepRun<'_>, attempt: &str, outcome: &str, detail: serde_j
     }
 }
 
-fn outcome_name(o: &StreamOutcome) -> &'static str {
+fn outcome_name(o: &StreamOutcome) -> AttemptOutcome {
     match o {
-        StreamOutcome::Succeeded => "succeeded",
-        StreamOutcome::Failed { .. } => "failed",
-        StreamOutcome::Unknown => "unknown",
+        StreamOutcome::Succeeded => AttemptOutcome::Succeeded,
+        StreamOutcome::Failed { .. } => AttemptOutcome::Failed,
+        StreamOutcome::Unknown => AttemptOutcome::Unknown,
     }
 }

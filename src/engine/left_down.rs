@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::steps::is_service;
 use super::Engine;
+use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, RolloutChange};
 
 /// The error code of a rollout that left its replica down.
@@ -33,14 +34,11 @@ pub(super) async fn check(engine: &Engine, rollout: &Rollout) -> Option<serde_js
             let attempts = engine.inner.store.attempts(&rollout.id).await.ok()?;
             let last_down = attempts.iter().rposition(|a| {
                 a.endpoint == "compose/down"
-                    && matches!(
-                        a.outcome.as_deref(),
-                        None | Some("succeeded" | "unknown" | "failed")
-                    )
+                    && a.outcome.is_none_or(AttemptOutcome::reached_the_stream)
             })?;
-            let up_after = attempts[last_down..]
-                .iter()
-                .any(|a| a.endpoint == "compose/up" && a.outcome.as_deref() == Some("succeeded"));
+            let up_after = attempts[last_down..].iter().any(|a| {
+                a.endpoint == "compose/up" && a.outcome == Some(AttemptOutcome::Succeeded)
+            });
             (!up_after).then(|| {
                 json!({"seen_by": "compose attempts", "ps_error": e.to_string(), "down_attempt": attempts[last_down].id})
             })

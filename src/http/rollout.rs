@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
+use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, Step};
 
 mod list;
@@ -82,7 +83,7 @@ pub struct CallOut {
     pub n: i64,
     pub endpoint: String,
     /// `succeeded`, `failed`, `unknown`, `error`, `busy`, `not_sent`; absent while in flight.
-    pub outcome: Option<String>,
+    pub outcome: Option<AttemptOutcome>,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     /// The error of a refused or failed call.

@@ -3,6 +3,8 @@
 
 mod audit;
 mod bulk;
+#[cfg(test)]
+mod checks;
 mod deployment;
 mod history;
 mod outbox;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::domain::state::{OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
 
 /// One rollout as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -63,7 +63,7 @@ pub struct StepAttempt {
     pub endpoint: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
-    pub outcome: Option<String>,
+    pub outcome: Option<AttemptOutcome>,
     pub detail: serde_json::Value,
 }
 

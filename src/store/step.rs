@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use super::audit::{append, AuditEntry};
 use super::record::{Step, StepAttempt};
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
-use crate::domain::state::{StepEvent, StepStatus};
+use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
 
 #[derive(sqlx::FromRow, serde::Deserialize)]
 struct StepRow {
@@ -213,14 +213,14 @@ impl Store {
     pub async fn finish_attempt(
         &self,
         attempt_id: &str,
-        outcome: &str,
+        outcome: AttemptOutcome,
         detail: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "update step_attempt set outcome = ?, detail = ?, finished_at = ? where attempt_id = ?",
         )
-        .bind(outcome)
+        .bind(outcome.as_str())
         .bind(detail.to_string())
         .bind(fmt_time(at))
         .bind(attempt_id)
@@ -249,7 +249,14 @@ impl Store {
                     rollout_id: r.rollout_id,
                     n: r.n,
                     endpoint: r.endpoint,
-                    outcome: r.outcome,
+                    outcome: r
+                        .outcome
+                        .map(|o| o.parse::<AttemptOutcome>())
+                        .transpose()
+                        .map_err(|message| StoreError::Corrupt {
+                            table: "step_attempt",
+                            message,
+                        })?,
                 })
             })
             .collect()

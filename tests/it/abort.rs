@@ -123,6 +123,39 @@ async fn an_abort_during_the_down_step_stops_before_the_down_is_sent() {
     abort_at("step:down:started").await;
 }
 
+/// An abort that lands while the down's attempt row is written: the call is never sent, and
+/// the row says so (`not_sent`), so a restart can never read it as "may have been sent".
+/// The replica was never taken down: the rollout ends plainly `aborted`.
+#[tokio::test]
+async fn an_abort_while_the_down_attempt_is_written_records_the_call_not_sent() {
+    abort_at("step:down:attempt_written").await;
+    let app = TestApp::spawn().await;
+    let mut pause = app.engine.pause_at("step:down:attempt_written");
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    abort(&app, &id).await;
+    pause.release();
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "aborted");
+    let attempts = app.engine.store().attempts(&id).await.expect("attempts");
+    let down = attempts
+        .iter()
+        .find(|a| a.endpoint == "compose/down")
+        .expect("the down's attempt row");
+    assert_eq!(
+        down.outcome,
+        Some(canaryd::domain::state::AttemptOutcome::NotSent),
+        "{down:?}"
+    );
+    assert!(
+        app.compose_calls()
+            .iter()
+            .all(|c| !c.path.starts_with("/compose/down")),
+        "no down reached the host"
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn an_abort_during_the_second_dry_run_step_stops_before_it_is_sent() {
     abort_at_expecting("step:plan:started", "replica_left_down").await;

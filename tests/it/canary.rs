@@ -310,7 +310,7 @@ async fn a_busy_host_is_retried_inside_the_step_timeout() {
         .expect("attempts");
     let busy = attempts
         .iter()
-        .filter(|a| a.outcome.as_deref() == Some("busy"))
+        .filter(|a| a.outcome == Some(canaryd::domain::state::AttemptOutcome::Busy))
         .count();
     assert!(
         busy >= 1,

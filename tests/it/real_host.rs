@@ -184,7 +184,7 @@ async fn a_rate_limited_tag_after_the_down_is_retried_and_the_replica_ends_up_se
     let outcomes: Vec<&str> = plan
         .calls
         .iter()
-        .map(|c| c.outcome.as_deref().unwrap_or("in flight"))
+        .map(|c| c.outcome.map_or("in flight", |o| o.as_str()))
         .collect();
     assert_eq!(
         outcomes,
