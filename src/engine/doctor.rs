@@ -9,7 +9,9 @@
 //! up, down, restart or clean.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
@@ -21,6 +23,9 @@ use crate::probe::HealthSample;
 
 /// Log lines asked for by the logs check: enough to prove the call works.
 const LOGS_TAIL: u32 = 5;
+/// Longest wait for one compose-manager answer (or the config's `request_timeout`, if
+/// shorter): the two rounds of calls stay well inside the CLI's 30 s.
+const CALL_TIMEOUT_CAP: Duration = Duration::from_secs(10);
 /// Env values shorter than this are not masked in details (they would mask ordinary words).
 const MASK_MIN_CHARS: usize = 8;
 
@@ -89,24 +94,30 @@ impl Engine {
 }
 
 async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
-    let client = &host.client;
-    let (token, dry_run, version) =
-        tokio::join!(check_token(host), check_dry_run(host), client.version());
+    let limit = engine.inner.tuning.request_timeout.min(CALL_TIMEOUT_CAP);
+    let (token, dry_run, version) = tokio::join!(
+        bounded(limit, "GET /status", check_token(host)),
+        bounded(limit, "POST /docker/evict", host.client.supports_dry_run()),
+        bounded(limit, "GET /version", host.client.version())
+    );
     let token_refused = matches!(&token, Err(ComposeError::Unauthorized { .. }));
     let mut checks = vec![
         token_check(host, token),
-        dry_run,
+        dry_run_check(dry_run),
         version_check(host, &version),
     ];
 
     let version = version.ok();
-    let logs = host
-        .config
-        .replicas
-        .keys()
-        .map(|service| check_logs(engine, host, service, version.as_ref(), token_refused));
-    checks.extend(join_all(logs).await);
-
+    let logs = host.config.replicas.keys().map(|service| {
+        check_logs(
+            engine,
+            host,
+            service,
+            version.as_ref(),
+            token_refused,
+            limit,
+        )
+    });
     let probes = host
         .config
         .replicas
@@ -115,7 +126,8 @@ async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
             let sample = engine.inner.prober.sample(&replica.health_url).await;
             (service.as_str(), replica.health_url.as_str(), sample)
         });
-    let samples = join_all(probes).await;
+    let (logs, samples) = tokio::join!(join_all(logs), join_all(probes));
+    checks.extend(logs);
     checks.extend(
         samples
             .iter()
@@ -183,9 +195,22 @@ fn token_check(host: &HostRuntime, outcome: Result<String, ComposeError>) -> Doc
     }
 }
 
-async fn check_dry_run(host: &HostRuntime) -> DoctorCheck {
+/// `call`, or a timeout error naming `endpoint` after `limit`.
+async fn bounded<T>(
+    limit: Duration,
+    endpoint: &str,
+    call: impl Future<Output = Result<T, ComposeError>>,
+) -> Result<T, ComposeError> {
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(ComposeError::Timeout {
+            endpoint: format!("{endpoint} (within {} ms)", limit.as_millis()),
+        })
+    })
+}
+
+fn dry_run_check(outcome: Result<bool, ComposeError>) -> DoctorCheck {
     const NAME: &str = "dry_run_supported";
-    match host.client.supports_dry_run().await {
+    match outcome {
         Ok(true) => pass(
             NAME,
             "POST /docker/evict answered 422: dry_run is supported",
@@ -272,6 +297,7 @@ async fn check_logs(
     service: &str,
     version: Option<&VersionInfo>,
     token_refused: bool,
+    limit: Duration,
 ) -> DoctorCheck {
     let name = format!("compose_logs:{service}");
     if token_refused {
@@ -292,7 +318,7 @@ async fn check_logs(
         service: service.to_owned(),
         tail: LOGS_TAIL,
     };
-    match host.client.logs(&req).await {
+    match bounded(limit, "POST /compose/logs", host.client.logs(&req)).await {
         Ok(output) => pass(
             &name,
             format!(
