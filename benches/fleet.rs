@@ -92,9 +92,9 @@ fn canary_runbook(interval: Duration, soak: Duration) -> String {
 steps:
   - {{name: snapshot, kind: snapshot}}
   - {{name: peers, kind: peers_healthy, timeout: 60s}}
-  - {{name: preflight, kind: plan}}
+  - {{name: preflight, kind: plan, allow: [model-downloader]}}
   - {{name: down, kind: down, timeout: 120s}}
-  - {{name: plan, kind: plan, allow: []}}
+  - {{name: plan, kind: plan, allow: [model-downloader]}}
   - {{name: up, kind: up, timeout: 120s}}
   - {{name: neighbours, kind: verify_neighbours}}
   - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}
@@ -115,9 +115,9 @@ fn rollback_runbook(interval: Duration) -> String {
 steps:
   - {{name: snapshot, kind: snapshot}}
   - {{name: peers, kind: peers_healthy, timeout: 60s}}
-  - {{name: preflight, kind: plan}}
+  - {{name: preflight, kind: plan, allow: [model-downloader]}}
   - {{name: down, kind: down, timeout: 120s}}
-  - {{name: plan, kind: plan, allow: []}}
+  - {{name: plan, kind: plan, allow: [model-downloader]}}
   - {{name: up, kind: up, timeout: 120s}}
   - {{name: neighbours, kind: verify_neighbours}}
   - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}

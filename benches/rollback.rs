@@ -40,9 +40,9 @@ description: benchmark canary (millisecond timings)
 steps:
   - {name: snapshot, kind: snapshot}
   - {name: peers, kind: peers_healthy, timeout: 5s}
-  - {name: preflight, kind: plan}
+  - {name: preflight, kind: plan, allow: [model-downloader]}
   - {name: down, kind: down, timeout: 10s}
-  - {name: plan, kind: plan, allow: []}
+  - {name: plan, kind: plan, allow: [model-downloader]}
   - {name: up, kind: up, timeout: 10s}
   - {name: neighbours, kind: verify_neighbours}
   - {name: health, kind: wait_health, timeout: 10s, interval: 10ms, consecutive: 1}
@@ -57,9 +57,9 @@ description: benchmark rollback (millisecond timings)
 steps:
   - {name: snapshot, kind: snapshot}
   - {name: peers, kind: peers_healthy, timeout: 5s}
-  - {name: preflight, kind: plan}
+  - {name: preflight, kind: plan, allow: [model-downloader]}
   - {name: down, kind: down, timeout: 10s}
-  - {name: plan, kind: plan, allow: []}
+  - {name: plan, kind: plan, allow: [model-downloader]}
   - {name: up, kind: up, timeout: 10s}
   - {name: neighbours, kind: verify_neighbours}
   - {name: health, kind: wait_health, timeout: 10s, interval: 10ms, consecutive: 1}

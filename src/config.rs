@@ -211,6 +211,11 @@ pub struct ComposeTuning {
     pub busy_retry_initial: Duration,
     /// Backoff cap (default 60s).
     pub busy_retry_max: Duration,
+    /// After a compose call whose outcome is unknown, the target's container must look the
+    /// same in two `GET /docker/ps` reads this far apart before anything else is sent
+    /// (default 5s): compose-manager frees its lock with the HTTP stream, not with the
+    /// `docker compose` child, so `/status` can read idle while the child still works.
+    pub settle_interval: Duration,
 }
 
 impl Default for ComposeTuning {
@@ -221,6 +226,7 @@ impl Default for ComposeTuning {
             stream_idle_timeout: Duration::from_secs(15 * 60),
             busy_retry_initial: Duration::from_secs(2),
             busy_retry_max: Duration::from_secs(60),
+            settle_interval: Duration::from_secs(5),
         }
     }
 }

@@ -49,6 +49,7 @@ pub struct Metrics {
     rollback_initiation: Histogram,
     compose_requests: Family<ComposeLabels, Counter>,
     active_rollouts: Gauge,
+    replicas_down: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -97,6 +98,12 @@ impl Metrics {
             "Rollouts not yet terminal",
             active_rollouts.clone(),
         );
+        let replicas_down = Gauge::default();
+        registry.register(
+            "canaryd_replicas_down",
+            "Replicas a rollout took down and did not bring back (error replica_left_down), until a later rollout of them succeeds",
+            replicas_down.clone(),
+        );
         Arc::new(Self {
             registry,
             rollouts,
@@ -105,6 +112,7 @@ impl Metrics {
             rollback_initiation,
             compose_requests,
             active_rollouts,
+            replicas_down,
         })
     }
 
@@ -122,9 +130,10 @@ impl Metrics {
         })
     }
 
-    /// The text exposition, with the active-rollout gauge read fresh.
-    pub fn encode(&self, active_rollouts: i64) -> String {
+    /// The text exposition, with the gauges read fresh from the database.
+    pub fn encode(&self, active_rollouts: i64, replicas_down: i64) -> String {
         self.active_rollouts.set(active_rollouts);
+        self.replicas_down.set(replicas_down);
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             tracing::error!("could not encode metrics");

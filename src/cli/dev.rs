@@ -96,6 +96,7 @@ pub fn dev_config(
     let compose = ComposeTuning {
         busy_retry_initial: Duration::from_millis(100),
         busy_retry_max: Duration::from_secs(1),
+        settle_interval: Duration::from_millis(500),
         ..ComposeTuning::default()
     };
     ResolvedConfig {

@@ -102,6 +102,7 @@ struct ComposeFile {
     stream_idle_timeout: Option<String>,
     busy_retry_initial: Option<String>,
     busy_retry_max: Option<String>,
+    settle_interval: Option<String>,
 }
 
 /// Builds errors that point at a key of the config file.
@@ -361,6 +362,7 @@ fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, Co
             d.busy_retry_initial,
         )?,
         busy_retry_max: read("busy_retry_max", c.busy_retry_max, d.busy_retry_max)?,
+        settle_interval: read("settle_interval", c.settle_interval, d.settle_interval)?,
     };
     if tuning.busy_retry_initial > tuning.busy_retry_max {
         let at = [Seg::Key("compose"), Seg::Key("busy_retry_initial")];

@@ -28,7 +28,8 @@ pub struct GateViolation {
     /// that configuration (a canary that changes nothing is a mistake) or the plan is about
     /// something else. Reported as `target_not_planned`.
     pub missing_target: bool,
-    /// Services other than the target the plan would create or recreate, not in `allow`.
+    /// Services other than the target the plan would recreate, or create without being in
+    /// `allow`.
     pub extra: Vec<String>,
     /// Services or containers the plan would remove (orphan removal); never allowed.
     pub removals: Vec<String>,
@@ -68,7 +69,8 @@ impl std::fmt::Display for GateViolation {
         }
         if !self.extra.is_empty() {
             parts.push(format!(
-                "extra_services: it would also create or recreate {} (not in the step's allow list)",
+                "extra_services: it would also create or recreate {} (`allow` excuses only a \
+                 one-shot dependency planned as create)",
                 quote_list(&self.extra)
             ));
         }
@@ -92,23 +94,36 @@ fn quote_list(names: &[String]) -> String {
         .join(", ")
 }
 
-/// Passes only when create ∪ recreate, minus `allow`, is exactly `{target}` and `remove` is
-/// empty. `unchanged` and `resources` are ignored. The target counts as planned even if a
-/// runbook also lists it in `allow`; `allow` never excuses a removal.
+/// Passes only when create ∪ recreate is exactly `{target}` plus allowed one-shot
+/// dependencies, and `remove` is empty. compose-manager never passes `--no-deps`, so a scoped
+/// dry run also plans the target's `depends_on` one-shots (the exited `model-downloader`
+/// shows as `create`): `allow` tolerates those names in `create` only, never in `recreate`
+/// (a changed dependency would really be recreated) and never in `remove`. `unchanged` and
+/// `resources` are ignored. The target counts as planned even if a runbook also lists it in
+/// `allow`.
 pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), GateViolation> {
+    let allowed = |name: &str| allow.iter().any(|a| a == name);
     let changed: std::collections::BTreeSet<&str> = plan
         .create
         .iter()
         .chain(&plan.recreate)
         .map(String::as_str)
         .collect();
+    let extra: std::collections::BTreeSet<&str> = plan
+        .create
+        .iter()
+        .map(String::as_str)
+        .filter(|name| *name != target && !allowed(name))
+        .chain(
+            plan.recreate
+                .iter()
+                .map(String::as_str)
+                .filter(|name| *name != target),
+        )
+        .collect();
     let violation = GateViolation {
         missing_target: !changed.contains(target),
-        extra: changed
-            .iter()
-            .filter(|name| **name != target && !allow.iter().any(|a| a == *name))
-            .map(|name| name.to_string())
-            .collect(),
+        extra: extra.iter().map(|name| name.to_string()).collect(),
         removals: {
             let mut removals = plan.remove.clone();
             removals.sort();
@@ -181,6 +196,30 @@ mod tests {
                 names(&["model-downloader"]),
                 vec![],
                 vec![],
+            ),
+            (
+                "an allowed downloader whose config changed is recreated: refused",
+                plan(&[], &[R2, "model-downloader"], &[], &[]),
+                names(&["model-downloader"]),
+                vec!["extra_services"],
+                vec![
+                    "`model-downloader`",
+                    "only a one-shot dependency planned as create",
+                ],
+            ),
+            (
+                "the real server's plan after a down: downloader and target both create",
+                plan(&["model-downloader", R2], &[], &[], &[]),
+                names(&["model-downloader"]),
+                vec![],
+                vec![],
+            ),
+            (
+                "an allowed downloader alone, the target unchanged",
+                plan(&["model-downloader"], &[], &[], &[R2]),
+                names(&["model-downloader"]),
+                vec!["target_not_planned"],
+                vec!["neither create nor recreate the target"],
             ),
             (
                 "the target already at this config",

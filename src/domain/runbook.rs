@@ -48,6 +48,10 @@ pub mod defaults {
     pub const SOAK_INTERVAL: Duration = Duration::from_secs(5);
     /// `soak.max_misses`: the inference proxy ejects a backend after 3 consecutive misses.
     pub const SOAK_MAX_MISSES: u32 = 3;
+    /// `wait_logs.max_log_failures` and `soak.max_log_failures`: log fetches that may fail in
+    /// a row before the step fails `logs_unavailable` (a step that watches logs never
+    /// succeeds blind).
+    pub const MAX_LOG_FAILURES: u32 = 3;
 }
 
 /// A validated runbook.
@@ -126,6 +130,8 @@ pub enum StepKind {
         require: Vec<LogPattern>,
         /// Lines that fail the step at once.
         forbid: Vec<LogPattern>,
+        /// Log fetches that may fail in a row before the step fails `logs_unavailable`.
+        max_log_failures: u32,
     },
     /// For `duration`, health may not miss `max_misses` probes in a row, no `forbid` line.
     Soak {
@@ -139,6 +145,8 @@ pub enum StepKind {
         max_misses: u32,
         /// Lines that fail the soak at once.
         forbid: Vec<LogPattern>,
+        /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
+        max_log_failures: u32,
     },
 }
 

@@ -67,6 +67,9 @@ pub(super) async fn plan(
         }
     }
     close_dangling_attempts(run, step).await;
+    if let Some(end) = settle_before_first_call(run, deadline, abort).await {
+        return end;
+    }
     let req = up_request(run);
     let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
         client.dry_run(&req)
@@ -171,6 +174,9 @@ where
     if let Some(end) = reconcile_previous_attempt(run, step, deadline, abort).await {
         return end;
     }
+    if let Some(end) = settle_before_first_call(run, deadline, abort).await {
+        return end;
+    }
     if let Err(e) = store.mark_touched(&run.rollout.id).await {
         return StepEnd::failed("storage_error", e.to_string(), json!({}));
     }
@@ -263,11 +269,14 @@ where
             Ok(value) => return Call::Done { attempt, value },
             Err(error) => error,
         };
-        let retry = matches!(
-            error,
-            ComposeError::Busy { .. } | ComposeError::Connect { .. }
-        );
-        if !retry {
+        let transient = match error {
+            ComposeError::Busy { .. } | ComposeError::Connect { .. } => true,
+            ComposeError::TagNotFound { .. } | ComposeError::FileNotFound { .. } => {
+                tag_resolved(run).await
+            }
+            _ => false,
+        };
+        if !transient {
             return Call::Error { attempt, error };
         }
         let outcome = if matches!(error, ComposeError::Busy { .. }) {
@@ -275,7 +284,8 @@ where
         } else {
             "error"
         };
-        finish(run, &attempt, outcome, json!({"error": error.to_string()})).await;
+        let detail = json!({"error": error.to_string(), "code": error.code(), "retried": true});
+        finish(run, &attempt, outcome, detail).await;
         let left = (deadline - Utc::now()).to_std().unwrap_or_default();
         if left < backoff {
             return Call::OutOfTime {
@@ -287,6 +297,26 @@ where
             return Call::Aborted;
         }
         backoff = (backoff * 2).min(tuning.busy_retry_max);
+    }
+}
+
+/// Safety rule 12: whether this rollout's tag already resolved on the host, so that a later
+/// `tag not found` / `file not found` is the git host's rate limit (which compose-manager
+/// reports as a missing tag), to be retried. It resolved when a compose stream of this
+/// rollout got past the tag check (any attempt that ended `succeeded`, `failed` or
+/// `unknown`). A rollback's tag is a recorded deployment of this host: it resolved before.
+async fn tag_resolved(run: &StepRun<'_>) -> bool {
+    if run.rollout.kind == RolloutKind::Rollback {
+        return true;
+    }
+    match run.engine.inner.store.attempts(&run.rollout.id).await {
+        Ok(attempts) => attempts.iter().any(|a| {
+            matches!(
+                a.outcome.as_deref(),
+                Some("succeeded" | "failed" | "unknown")
+            )
+        }),
+        Err(_) => false,
     }
 }
 
@@ -361,8 +391,8 @@ async fn reconcile_previous_attempt(
     }
 }
 
-/// Waits for the host to go idle, then fails `compose_outcome_unknown`: the outcome is for a
-/// human to judge from `docker ps`, never a blind resend.
+/// Waits for the host to settle (safety rule 13), then fails `compose_outcome_unknown`: the
+/// outcome is for a human to judge from `docker ps`, never a blind resend.
 async fn outcome_unknown(
     run: &StepRun<'_>,
     endpoint: &str,
@@ -373,22 +403,17 @@ async fn outcome_unknown(
     let client = &run.host.client;
     let started = Utc::now();
     let limit = deadline.max(started + chrono::Duration::seconds(30));
-    let mut idle = false;
-    while Utc::now() < limit {
-        if let Ok(status) = client.status().await {
-            if status.in_flight.is_none() {
-                idle = true;
-                break;
-            }
-        }
-        if pause(poll_interval(limit).min(Duration::from_millis(500)), abort).await {
-            // Nothing is sent either way; the outcome stays for a human to judge.
-            let waited_ms = (Utc::now() - started).num_milliseconds();
-            return StepEnd::Aborted(
-                json!({"call": detail, "outcome": "unknown", "host_idle": false, "waited_ms": waited_ms}),
-            );
-        }
+    let settle = settle(run, limit, abort).await;
+    run.settle_checked
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    if settle.aborted {
+        // Nothing is sent either way; the outcome stays for a human to judge.
+        let waited_ms = (Utc::now() - started).num_milliseconds();
+        return StepEnd::Aborted(
+            json!({"call": detail, "outcome": "unknown", "host_idle": settle.host_idle, "target_settled": false, "waited_ms": waited_ms}),
+        );
     }
+    let idle = settle.host_idle;
     let waited_ms = (Utc::now() - started).num_milliseconds();
     let ps = client.ps().await.ok();
     let target = ps.as_ref().and_then(|ps| {
@@ -407,15 +432,138 @@ async fn outcome_unknown(
         (Some(_), None) | (None, Some(_)) => Some(true),
         (None, None) => None,
     };
-    let msg = format!(
-        "{endpoint} ended without `done`; the host is {}; not resent",
-        if idle { "idle now" } else { "still busy" }
-    );
+    let state = match (idle, settle.settled) {
+        (_, true) => "the host is idle and the target's container is stable now",
+        (true, false) => "the target's container was still changing at the deadline",
+        (false, false) => "the host is still busy",
+    };
+    let msg = format!("{endpoint} ended without `done`; {state}; not resent");
     StepEnd::failed(
         "compose_outcome_unknown",
         msg,
-        json!({"call": detail, "host_idle": idle, "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
+        json!({"call": detail, "host_idle": idle, "target_settled": settle.settled, "settle": settle.evidence(), "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
     )
+}
+
+/// How a wait for the host to settle ended.
+#[derive(Debug, Default)]
+struct Settle {
+    settled: bool,
+    aborted: bool,
+    host_idle: bool,
+    /// `GET /docker/ps` reads taken, and how often the target's container differed.
+    reads: u32,
+    changes: u32,
+}
+
+impl Settle {
+    fn evidence(&self) -> serde_json::Value {
+        json!({"settled": self.settled, "host_idle": self.host_idle, "ps_reads": self.reads, "target_changes": self.changes})
+    }
+}
+
+/// Safety rule 13: waits until `GET /status` reads idle **and** the target's container (id,
+/// image, state) is the same in two `GET /docker/ps` reads `settle_interval` apart, or until
+/// `limit`. compose-manager frees its lock with the HTTP stream, not with the `docker
+/// compose` child: after a stream that ended early, idle alone does not mean done.
+async fn settle(
+    run: &StepRun<'_>,
+    limit: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> Settle {
+    let client = &run.host.client;
+    let interval = run.engine.inner.tuning.settle_interval;
+    let mut out = Settle::default();
+    // The target's (id, image, state), and since when it has been seen unchanged.
+    type Seen = Option<(String, String, String)>;
+    let mut last: Option<(std::time::Instant, Seen)> = None;
+    loop {
+        out.host_idle = matches!(client.status().await, Ok(s) if s.in_flight.is_none());
+        let read = if out.host_idle {
+            client.ps().await.ok()
+        } else {
+            None
+        };
+        match read {
+            Some(ps) => {
+                out.reads += 1;
+                let now = ps
+                    .iter()
+                    .find(|c| super::steps::is_service(c, &run.rollout.service))
+                    .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()));
+                match &last {
+                    Some((since, seen)) if *seen == now => {
+                        if since.elapsed() >= interval {
+                            out.settled = true;
+                            return out;
+                        }
+                    }
+                    Some(_) => {
+                        out.changes += 1;
+                        last = Some((std::time::Instant::now(), now));
+                    }
+                    None => last = Some((std::time::Instant::now(), now)),
+                }
+            }
+            None => last = None,
+        }
+        if Utc::now() >= limit {
+            return out;
+        }
+        let wait = match &last {
+            Some(_) => interval,
+            None => poll_interval(limit).min(Duration::from_millis(500)),
+        };
+        if pause(wait, abort).await {
+            out.aborted = true;
+            return out;
+        }
+    }
+}
+
+/// Before a rollback's first compose call: when the rollout it undoes ended with a `down` or
+/// `up` of unknown outcome, the host must settle first (safety rule 13). `Some` ends the step
+/// without sending anything.
+async fn settle_before_first_call(
+    run: &StepRun<'_>,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> Option<StepEnd> {
+    use std::sync::atomic::Ordering;
+    if run.settle_checked.swap(true, Ordering::Relaxed) {
+        return None;
+    }
+    let of = run.rollout.rollback_of.as_deref()?;
+    if run.rollout.kind != RolloutKind::Rollback {
+        return None;
+    }
+    let attempts = run.engine.inner.store.attempts(of).await.ok();
+    let unknown = attempts.is_none_or(|attempts| {
+        attempts.iter().any(|a| {
+            matches!(a.endpoint.as_str(), "compose/up" | "compose/down")
+                && matches!(a.outcome.as_deref(), None | Some("unknown"))
+        })
+    });
+    if !unknown {
+        return None;
+    }
+    tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
+    let settle = settle(run, deadline, abort).await;
+    if settle.aborted {
+        return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
+    }
+    if !settle.settled {
+        let msg = format!(
+            "{of} ended with a compose call of unknown outcome and the host did not settle before the deadline (idle and {} unchanged across two docker ps reads): nothing sent",
+            run.rollout.service
+        );
+        return Some(StepEnd::failed(
+            "host_unsettled",
+            msg,
+            json!({"settle": settle.evidence()}),
+        ));
+    }
+    None
 }
 
 async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {

@@ -5,6 +5,8 @@
 mod compose_step;
 mod doctor;
 mod hooks;
+mod left_down;
+mod log_step;
 mod rollback;
 mod runner;
 mod steps;

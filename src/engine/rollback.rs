@@ -208,6 +208,5 @@ pub(super) async fn finish_failed_canary(
     if ch.detail.is_object() {
         ch.detail["rolled_back"] = json!(false);
     }
-    store.transition_rollout(&fresh.id, &ch).await?;
-    Ok(())
+    super::left_down::end(engine, &fresh, ch).await
 }

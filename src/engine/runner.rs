@@ -321,7 +321,7 @@ async fn finish_aborted(
         Some(("aborted", &reason)),
         json!({"reason": reason}),
     );
-    store.transition_rollout(&rollout.id, &ch).await?;
+    super::left_down::end(engine, &fresh, ch).await?;
     tracing::info!(rollout.id = %rollout.id, "rollout {} aborted: {reason}", rollout.id);
     Ok(())
 }

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::log_step::LogWait;
 use super::{compose_step, merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
-use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::StepKind;
 use crate::probe::HealthSample;
@@ -67,6 +67,9 @@ pub(crate) struct StepRun<'a> {
     pub env: BTreeMap<String, String>,
     /// `docker ps` as the snapshot step saw it.
     pub snapshot: Option<Vec<PsEntry>>,
+    /// Whether the first compose call already checked that an unknown outcome before this
+    /// rollout has settled (safety rule 13).
+    pub settle_checked: std::sync::atomic::AtomicBool,
 }
 
 impl<'a> StepRun<'a> {
@@ -90,6 +93,7 @@ impl<'a> StepRun<'a> {
             host,
             env,
             snapshot: None,
+            settle_checked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -136,6 +140,7 @@ impl<'a> StepRun<'a> {
                 interval,
                 require,
                 forbid,
+                max_log_failures,
                 ..
             } => {
                 let mut require = require.clone();
@@ -145,24 +150,28 @@ impl<'a> StepRun<'a> {
                         .iter()
                         .filter_map(|p| LogPattern::parse(p).ok()),
                 );
-                self.wait_logs(step, deadline, *interval, require, forbid.clone(), abort)
-                    .await
+                let spec = LogWait {
+                    interval: *interval,
+                    require,
+                    forbid: forbid.clone(),
+                    max_log_failures: *max_log_failures,
+                };
+                self.wait_logs(step, deadline, spec, abort).await
             }
             StepKind::Soak {
                 interval,
                 max_misses,
                 forbid,
+                max_log_failures,
                 ..
             } => {
-                self.soak(
-                    step,
-                    deadline,
-                    *interval,
-                    *max_misses,
-                    forbid.clone(),
-                    abort,
-                )
-                .await
+                let spec = LogWait {
+                    interval: *interval,
+                    require: Vec::new(),
+                    forbid: forbid.clone(),
+                    max_log_failures: *max_log_failures,
+                };
+                self.soak(step, deadline, *max_misses, spec, abort).await
             }
         }
     }
@@ -176,7 +185,7 @@ impl<'a> StepRun<'a> {
     }
 
     /// The target's health URL, or the step's failure when it has none.
-    fn target_health_url(&self) -> Result<String, StepEnd> {
+    pub(super) fn target_health_url(&self) -> Result<String, StepEnd> {
         self.health_url(&self.rollout.service)
             .map(str::to_owned)
             .ok_or_else(|| {
@@ -370,7 +379,7 @@ impl<'a> StepRun<'a> {
         }
     }
 
-    async fn fetch_logs(&self) -> Result<String, crate::compose::ComposeError> {
+    pub(super) async fn fetch_logs(&self) -> Result<String, crate::compose::ComposeError> {
         let req = LogsRequest {
             file: self.rollout.file.clone(),
             service: self.rollout.service.clone(),
@@ -378,95 +387,6 @@ impl<'a> StepRun<'a> {
         };
         self.host.client.logs(&req).await
     }
-
-    async fn wait_logs(
-        &self,
-        step: &Step,
-        deadline: DateTime<Utc>,
-        interval: Duration,
-        require: Vec<LogPattern>,
-        forbid: Vec<LogPattern>,
-        abort: &mut watch::Receiver<bool>,
-    ) -> StepEnd {
-        let mut watch = LogWatch::new(require, forbid);
-        let mut errors = 0u64;
-        let mut progress = Progress::default();
-        loop {
-            match self.fetch_logs().await {
-                Ok(output) => match watch.observe(&output, Utc::now()) {
-                    LogVerdict::Satisfied => return StepEnd::Succeeded(log_detail(&watch, errors)),
-                    LogVerdict::Forbidden { pattern, line } => {
-                        let msg = format!("forbidden line matched {pattern:?}: {line}");
-                        let mut detail = log_detail(&watch, errors);
-                        detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                        return StepEnd::failed("forbidden_log_line", msg, detail);
-                    }
-                    LogVerdict::Pending => {}
-                },
-                Err(_) => errors += 1,
-            }
-            let detail = log_detail(&watch, errors);
-            if Utc::now() >= deadline {
-                let msg = format!("required log lines never seen: {:?}", watch.missing());
-                return StepEnd::failed("logs_timeout", msg, detail);
-            }
-            progress
-                .save(&self.engine.inner.store, &step.id, &detail)
-                .await;
-            if pause(interval, abort).await {
-                return StepEnd::Aborted(detail);
-            }
-        }
-    }
-
-    async fn soak(
-        &self,
-        step: &Step,
-        deadline: DateTime<Utc>,
-        interval: Duration,
-        max_misses: u32,
-        forbid: Vec<LogPattern>,
-        abort: &mut watch::Receiver<bool>,
-    ) -> StepEnd {
-        let url = match self.target_health_url() {
-            Ok(url) => url,
-            Err(end) => return end,
-        };
-        let mut watch = LogWatch::new(Vec::new(), forbid);
-        let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
-        let mut progress = Progress::default();
-        loop {
-            let sample = self.engine.inner.prober.sample(&url).await;
-            probes += 1;
-            misses = if sample.is_healthy() { 0 } else { misses + 1 };
-            worst = worst.max(misses);
-            let detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample});
-            if misses >= max_misses {
-                let msg = format!("{url} missed {misses} health probes in a row during the soak");
-                return StepEnd::failed("soak_health", msg, detail);
-            }
-            if let Ok(output) = self.fetch_logs().await {
-                if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
-                {
-                    let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
-                    return StepEnd::failed("forbidden_log_line", msg, detail);
-                }
-            }
-            if Utc::now() >= deadline {
-                return StepEnd::Succeeded(detail);
-            }
-            progress
-                .save(&self.engine.inner.store, &step.id, &detail)
-                .await;
-            if pause(interval, abort).await {
-                return StepEnd::Aborted(detail);
-            }
-        }
-    }
-}
-
-fn log_detail(watch: &LogWatch, errors: u64) -> serde_json::Value {
-    json!({"seen": watch.seen(), "missing": watch.missing(), "log_fetch_errors": errors})
 }
 
 /// Whether a `docker ps` entry is the given compose service's container.
@@ -503,12 +423,12 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Saves a wait's evidence at its first probe, then at most every `PROGRESS_EVERY`.
 #[derive(Default)]
-struct Progress {
+pub(super) struct Progress {
     last: Option<std::time::Instant>,
 }
 
 impl Progress {
-    async fn save(
+    pub(super) async fn save(
         &mut self,
         store: &crate::store::Store,
         step_id: &str,

@@ -13,13 +13,11 @@ pub(super) fn router() -> Router<AppState> {
 }
 
 async fn get_metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let active = state
-        .engine
-        .store()
-        .count_active_rollouts()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let body = state.metrics.encode(active);
+    let store = state.engine.store();
+    let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
+    let active = store.count_active_rollouts().await.map_err(internal)?;
+    let down = store.replicas_left_down().await.map_err(internal)?;
+    let body = state.metrics.encode(active, down.len() as i64);
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }

@@ -25,6 +25,8 @@ struct ReplicaOut {
     health_url: String,
     current_deployment: Option<Deployment>,
     active_rollout: Option<String>,
+    /// A rollout took it down and none brought it back (`replica_left_down`).
+    left_down: bool,
 }
 
 async fn list_replicas(
@@ -33,6 +35,7 @@ async fn list_replicas(
 ) -> Result<Json<Vec<ReplicaOut>>, ApiError> {
     let store = state.engine.store();
     let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
+    let down = store.replicas_left_down().await.map_err(internal)?;
     let mut out = Vec::new();
     for (host_name, host) in &state.config.hosts {
         let active = store.active_rollout_on(host_name).await.map_err(internal)?;
@@ -53,6 +56,7 @@ async fn list_replicas(
                     .as_ref()
                     .filter(|r| &r.service == service)
                     .map(|r| r.id.clone()),
+                left_down: down.iter().any(|(h, s)| h == host_name && s == service),
             });
         }
     }

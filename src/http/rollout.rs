@@ -70,6 +70,24 @@ pub struct StepOut {
     /// When a running wait gives up (kept across restarts).
     pub deadline_at: Option<DateTime<Utc>>,
     pub detail: serde_json::Value,
+    /// Every compose-manager call of the step, refused ones (`busy`, retried `error`) too.
+    /// Only in a single rollout's answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallOut>,
+}
+
+/// One compose-manager call of a step (a write-ahead attempt row).
+#[derive(Debug, Serialize, Deserialize, Clone)]
+pub struct CallOut {
+    pub n: i64,
+    pub endpoint: String,
+    /// `succeeded`, `failed`, `unknown`, `error`, `busy`, `not_sent`; absent while in flight.
+    pub outcome: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The error of a refused or failed call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RolloutOut {
@@ -111,6 +129,7 @@ impl From<Step> for StepOut {
             finished_at: s.finished_at,
             deadline_at: s.deadline_at,
             detail: s.detail,
+            calls: Vec::new(),
         }
     }
 }
@@ -119,13 +138,30 @@ pub(super) async fn rollout_out(
     state: &AppState,
     rollout: Rollout,
 ) -> Result<RolloutOut, ApiError> {
-    let steps = state
-        .engine
-        .store()
-        .steps(&rollout.id)
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(RolloutOut::new(rollout, steps))
+    let store = state.engine.store();
+    let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
+    let steps = store.steps(&rollout.id).await.map_err(internal)?;
+    // The calls are extra evidence: an unreadable attempt row must not hide the rollout.
+    let attempts = store.attempts(&rollout.id).await.unwrap_or_else(|e| {
+        tracing::warn!(rollout.id = %rollout.id, error = %e, "could not read the compose calls of rollout {}", rollout.id);
+        Vec::new()
+    });
+    let step_ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
+    let mut out = RolloutOut::new(rollout, steps);
+    for a in attempts {
+        let Some(i) = step_ids.iter().position(|id| *id == a.step_id) else {
+            continue;
+        };
+        out.steps[i].calls.push(CallOut {
+            n: a.n,
+            endpoint: a.endpoint,
+            outcome: a.outcome,
+            started_at: a.started_at,
+            finished_at: a.finished_at,
+            error: a.detail["error"].as_str().map(str::to_owned),
+        });
+    }
+    Ok(out)
 }
 
 pub(super) fn created(out: RolloutOut) -> Response {

@@ -18,17 +18,20 @@ pub enum NotifyEvent {
     Aborted,
     /// A rollback succeeded: the replica runs its prior deployment again.
     RolledBack,
+    /// A rollout ended with its replica taken down and not brought back (safety rule 14).
+    ReplicaLeftDown,
 }
 
 impl NotifyEvent {
     /// Every event, in the order of a rollout's life.
-    pub const ALL: [NotifyEvent; 6] = [
+    pub const ALL: [NotifyEvent; 7] = [
         Self::Started,
         Self::StepFailed,
         Self::Succeeded,
         Self::Failed,
         Self::Aborted,
         Self::RolledBack,
+        Self::ReplicaLeftDown,
     ];
 
     /// The name in the config file, the outbox and the payload.
@@ -40,6 +43,7 @@ impl NotifyEvent {
             Self::Failed => "failed",
             Self::Aborted => "aborted",
             Self::RolledBack => "rolled_back",
+            Self::ReplicaLeftDown => "replica_left_down",
         }
     }
 
@@ -53,6 +57,7 @@ impl NotifyEvent {
             "rollout_succeeded" => Some(Self::Succeeded),
             "rollout_failed" => Some(Self::Failed),
             "rollout_aborted" => Some(Self::Aborted),
+            "replica_left_down" => Some(Self::ReplicaLeftDown),
             _ => None,
         }
     }
@@ -110,6 +115,10 @@ pub fn text(event: NotifyEvent, s: &Subject<'_>) -> String {
             "canaryd: {} rolled back to {} ({what} succeeded)",
             s.service, s.tag
         ),
+        NotifyEvent::ReplicaLeftDown => format!(
+            "canaryd: REPLICA LEFT DOWN: {} on {} has no running container after {what}{error}",
+            s.service, s.host
+        ),
     }
 }
 
@@ -134,6 +143,11 @@ mod tests {
             ),
             ("rollout_failed", "rollback", Some(NotifyEvent::Failed)),
             ("rollout_aborted", "canary", Some(NotifyEvent::Aborted)),
+            (
+                "replica_left_down",
+                "rollback",
+                Some(NotifyEvent::ReplicaLeftDown),
+            ),
             ("abort_requested", "canary", None),
         ];
         for (audit, kind, expected) in cases {

@@ -173,7 +173,10 @@ pub(crate) fn up_lines(steps: &[Step], one_shot: &dyn Fn(&str) -> bool, dry: boo
             Change::Create => &["Creating", "Created"],
             Change::Recreate => &["Recreate", "Recreated"],
             Change::Keep => &["Running"],
-            Change::Start | Change::RemoveOrphan => &[],
+            // An exited one-shot with an unchanged config: compose still reports it as
+            // `Created`, so compose-manager's plan lists it under `create`.
+            Change::Start => &["Created"],
+            Change::RemoveOrphan => &[],
         };
         out.extend(verbs.iter().map(|v| line(&s.container, v)));
     }
@@ -270,6 +273,48 @@ pub(crate) fn unset_variable_warnings(text: &str, env: &BTreeMap<String, String>
             )
         })
         .collect()
+}
+
+/// compose's interpolation error for the first `${VAR:?message}` (unset or empty) or
+/// `${VAR?message}` (unset) that `env` does not satisfy, as the real server reports it.
+pub(crate) fn missing_required_variable(
+    text: &str,
+    env: &BTreeMap<String, String>,
+) -> Option<String> {
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let mut rest = line;
+        while let Some(i) = rest.find("${") {
+            let escaped = i > 0 && rest.as_bytes()[i - 1] == b'$';
+            let after = &rest[i + 2..];
+            rest = after;
+            if escaped {
+                continue;
+            }
+            let len = after
+                .find(|c: char| !(c == '_' || c.is_ascii_alphanumeric()))
+                .unwrap_or(after.len());
+            let (name, op) = after.split_at(len);
+            let (empty_counts, message) = if let Some(m) = op.strip_prefix(":?") {
+                (true, m)
+            } else if let Some(m) = op.strip_prefix('?') {
+                (false, m)
+            } else {
+                continue;
+            };
+            let missing = match env.get(name) {
+                None => true,
+                Some(v) => empty_counts && v.is_empty(),
+            };
+            if name.is_empty() || !missing {
+                continue;
+            }
+            let message = message.split('}').next().unwrap_or_default();
+            return Some(format!(
+                "error while interpolating: required variable {name} is missing a value: {message}"
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -377,11 +422,39 @@ mod tests {
         let lines = up_lines(&steps, &|s| s == "model-downloader", true);
         let plan = parse_plan(&lines);
         assert_eq!(plan.recreate, [format!("Container {r1}")]);
-        assert_eq!(plan.create, ["Container nginx"]);
         assert_eq!(plan.remove, ["Container model-sg-old-r9"]);
-        assert!(plan
+        // The real server's plan: an exited, unchanged one-shot is `create`.
+        assert_eq!(
+            plan.create,
+            ["Container model-downloader", "Container nginx"]
+        );
+        assert!(!plan
             .unchanged
             .contains(&"Container model-downloader".to_string()));
+    }
+
+    #[test]
+    fn a_required_variable_the_env_lacks_is_compose_s_interpolation_error() {
+        let text =
+            "a: ${SET:?set it}\nb: $${ESC:?x}\n# ${COMMENT:?x}\nc: ${TOKEN:?TOKEN required}\n";
+        let mut env = BTreeMap::from([("SET".to_string(), "1".to_string())]);
+        assert_eq!(
+            missing_required_variable(text, &env).as_deref(),
+            Some("error while interpolating: required variable TOKEN is missing a value: TOKEN required")
+        );
+        env.insert("TOKEN".into(), String::new());
+        assert!(
+            missing_required_variable(text, &env).is_some(),
+            "`:?` refuses an empty value"
+        );
+        env.insert("TOKEN".into(), "t".into());
+        assert_eq!(missing_required_variable(text, &env), None);
+        let bare = BTreeMap::from([("T".to_string(), String::new())]);
+        assert_eq!(
+            missing_required_variable("x: ${T?need}", &bare),
+            None,
+            "`?` accepts empty"
+        );
     }
 
     #[test]

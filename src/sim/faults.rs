@@ -11,6 +11,9 @@
 //! - sticky until changed: [`SimFaults::move_tag`], [`SimFaults::set_dry_run_extra`], [`SimFaults::set_dry_run_removal`],
 //!   [`SimFaults::set_health_never`], [`SimFaults::set_cold_start`], [`SimFaults::set_legacy`],
 //!   [`SimFaults::set_logs_on_start`];
+//! - counted: [`SimFaults::rate_limit_tags`];
+//! - one-shot: [`SimFaults::abandon_up`];
+//! - sticky until changed: [`SimFaults::set_host_env`];
 //! - timed: [`SimFaults::busy_for`];
 //! - immediate: [`SimFaults::emit_log_line`], [`SimFaults::restart_engine`],
 //!   [`SimFaults::release_stalls`].
@@ -71,6 +74,13 @@ pub(crate) struct FaultState {
     pub health_flap: BTreeSet<String>,
     /// Counts flapping health answers.
     pub flap_seq: u64,
+    /// Counted: up, down and dry-run requests that answer `400 tag not found` (the git
+    /// host's rate limit, which compose-manager reports as a missing tag).
+    pub tag_rate_limited: u32,
+    /// One-shot: the next real up ends its stream without `done` and frees the lock at once,
+    /// while its compose child goes on: the target is stopped, removed and recreated over
+    /// the given time after the stream ended.
+    pub abandon_up: Option<Duration>,
 }
 
 impl FaultState {
@@ -318,5 +328,35 @@ impl SimFaults {
                 st.faults.logs_on_start.remove(service);
             }
         }
+    }
+
+    /// Sticky: the host's own env files set `name` to `value` (`None` removes it). They are
+    /// what `/compose/logs` interpolates the file with; the example file requires
+    /// `PROXY_TOKEN`, so removing it makes every logs call answer 500, as on the real server.
+    pub fn set_host_env(&self, name: &str, value: Option<&str>) {
+        let mut st = self.shared.state();
+        match value {
+            Some(v) => {
+                st.host_env.insert(name.to_owned(), v.to_owned());
+            }
+            None => {
+                st.host_env.remove(name);
+            }
+        }
+    }
+
+    /// Counted: the next `times` up, down and dry-run requests answer
+    /// `400 {"error":"tag not found: <tag>"}`, with no effect: the git host's rate limit,
+    /// which the real server maps to a missing tag. `0` disarms it.
+    pub fn rate_limit_tags(&self, times: u32) {
+        self.shared.state().faults.tag_rate_limited = times;
+    }
+
+    /// One-shot: the next real up streams its first lines, then ends without `done` and frees
+    /// the lock at once (the real server's lock follows the HTTP stream), while the abandoned
+    /// compose child goes on: over `work` after the stream ended, the target is stopped,
+    /// removed and recreated. `/status` reads idle all along.
+    pub fn abandon_up(&self, work: Duration) {
+        self.shared.state().faults.abandon_up = Some(work);
     }
 }

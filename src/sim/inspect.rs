@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::dry_run::missing_required_variable;
 use super::routes::{authorize, error, HF_VOLUME};
 use super::state::{Container, Shared, PROJECT};
 
@@ -199,6 +200,16 @@ pub(crate) async fn compose_logs(
             ))
         }
     };
+    // Logs run with the host's own env files only, never the request's env:
+    // a `${VAR:?}` they leave unset fails every logs call, as on the real server.
+    let text = st
+        .disk
+        .get(&input.file)
+        .map(String::as_str)
+        .unwrap_or_default();
+    if let Some(message) = missing_required_variable(text, &st.host_env) {
+        return compose_failed(&message);
+    }
     if let Some(unknown) = input
         .services
         .iter()

@@ -213,6 +213,7 @@ impl SimHost {
         let mut state = State::default();
         state.faults.cold_start = cfg.cold_start;
         state.faults.legacy = cfg.legacy;
+        state.host_env = cfg.initial_env.clone();
         let shared = Arc::new(Shared {
             token: cfg.token.clone(),
             files: cfg.compose_files.clone(),

@@ -121,7 +121,20 @@ pub(crate) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Refu
 }
 
 /// The tag table: unknown → `tag not found`, younger than the minimum age → `tag too recent`.
+/// A scripted rate limit of the git host answers like an unknown tag.
 pub(crate) fn check_tag<'a>(shared: &'a Shared, tag: &str) -> Result<&'a TagEntry, Refusal> {
+    let rate_limited = {
+        let mut st = shared.state();
+        let limited = st.faults.tag_rate_limited > 0;
+        st.faults.tag_rate_limited = st.faults.tag_rate_limited.saturating_sub(1);
+        limited
+    };
+    if rate_limited {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("tag not found: {tag}"),
+        ));
+    }
     let entry = shared
         .find_tag(tag)
         .ok_or_else(|| error(StatusCode::BAD_REQUEST, format!("tag not found: {tag}")))?;

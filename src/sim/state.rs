@@ -74,6 +74,9 @@ pub(crate) struct State {
     pub id_seq: u64,
     /// Source of [`Container::generation`].
     pub gen_seq: u64,
+    /// The host's own env files (`.env`, `.env.host`): what `/compose/logs` interpolates the
+    /// file with, since logs run without the request's env.
+    pub host_env: BTreeMap<String, String>,
 }
 
 /// The operation holding the lock, as `/status` shows it.

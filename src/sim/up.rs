@@ -13,8 +13,8 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::dry_run::{
-    desired, parse_plan, plan, scope, unset_variable_warnings, up_lines, Desired, Existing,
-    PlanBody,
+    desired, parse_plan, plan, scope, unset_variable_warnings, up_lines, Change, Desired, Existing,
+    PlanBody, Step as DryStep,
 };
 use super::engine::{apply_steps, is_one_shot, StartMode};
 use super::faults::SimOp;
@@ -65,6 +65,8 @@ struct UpJob {
     mode: Mode,
     fail: Option<String>,
     cut: bool,
+    /// The abandoned-child fault: how long compose goes on after the stream ended.
+    abandon: Option<std::time::Duration>,
 }
 
 /// Takes the one-operation lock for a stream of `action`, or refuses with the 409.
@@ -155,6 +157,11 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
         let (fail, cut) = st.faults.take_for(op);
         (fail, cut, st.faults.take_shape(op))
     };
+    let abandon = if mode == Mode::Apply {
+        shared.state().faults.abandon_up.take()
+    } else {
+        None
+    };
     let job = UpJob {
         shared: shared.clone(),
         text,
@@ -166,6 +173,7 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
         mode,
         fail,
         cut,
+        abandon,
     };
     Ok(respond(shared, lock, shape, move |em| async move {
         let _gone: Result<(), Gone> = run_up(job, em).await;
@@ -277,6 +285,18 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
     // up -d --remove-orphans
     em.stderr_all(&warnings).await?;
     let steps = plan(file, &order, &want, &existing(&shared), job.force_recreate);
+    if let Some(work) = job.abandon {
+        // The stream ends here (lock released with it); the compose child goes on.
+        tokio::spawn(finish_abandoned(
+            shared.clone(),
+            job.record.file.clone(),
+            steps,
+            want,
+            job.record.tag.clone(),
+            work,
+        ));
+        return Ok(());
+    }
     let fails = job.fail.is_some();
     let mode = if fails {
         StartMode::CreateOnly
@@ -307,6 +327,47 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
         st.attempted = Some(job.record.clone());
     }
     em.done(true, 0).await
+}
+
+/// The abandoned compose child of [`SimFaults::abandon_up`](super::SimFaults::abandon_up):
+/// over `work`, the recreated containers stop, disappear, then come back with new ids. The
+/// deployed records are not rotated (no `done` was ever sent).
+async fn finish_abandoned(
+    shared: Arc<Shared>,
+    file: String,
+    steps: Vec<DryStep>,
+    want: BTreeMap<String, Desired>,
+    tag: String,
+    work: std::time::Duration,
+) {
+    let changed: Vec<String> = steps
+        .iter()
+        .filter(|s| s.change == Change::Recreate)
+        .map(|s| s.service.clone())
+        .collect();
+    tokio::time::sleep(work / 3).await;
+    for service in &changed {
+        if let Some(c) = shared.state().containers.get_mut(service) {
+            c.running = false;
+        }
+    }
+    tokio::time::sleep(work / 3).await;
+    for service in &changed {
+        shared.state().containers.remove(service);
+    }
+    tokio::time::sleep(work / 3).await;
+    let creates: Vec<DryStep> = steps
+        .into_iter()
+        .map(|mut s| {
+            if s.change == Change::Recreate {
+                s.change = Change::Create;
+            }
+            s
+        })
+        .collect();
+    if let Some(parsed) = shared.parsed.get(&file) {
+        apply_steps(&shared, parsed, &creates, &want, &tag, StartMode::Normal);
+    }
 }
 
 /// A scripted pre-stream answer (`SimFaults::answer_status`): nothing happens.

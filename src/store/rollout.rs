@@ -151,6 +151,42 @@ impl Store {
         Ok(rollout)
     }
 
+    /// Ends a rollout whose replica was taken down and not brought back (safety rule 14): the
+    /// change (error `replica_left_down`) and a `replica_left_down` audit event, which is a
+    /// notification of its own, in one transaction.
+    pub async fn end_with_replica_left_down(
+        &self,
+        id: &str,
+        change: &RolloutChange,
+        evidence: &serde_json::Value,
+    ) -> Result<Rollout, StoreError> {
+        let mut tx = self.begin_write().await?;
+        transition(&mut tx, id, change).await?;
+        let entry = AuditEntry::new(change.at, &change.actor, "replica_left_down")
+            .rollout(id)
+            .detail(evidence.clone());
+        append(&mut tx, &entry).await?;
+        let rollout = get_in(&mut tx, id).await?;
+        tx.commit().await?;
+        self.publish().await;
+        Ok(rollout)
+    }
+
+    /// The replicas (host, service) whose latest finished rollout left them down, and that no
+    /// rollout has brought back since.
+    pub async fn replicas_left_down(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "select distinct r.host, r.service from rollout r \
+             where r.error_code = 'replica_left_down' and not exists ( \
+               select 1 from rollout n where n.host = r.host and n.service = r.service \
+               and n.status = 'succeeded' and n.finished_at > r.finished_at) \
+             order by r.host, r.service",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows)
+    }
+
     /// Fails a canary and creates the rollback that undoes it, linked both ways, atomically.
     pub async fn fail_and_roll_back(
         &self,

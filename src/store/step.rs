@@ -65,8 +65,9 @@ impl Store {
     /// The steps of a rollout in runbook order.
     pub async fn steps(&self, rollout_id: &str) -> Result<Vec<Step>, StoreError> {
         let rows: Vec<StepRow> = sqlx::query_as(
-            "select step_id, rollout_id, position, name, kind, status, attempts, started_at, finished_at, \
-             deadline_at, detail from step where rollout_id = ? order by position",
+            "select step_id, rollout_id, position, name, kind, status, \
+             max(attempts, (select count(*) from step_attempt a where a.step_id = step.step_id)) as attempts, \
+             started_at, finished_at, deadline_at, detail from step where rollout_id = ? order by position",
         )
         .bind(rollout_id)
         .fetch_all(self.pool())
@@ -83,7 +84,8 @@ impl Store {
         let ids = serde_json::Value::from(rollout_ids.to_vec()).to_string();
         let (json,): (String,) = sqlx::query_as(
             "select coalesce(json_group_array(json_object('step_id', step_id, 'rollout_id', rollout_id, \
-             'position', position, 'name', name, 'kind', kind, 'status', status, 'attempts', attempts, \
+             'position', position, 'name', name, 'kind', kind, 'status', status, \
+             'attempts', max(attempts, (select count(*) from step_attempt a where a.step_id = step.step_id)), \
              'started_at', started_at, 'finished_at', finished_at, 'deadline_at', deadline_at, \
              'detail', detail) order by rollout_id, position), '[]') \
              from step where rollout_id in (select value from json_each(?))",

@@ -42,8 +42,13 @@ async fn abort_reaction(app: &TestApp, id: &str) -> chrono::Duration {
 }
 
 /// Freezes the canary at `point`, aborts it, lets it go on: it must end `aborted` without one
-/// more compose call.
+/// more compose call. Its error is `aborted`, or `replica_left_down` once the target was
+/// taken down (safety rule 14: an abort between the down and the up leaves it down).
 async fn abort_at(point: &str) {
+    abort_at_expecting(point, "aborted").await;
+}
+
+async fn abort_at_expecting(point: &str, code: &str) {
     let app = TestApp::spawn().await;
     let mut pause = app.engine.pause_at(point);
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
@@ -55,9 +60,20 @@ async fn abort_at(point: &str) {
     assert_eq!(r.status, "aborted", "{point}: {r:#?}");
     assert_eq!(
         r.error.as_ref().map(|e| e.code.as_str()),
-        Some("aborted"),
+        Some(code),
         "{point}"
     );
+    let left_down = app.rollout(&id).await;
+    if code == "replica_left_down" {
+        let message = &left_down.error.as_ref().expect("error").message;
+        assert!(message.contains("aborted"), "the cause is kept: {message}");
+        let running = app
+            .sim
+            .containers()
+            .iter()
+            .any(|c| c.service == R2 && c.state == "running");
+        assert!(!running, "{point}: r2 has no running container");
+    }
     assert_eq!(
         app.compose_calls().len(),
         before,
@@ -74,6 +90,11 @@ async fn abort_at(point: &str) {
     let kinds = app.audit_kinds(&id).await;
     assert!(kinds.contains(&"abort_requested".to_owned()), "{kinds:?}");
     assert!(kinds.contains(&"rollout_aborted".to_owned()), "{kinds:?}");
+    assert_eq!(
+        kinds.contains(&"replica_left_down".to_owned()),
+        code == "replica_left_down",
+        "{point}: {kinds:?}"
+    );
     app.stop().await;
 }
 
@@ -104,19 +125,19 @@ async fn an_abort_during_the_down_step_stops_before_the_down_is_sent() {
 
 #[tokio::test]
 async fn an_abort_during_the_second_dry_run_step_stops_before_it_is_sent() {
-    abort_at("step:plan:started").await;
+    abort_at_expecting("step:plan:started", "replica_left_down").await;
 }
 
 #[tokio::test]
 async fn an_abort_during_the_up_step_stops_before_the_up_is_sent() {
-    abort_at("step:up:started").await;
+    abort_at_expecting("step:up:started", "replica_left_down").await;
 }
 
 /// An abort that lands after the up's attempt row is written (a write that can wait seconds on
 /// a busy database) but before the up is sent still stops it.
 #[tokio::test]
 async fn an_abort_after_the_up_attempt_is_written_stops_before_the_up_is_sent() {
-    abort_at("step:up:attempt_written").await;
+    abort_at_expecting("step:up:attempt_written", "replica_left_down").await;
 }
 
 #[tokio::test]
@@ -276,6 +297,7 @@ async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome(
             stream_idle_timeout: Duration::from_millis(300),
             busy_retry_initial: Duration::from_millis(50),
             busy_retry_max: Duration::from_millis(200),
+            settle_interval: Duration::from_millis(200),
         }),
         ..TestOptions::default()
     };

@@ -107,7 +107,21 @@ async fn a_canary_of_r2_runs_every_step_and_leaves_r1_untouched() {
     );
 
     // Evidence: the plan the gate saw and the log lines with when they were seen.
-    assert_eq!(step(&r, "plan").detail["plan"]["create"], json!([R2]));
+    // The real server's plan: compose never gets --no-deps, so the exited one-shot
+    // dependency is planned as `create` beside the target, and the runbook allows it there.
+    assert_eq!(
+        step(&r, "plan").detail["plan"]["create"],
+        json!(["model-downloader", R2])
+    );
+    assert_eq!(step(&r, "plan").detail["plan"]["recreate"], json!([]));
+    assert_eq!(
+        step(&r, "preflight").detail["plan"]["create"],
+        json!(["model-downloader"])
+    );
+    assert_eq!(
+        step(&r, "preflight").detail["plan"]["recreate"],
+        json!([R2])
+    );
     let seen = step(&r, "startup-logs").detail["seen"]
         .as_array()
         .cloned()

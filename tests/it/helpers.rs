@@ -24,9 +24,9 @@ description: test canary
 steps:
   - {name: snapshot, kind: snapshot}
   - {name: peers, kind: peers_healthy, timeout: 3s}
-  - {name: preflight, kind: plan}
+  - {name: preflight, kind: plan, allow: [model-downloader]}
   - {name: down, kind: down, timeout: 5s}
-  - {name: plan, kind: plan, allow: []}
+  - {name: plan, kind: plan, allow: [model-downloader]}
   - {name: up, kind: up, timeout: 5s}
   - {name: neighbours, kind: verify_neighbours}
   - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
@@ -41,9 +41,9 @@ description: test rollback
 steps:
   - {name: snapshot, kind: snapshot}
   - {name: peers, kind: peers_healthy, timeout: 3s}
-  - {name: preflight, kind: plan}
+  - {name: preflight, kind: plan, allow: [model-downloader]}
   - {name: down, kind: down, timeout: 5s}
-  - {name: plan, kind: plan, allow: []}
+  - {name: plan, kind: plan, allow: [model-downloader]}
   - {name: up, kind: up, timeout: 5s}
   - {name: neighbours, kind: verify_neighbours}
   - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
@@ -56,7 +56,7 @@ description: test recreate in place
 steps:
   - {name: snapshot, kind: snapshot}
   - {name: peers, kind: peers_healthy, timeout: 3s}
-  - {name: plan, kind: plan}
+  - {name: plan, kind: plan, allow: [model-downloader]}
   - {name: up, kind: up, timeout: 5s}
   - {name: neighbours, kind: verify_neighbours}
   - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}

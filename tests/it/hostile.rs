@@ -76,6 +76,7 @@ fn quick_timeouts() -> TestOptions {
             stream_idle_timeout: Duration::from_millis(500),
             busy_retry_initial: Duration::from_millis(50),
             busy_retry_max: Duration::from_millis(200),
+            settle_interval: Duration::from_millis(200),
         }),
         ..TestOptions::default()
     }

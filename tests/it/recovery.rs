@@ -223,10 +223,18 @@ async fn a_crash_after_the_up_failed_but_before_its_step_did_does_not_resend_it(
     let app = app.kill().await.restart().await;
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "failed", "{canary:#?}");
+    // on_failure: halt after the down: the replica is left down, and says so (rule 14).
     assert_eq!(
         canary.error.as_ref().map(|e| e.code.as_str()),
-        Some("compose_failed"),
+        Some("replica_left_down"),
         "{canary:#?}"
+    );
+    assert!(
+        canary
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("compose_failed")),
+        "the cause is kept: {canary:#?}"
     );
     let (_, down, up) = calls_for(&app, CANARY_TAG);
     assert_eq!((down, up), (1, 1), "the failed up is not sent again");
@@ -252,10 +260,18 @@ async fn a_crash_after_the_up_failed_but_before_the_rollout_did_does_not_resend_
     let app = app.kill().await.restart().await;
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "failed", "{canary:#?}");
+    // on_failure: halt after the down: the replica is left down, and says so (rule 14).
     assert_eq!(
         canary.error.as_ref().map(|e| e.code.as_str()),
-        Some("compose_failed"),
+        Some("replica_left_down"),
         "{canary:#?}"
+    );
+    assert!(
+        canary
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("compose_failed")),
+        "the cause is kept: {canary:#?}"
     );
     let (_, down, up) = calls_for(&app, CANARY_TAG);
     assert_eq!((down, up), (1, 1), "the failed up is not sent again");

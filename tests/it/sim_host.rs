@@ -204,10 +204,14 @@ async fn a_scoped_down_dry_run_and_up_of_r2_replace_only_r2s_container() {
     let reply = post(&sim, "/compose/up", up("v0.0.451", &[R2], true)).await;
     assert_done(&reply, true);
     let plan = plan_of(&reply);
-    assert_eq!(plan["create"], json!([format!("Container {R2}")]));
+    // The exited one-shot dependency is planned too, reported `Created` (no --no-deps).
+    assert_eq!(
+        plan["create"],
+        json!(["Container model-downloader", format!("Container {R2}")])
+    );
     assert_eq!(plan["recreate"], json!([]));
     assert_eq!(plan["remove"], json!([]));
-    assert_eq!(plan["unchanged"], json!(["Container model-downloader"]));
+    assert_eq!(plan["unchanged"], json!([]));
     assert_eq!(ps(&sim).await, after_down, "a dry run changes nothing");
 
     let reply = post(&sim, "/compose/up", up("v0.0.451", &[R2], false)).await;
@@ -255,7 +259,9 @@ async fn the_plan_event_has_four_sorted_arrays_in_key_order_right_before_done() 
     let raw: Vec<&str> = reply.body.lines().collect();
     let plan_line = raw[raw.len() - 2];
     assert!(
-        plan_line.starts_with(r#"{"event":"plan","exit_code":0,"plan":{"create":[],"recreate":["#),
+        plan_line.starts_with(
+            r#"{"event":"plan","exit_code":0,"plan":{"create":["Container model-downloader"],"recreate":["#
+        ),
         "{plan_line}"
     );
     assert!(plan_line.ends_with(r#"},"success":true}"#), "{plan_line}");

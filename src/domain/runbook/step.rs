@@ -24,8 +24,20 @@ fn allowed_fields(kind: &str) -> &'static [&'static str] {
         "peers_healthy" | "down" | "up" => &["timeout"],
         "plan" => &["allow"],
         "wait_health" => &["timeout", "interval", "consecutive"],
-        "wait_logs" => &["timeout", "interval", "require", "forbid"],
-        "soak" => &["duration", "interval", "max_misses", "forbid"],
+        "wait_logs" => &[
+            "timeout",
+            "interval",
+            "require",
+            "forbid",
+            "max_log_failures",
+        ],
+        "soak" => &[
+            "duration",
+            "interval",
+            "max_misses",
+            "forbid",
+            "max_log_failures",
+        ],
         _ => &[],
     }
 }
@@ -280,6 +292,8 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
                 interval,
                 require: fields.patterns("require")?,
                 forbid: fields.patterns("forbid")?,
+                max_log_failures: fields
+                    .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
             }
         }
         "soak" => {
@@ -291,6 +305,8 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
                 interval,
                 max_misses: fields.positive("max_misses", defaults::SOAK_MAX_MISSES)?,
                 forbid: fields.patterns("forbid")?,
+                max_log_failures: fields
+                    .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
             }
         }
         other => return fields.fail("kind", format!("unknown kind `{other}`")),

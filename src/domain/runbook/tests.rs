@@ -134,12 +134,14 @@ fn omitted_fields_take_the_documented_defaults() {
             interval: Duration::from_secs(5),
             require: vec![],
             forbid: vec![],
+            max_log_failures: 3,
         },
         StepKind::Soak {
             duration: m(10),
             interval: Duration::from_secs(5),
             max_misses: 3,
             forbid: vec![],
+            max_log_failures: 3,
         },
     ];
     let got: Vec<StepKind> = runbook.steps.iter().map(|s| s.kind.clone()).collect();

@@ -1,0 +1,90 @@
+//! Safety rule 14: a rollout that ends with its target taken down and not brought back says
+//! so loudly. Its error becomes `replica_left_down` (the cause kept in the message and the
+//! audit detail), a `replica_left_down` audit event notifies, and `canaryd_replicas_down`
+//! counts the replica until a later rollout of it succeeds.
+
+use serde_json::json;
+
+use super::steps::is_service;
+use super::Engine;
+use crate::store::{Rollout, RolloutChange};
+
+/// The error code of a rollout that left its replica down.
+pub(crate) const REPLICA_LEFT_DOWN: &str = "replica_left_down";
+
+/// Whether `rollout`, now ending without bringing its target back, left it down: its
+/// container is absent or not running in `GET /docker/ps`. When the host cannot be read, the
+/// rollout's own calls decide: a `down` that may have run and no successful `up` after it.
+/// `None` when the replica was never touched or is running.
+pub(super) async fn check(engine: &Engine, rollout: &Rollout) -> Option<serde_json::Value> {
+    if !rollout.touched_replica {
+        return None;
+    }
+    let host = engine.host(&rollout.host).ok()?;
+    match host.client.ps().await {
+        Ok(ps) => {
+            let container = ps.iter().find(|c| is_service(c, &rollout.service));
+            match container {
+                Some(c) if c.state == "running" => None,
+                other => Some(json!({"seen_by": "docker ps", "container": other})),
+            }
+        }
+        Err(e) => {
+            let attempts = engine.inner.store.attempts(&rollout.id).await.ok()?;
+            let last_down = attempts.iter().rposition(|a| {
+                a.endpoint == "compose/down"
+                    && matches!(
+                        a.outcome.as_deref(),
+                        None | Some("succeeded" | "unknown" | "failed")
+                    )
+            })?;
+            let up_after = attempts[last_down..]
+                .iter()
+                .any(|a| a.endpoint == "compose/up" && a.outcome.as_deref() == Some("succeeded"));
+            (!up_after).then(|| {
+                json!({"seen_by": "compose attempts", "ps_error": e.to_string(), "down_attempt": attempts[last_down].id})
+            })
+        }
+    }
+}
+
+/// The rollout's ending change, restated as `replica_left_down` with its cause.
+pub(super) fn restate(
+    mut change: RolloutChange,
+    rollout: &Rollout,
+    evidence: &mut serde_json::Value,
+) -> RolloutChange {
+    let (cause_code, cause_message) = change
+        .error
+        .take()
+        .unwrap_or_else(|| ("failed".to_owned(), "failed".to_owned()));
+    let message = format!(
+        "{} on {} was taken down and not brought back ({cause_code}: {cause_message})",
+        rollout.service, rollout.host
+    );
+    evidence["cause"] = json!({"code": cause_code, "message": cause_message});
+    if let Some(detail) = change.detail.as_object_mut() {
+        detail.insert("replica_left_down".into(), evidence.clone());
+    }
+    change.error = Some((REPLICA_LEFT_DOWN.to_owned(), message));
+    change
+}
+
+/// Ends `rollout` with `change`, or as `replica_left_down` when it left its target down.
+pub(super) async fn end(
+    engine: &Engine,
+    rollout: &Rollout,
+    change: RolloutChange,
+) -> Result<(), super::EngineError> {
+    let store = &engine.inner.store;
+    let Some(mut evidence) = check(engine, rollout).await else {
+        store.transition_rollout(&rollout.id, &change).await?;
+        return Ok(());
+    };
+    let change = restate(change, rollout, &mut evidence);
+    store
+        .end_with_replica_left_down(&rollout.id, &change, &evidence)
+        .await?;
+    tracing::error!(rollout.id = %rollout.id, host = %rollout.host, service = %rollout.service, "rollout {} ended with {} on {} left down: no running container", rollout.id, rollout.service, rollout.host);
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! The steps that watch the target's logs: `wait_logs` (until every required line appeared)
+//! and `soak` (health and forbidden lines for a while).
+//!
+//! Neither succeeds blind (safety rule 11): a log fetch that fails is counted, the last error
+//! (status and compose-manager's message) is kept in the step's detail and in its error, and
+//! `max_log_failures` failures in a row fail the step `logs_unavailable`. A soak whose last
+//! fetch failed does not end on its deadline: it keeps reading until one read succeeds or
+//! the failures run out.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::steps::{pause, Progress, StepEnd, StepRun};
+use crate::compose::ComposeError;
+use crate::domain::log_watch::{LogVerdict, LogWatch};
+use crate::domain::pattern::LogPattern;
+use crate::store::Step;
+
+/// What a log-watching step knows about its reads of `compose/logs`.
+#[derive(Debug, Default)]
+pub(super) struct LogReads {
+    /// Failures that end the step when reached in a row.
+    limit: u32,
+    in_a_row: u32,
+    total_failures: u64,
+    /// The last failure: its code and message (status and the server's text).
+    last_error: Option<(String, String)>,
+}
+
+impl LogReads {
+    pub(super) fn new(limit: u32) -> Self {
+        Self {
+            limit: limit.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Records one fetch; the output when it succeeded.
+    pub(super) fn record(&mut self, fetched: Result<String, ComposeError>) -> Option<String> {
+        match fetched {
+            Ok(output) => {
+                self.in_a_row = 0;
+                Some(output)
+            }
+            Err(e) => {
+                self.in_a_row += 1;
+                self.total_failures += 1;
+                self.last_error = Some((e.code().to_owned(), e.to_string()));
+                None
+            }
+        }
+    }
+
+    /// Whether the last fetch failed (the logs since the previous read are unseen).
+    pub(super) fn blind(&self) -> bool {
+        self.in_a_row > 0
+    }
+
+    pub(super) fn exhausted(&self) -> bool {
+        self.in_a_row >= self.limit
+    }
+
+    /// The evidence kept in the step's detail.
+    pub(super) fn detail(&self) -> serde_json::Value {
+        json!({
+            "log_fetch_errors": self.total_failures,
+            "log_fetch_failures_in_a_row": self.in_a_row,
+            "last_log_error": self.last_error.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
+        })
+    }
+
+    /// `; the last log fetch failed: <message>`, or nothing.
+    fn last_error_suffix(&self) -> String {
+        match &self.last_error {
+            Some((_, message)) => format!("; the last log fetch failed: {message}"),
+            None => String::new(),
+        }
+    }
+
+    /// The failure of a step that could not read the logs it watches.
+    fn unavailable(&self, service: &str, detail: serde_json::Value) -> StepEnd {
+        let last = self
+            .last_error
+            .as_ref()
+            .map_or("unknown error", |(_, m)| m.as_str());
+        let msg = format!(
+            "could not read the logs of {service}: {} fetches failed in a row; last error: {last}",
+            self.in_a_row
+        );
+        StepEnd::failed("logs_unavailable", msg, detail)
+    }
+}
+
+/// Merges the watch's evidence with the reads'.
+fn log_detail(watch: &LogWatch, reads: &LogReads) -> serde_json::Value {
+    let mut detail = json!({"seen": watch.seen(), "missing": watch.missing()});
+    if let (Some(d), serde_json::Value::Object(r)) = (detail.as_object_mut(), reads.detail()) {
+        d.extend(r);
+    }
+    detail
+}
+
+/// The step's fields, as the runbook gave them.
+pub(super) struct LogWait {
+    pub interval: Duration,
+    pub require: Vec<LogPattern>,
+    pub forbid: Vec<LogPattern>,
+    pub max_log_failures: u32,
+}
+
+impl StepRun<'_> {
+    pub(super) async fn wait_logs(
+        &self,
+        step: &Step,
+        deadline: DateTime<Utc>,
+        spec: LogWait,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let mut watch = LogWatch::new(spec.require, spec.forbid);
+        let mut reads = LogReads::new(spec.max_log_failures);
+        let mut progress = Progress::default();
+        loop {
+            if let Some(output) = reads.record(self.fetch_logs().await) {
+                match watch.observe(&output, Utc::now()) {
+                    LogVerdict::Satisfied => return StepEnd::Succeeded(log_detail(&watch, &reads)),
+                    LogVerdict::Forbidden { pattern, line } => {
+                        let msg = format!("forbidden line matched {pattern:?}: {line}");
+                        let mut detail = log_detail(&watch, &reads);
+                        detail["forbidden"] = json!({"pattern": pattern, "line": line});
+                        return StepEnd::failed("forbidden_log_line", msg, detail);
+                    }
+                    LogVerdict::Pending => {}
+                }
+            }
+            let detail = log_detail(&watch, &reads);
+            if reads.exhausted() {
+                return reads.unavailable(&self.rollout.service, detail);
+            }
+            if Utc::now() >= deadline {
+                let msg = format!(
+                    "required log lines never seen: {:?}{}",
+                    watch.missing(),
+                    reads.last_error_suffix()
+                );
+                return StepEnd::failed("logs_timeout", msg, detail);
+            }
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
+                .await;
+            if pause(spec.interval, abort).await {
+                return StepEnd::Aborted(detail);
+            }
+        }
+    }
+
+    pub(super) async fn soak(
+        &self,
+        step: &Step,
+        deadline: DateTime<Utc>,
+        max_misses: u32,
+        spec: LogWait,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let url = match self.target_health_url() {
+            Ok(url) => url,
+            Err(end) => return end,
+        };
+        let mut watch = LogWatch::new(Vec::new(), spec.forbid);
+        let mut reads = LogReads::new(spec.max_log_failures);
+        let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
+        let mut progress = Progress::default();
+        loop {
+            let sample = self.engine.inner.prober.sample(&url).await;
+            probes += 1;
+            misses = if sample.is_healthy() { 0 } else { misses + 1 };
+            worst = worst.max(misses);
+            let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample});
+            if misses >= max_misses {
+                let msg = format!("{url} missed {misses} health probes in a row during the soak");
+                return StepEnd::failed("soak_health", msg, detail);
+            }
+            if let Some(output) = reads.record(self.fetch_logs().await) {
+                if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
+                {
+                    let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
+                    detail["forbidden"] = json!({"pattern": pattern, "line": line});
+                    return StepEnd::failed("forbidden_log_line", msg, detail);
+                }
+            }
+            if let (Some(d), serde_json::Value::Object(r)) =
+                (detail.as_object_mut(), reads.detail())
+            {
+                d.extend(r);
+            }
+            if reads.exhausted() {
+                return reads.unavailable(&self.rollout.service, detail);
+            }
+            // The soak ends only on a successful read: lines printed while the logs could
+            // not be read are still to be checked.
+            if Utc::now() >= deadline && !reads.blind() {
+                return StepEnd::Succeeded(detail);
+            }
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
+                .await;
+            if pause(spec.interval, abort).await {
+                return StepEnd::Aborted(detail);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error() -> ComposeError {
+        ComposeError::Server {
+            endpoint: "compose/logs".into(),
+            status: 500,
+            message:
+                "docker compose failed (exit 1): required variable PROXY_TOKEN is missing a value"
+                    .into(),
+        }
+    }
+
+    #[test]
+    fn failures_in_a_row_exhaust_the_reads_and_a_success_resets_the_run() {
+        let mut reads = LogReads::new(3);
+        // (fetch succeeds, blind after, exhausted after)
+        let table = [
+            (false, true, false),
+            (false, true, false),
+            (true, false, false),
+            (false, true, false),
+            (false, true, false),
+            (false, true, true),
+        ];
+        for (i, (ok, blind, exhausted)) in table.into_iter().enumerate() {
+            let fetched = if ok {
+                Ok("line\n".to_owned())
+            } else {
+                Err(server_error())
+            };
+            assert_eq!(reads.record(fetched).is_some(), ok, "read {i}");
+            assert_eq!(reads.blind(), blind, "read {i}");
+            assert_eq!(reads.exhausted(), exhausted, "read {i}");
+        }
+        let detail = reads.detail();
+        assert_eq!(detail["log_fetch_errors"], 5);
+        assert_eq!(detail["log_fetch_failures_in_a_row"], 3);
+        assert_eq!(detail["last_log_error"]["code"], "compose_server_error");
+        assert!(detail["last_log_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("(500)") && m.contains("PROXY_TOKEN")));
+    }
+
+    #[test]
+    fn the_unavailable_failure_names_the_service_and_the_last_error() {
+        let mut reads = LogReads::new(1);
+        reads.record(Err(server_error()));
+        match reads.unavailable("r2", json!({})) {
+            StepEnd::Failed { code, message, .. } => {
+                assert_eq!(code, "logs_unavailable");
+                assert!(
+                    message.contains("r2") && message.contains("PROXY_TOKEN"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(reads.last_error_suffix().contains("PROXY_TOKEN"));
+        assert_eq!(LogReads::new(0).limit, 1, "a limit of 0 still reads once");
+    }
+}
