@@ -329,8 +329,9 @@ async fn check_logs(
         Err(e) => fail(
             &name,
             format!(
-                "{e} — while logs fail, wait_logs and soak steps cannot pass (a compose file \
-                 variable missing from the host's own env files makes every logs call fail)"
+                "{e} — while logs fail, wait_logs and soak steps fail logs_unavailable (a \
+                 compose file variable missing from the host's own env files makes every logs \
+                 call fail)"
             ),
         ),
     }

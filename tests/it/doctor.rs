@@ -237,6 +237,48 @@ async fn an_engine_whose_health_never_comes_fails_its_health_and_its_group() {
     app.stop().await;
 }
 
+#[tokio::test]
+async fn a_host_whose_env_files_lack_a_required_variable_fails_every_logs_check_with_the_server_message(
+) {
+    let app = TestApp::spawn().await;
+    app.sim.faults().set_host_env("PROXY_TOKEN", None);
+    let report = assert_only_failing(
+        &app,
+        &[format!("compose_logs:{R1}"), format!("compose_logs:{R2}")],
+    )
+    .await;
+    for service in [R1, R2] {
+        let detail = detail(&report, &format!("compose_logs:{service}"));
+        assert!(
+            detail.contains("(500)"),
+            "the HTTP status is kept: {detail}"
+        );
+        assert!(
+            detail.contains("docker compose failed (exit 1)"),
+            "the server's message is kept: {detail}"
+        );
+        assert!(detail.contains("PROXY_TOKEN"), "{detail}");
+    }
+    let out = cli(&["--host", HOST], &app.url).await;
+    let line = stdout(&out)
+        .lines()
+        .find(|l| l.contains(&format!("compose_logs:{R1}")))
+        .map(str::to_owned)
+        .expect("a line for r1's logs");
+    assert!(
+        line.contains("FAIL") && line.contains("PROXY_TOKEN"),
+        "one line with the server's message: {line}"
+    );
+
+    // The variable is back in the host's env files: the doctor is happy again.
+    app.sim
+        .faults()
+        .set_host_env("PROXY_TOKEN", Some("restored-proxy-token"));
+    let report = doctor(&app.url).await;
+    assert_eq!(report["ok"], true, "{report:#}");
+    app.stop().await;
+}
+
 /// A daemon whose config holds a compose-manager token the host does not accept.
 struct WrongToken {
     sim: SimHost,
