@@ -330,8 +330,9 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
 }
 
 /// The abandoned compose child of [`SimFaults::abandon_up`](super::SimFaults::abandon_up):
-/// over `work`, the recreated containers stop, disappear, then come back with new ids. The
-/// deployed records are not rotated (no `done` was ever sent).
+/// a container it creates (say after a down) appears and starts a third of `work` after the
+/// stream ended; one it recreates stops then, and comes back with a new id at two thirds.
+/// The deployed records are not rotated: no `done` was ever sent.
 async fn finish_abandoned(
     shared: Arc<Shared>,
     file: String,
@@ -340,34 +341,22 @@ async fn finish_abandoned(
     tag: String,
     work: std::time::Duration,
 ) {
-    let changed: Vec<String> = steps
-        .iter()
-        .filter(|s| s.change == Change::Recreate)
-        .map(|s| s.service.clone())
-        .collect();
+    let Some(parsed) = shared.parsed.get(&file) else {
+        return;
+    };
+    let (recreated, created): (Vec<DryStep>, Vec<DryStep>) = steps
+        .into_iter()
+        .filter(|s| matches!(s.change, Change::Create | Change::Recreate))
+        .partition(|s| s.change == Change::Recreate);
     tokio::time::sleep(work / 3).await;
-    for service in &changed {
-        if let Some(c) = shared.state().containers.get_mut(service) {
+    for step in &recreated {
+        if let Some(c) = shared.state().containers.get_mut(&step.service) {
             c.running = false;
         }
     }
+    apply_steps(&shared, parsed, &created, &want, &tag, StartMode::Normal);
     tokio::time::sleep(work / 3).await;
-    for service in &changed {
-        shared.state().containers.remove(service);
-    }
-    tokio::time::sleep(work / 3).await;
-    let creates: Vec<DryStep> = steps
-        .into_iter()
-        .map(|mut s| {
-            if s.change == Change::Recreate {
-                s.change = Change::Create;
-            }
-            s
-        })
-        .collect();
-    if let Some(parsed) = shared.parsed.get(&file) {
-        apply_steps(&shared, parsed, &creates, &want, &tag, StartMode::Normal);
-    }
+    apply_steps(&shared, parsed, &recreated, &want, &tag, StartMode::Normal);
 }
 
 /// A scripted pre-stream answer (`SimFaults::answer_status`): nothing happens.

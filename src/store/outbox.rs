@@ -37,14 +37,9 @@ pub(super) async fn enqueue(
     let Some(rollout_id) = entry.rollout_id.as_deref() else {
         return Ok(());
     };
-    if !matches!(
-        entry.kind.as_str(),
-        "rollout_running"
-            | "step_failed"
-            | "rollout_succeeded"
-            | "rollout_failed"
-            | "rollout_aborted"
-    ) {
+    // Whether the event notifies at all does not depend on the rollout's kind (only its
+    // name does): skip the read for the events that never notify.
+    if NotifyEvent::from_audit(&entry.kind, "").is_none() {
         return Ok(());
     }
     type Row = (

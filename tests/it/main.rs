@@ -15,6 +15,7 @@ mod logging;
 mod metrics;
 mod notify;
 mod openapi;
+mod real_host;
 mod recovery;
 mod rollback;
 mod secrets;
