@@ -60,6 +60,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Check hosts before a rollout: token, dry-run support, logs, health, peers.
+    Doctor(remote::DoctorArgs),
     /// Offline validation of a config, runbook or plan file.
     Check {
         #[command(subcommand)]
@@ -76,6 +78,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Rollback(args) => remote::rollback(args).await,
         Command::History(args) => remote::history(args).await,
         Command::Show { id, server } => remote::show(&id, &server).await,
+        Command::Doctor(args) => remote::doctor(args).await,
         Command::Check { what } => check::check(what),
     };
     match result {

@@ -1,4 +1,4 @@
-//! Client commands: rollout start/watch/abort, rollback, history, show.
+//! Client commands: rollout start/watch/abort, rollback, history, show, doctor.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,8 +12,10 @@ use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
 use crate::http::RolloutOut;
 
+mod doctor;
 mod watch;
 
+pub use doctor::{doctor, DoctorArgs};
 pub use watch::follow;
 
 #[derive(Debug, Subcommand)]

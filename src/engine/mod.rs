@@ -3,6 +3,7 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod compose_step;
+mod doctor;
 mod hooks;
 mod left_down;
 mod log_step;
@@ -28,6 +29,7 @@ use crate::domain::state::RolloutKind;
 use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
+pub use doctor::{DoctorCheck, DoctorReport};
 #[doc(hidden)]
 pub use hooks::PauseHandle;
 pub use rollback::{choose_rollback_target, RollbackRequest};
@@ -90,6 +92,8 @@ pub(crate) struct Inner {
     /// rollout resumable, and no new task starts.
     pub stopping: AtomicBool,
     pub hooks: hooks::Hooks,
+    /// The last doctor report of each host (SPEC §14).
+    pub doctor_reports: doctor::LastReports,
 }
 
 /// The rollout engine. Cheap to clone.
@@ -147,6 +151,7 @@ impl Engine {
             tasks: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             hooks: hooks::Hooks::default(),
+            doctor_reports: doctor::LastReports::default(),
         };
         Ok(Self {
             inner: Arc::new(inner),

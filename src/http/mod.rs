@@ -5,6 +5,7 @@ mod auth;
 mod dashboard;
 mod error;
 mod event;
+mod host;
 mod metrics;
 mod openapi;
 mod ops;
@@ -46,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .merge(event::router())
         .merge(rollback::router())
         .merge(replica::router())
+        .merge(host::router())
         .merge(ops::router())
         .merge(openapi::router())
         .merge(dashboard::router())

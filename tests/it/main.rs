@@ -8,6 +8,7 @@ mod cli;
 mod compose_client;
 mod crash_binary;
 mod dashboard;
+mod doctor;
 mod helpers;
 mod hostile;
 mod logging;
