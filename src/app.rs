@@ -101,13 +101,14 @@ impl App {
             self.state.engine.store().clone(),
             self.state.config.notifications.clone(),
         );
+        let header_read_timeout = self.state.config.http.header_read_timeout;
         let app = router(self.state);
         let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
         let shutdown = async move {
             shutdown.await;
             let _ = signalled_tx.send(true);
         };
-        let serve = axum::serve(self.listener, app).with_graceful_shutdown(shutdown);
+        let serve = crate::http::serve(self.listener, app, header_read_timeout, shutdown);
         // Long-lived answers (event streams) must not hold the shutdown forever.
         let grace = self.grace;
         let overdue = async move {

@@ -105,6 +105,7 @@ pub fn dev_config(
         tokens: Vec::new(),
         hosts: BTreeMap::from([(DEV_HOST.to_owned(), host)]),
         compose,
+        http: Default::default(),
         retention_days: None,
         notifications: Default::default(),
     }

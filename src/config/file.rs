@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::url::check_url;
 use super::{
-    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig,
+    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig, HttpTuning,
     NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
@@ -28,6 +28,8 @@ struct ConfigFile {
     hosts: BTreeMap<String, HostFile>,
     #[serde(default)]
     compose: Option<ComposeFile>,
+    #[serde(default)]
+    http: Option<HttpFile>,
     #[serde(default)]
     retention_days: Option<u32>,
     #[serde(default)]
@@ -102,6 +104,13 @@ struct ComposeFile {
     stream_idle_timeout: Option<String>,
     busy_retry_initial: Option<String>,
     busy_retry_max: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
 }
 
 /// Builds errors that point at a key of the config file.
@@ -212,6 +221,7 @@ pub(super) fn resolve(
         hosts.insert(name, host);
     }
     let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
+    let http = resolve_http(&src, raw.http.unwrap_or_default())?;
     if raw.retention_days == Some(0) {
         let why = "must be at least 1 (leave it out to keep everything)";
         return Err(src.error(&[Key("retention_days")], why));
@@ -224,6 +234,7 @@ pub(super) fn resolve(
         tokens,
         hosts,
         compose,
+        http,
         retention_days: raw.retention_days,
         notifications,
     })
@@ -367,6 +378,43 @@ fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, Co
         return Err(src.error(&at, "must not be longer than busy_retry_max"));
     }
     Ok(tuning)
+}
+
+/// A duration under `section.key`: the default when absent, never zero.
+fn duration(
+    src: &Source<'_>,
+    section: &str,
+    key: &str,
+    text: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    let at = [Seg::Key(section), Seg::Key(key)];
+    match text.as_deref().map(parse_duration) {
+        None => Ok(default),
+        Some(Err(e)) => Err(src.error(&at, e)),
+        Some(Ok(d)) if d.is_zero() => Err(src.error(&at, "must be longer than zero")),
+        Some(Ok(d)) => Ok(d),
+    }
+}
+
+fn resolve_http(src: &Source<'_>, h: HttpFile) -> Result<HttpTuning, ConfigError> {
+    let d = HttpTuning::default();
+    Ok(HttpTuning {
+        header_read_timeout: duration(
+            src,
+            "http",
+            "header_read_timeout",
+            h.header_read_timeout,
+            d.header_read_timeout,
+        )?,
+        body_read_timeout: duration(
+            src,
+            "http",
+            "body_read_timeout",
+            h.body_read_timeout,
+            d.body_read_timeout,
+        )?,
+    })
 }
 
 fn resolve_notifications(

@@ -78,6 +78,7 @@ fn a_valid_config_resolves_paths_secrets_and_defaults() {
         "http://gpu02.internal:18002/health"
     );
     assert_eq!(config.compose, ComposeTuning::default());
+    assert_eq!(config.http, HttpTuning::default());
     assert_eq!(config.retention_days, None);
     assert!(config.is_loopback_listen());
     assert_eq!(config.check_listen_safety(), Ok(()));
@@ -120,7 +121,7 @@ fn secrets_never_show_in_debug_output() {
 #[test]
 fn optional_settings_are_read() {
     let text = format!(
-        "{BASE}retention_days: 90\ncompose:\n  connect_timeout: 2s\n  busy_retry_max: 5m\n"
+        "{BASE}retention_days: 90\ncompose:\n  connect_timeout: 2s\n  busy_retry_max: 5m\nhttp:\n  body_read_timeout: 5s\n"
     );
     let text = text.replace(
         "    env_file: env/gpu02.env\n",
@@ -132,6 +133,8 @@ fn optional_settings_are_read() {
     assert_eq!(config.compose.busy_retry_max, Duration::from_secs(300));
     assert_eq!(config.compose.request_timeout, Duration::from_secs(30));
     assert_eq!(config.hosts["gpu02"].project, "glm53");
+    assert_eq!(config.http.body_read_timeout, Duration::from_secs(5));
+    assert_eq!(config.http.header_read_timeout, Duration::from_secs(30));
 }
 
 #[test]
@@ -179,6 +182,7 @@ fn bad_optional_settings_are_refused_naming_the_key() {
         ("a zero duration", "compose:\n  request_timeout: 0s\n", "compose.request_timeout: must be longer than zero"),
         ("backoff that starts above its cap", "compose:\n  busy_retry_initial: 2m\n  busy_retry_max: 1m\n", "compose.busy_retry_initial: must not be longer than busy_retry_max"),
         ("an unknown compose knob", "compose:\n  retries: 3\n", "compose: unknown field `retries`"),
+        ("a zero read timeout", "http:\n  header_read_timeout: 0s\n", "http.header_read_timeout: must be longer than zero"),
         ("zero retention", "retention_days: 0\n", "retention_days: must be at least 1"),
         ("negative retention", "retention_days: -1\n", "retention_days: invalid type: integer `-1`, expected u32"),
     ];

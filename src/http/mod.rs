@@ -2,6 +2,7 @@
 //! merges them and holds the shared state.
 
 mod auth;
+mod body;
 mod dashboard;
 mod error;
 mod event;
@@ -11,11 +12,13 @@ mod ops;
 mod replica;
 mod rollback;
 mod rollout;
+mod serve;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
@@ -23,8 +26,10 @@ use crate::config::{ApiToken, ResolvedConfig};
 use crate::engine::Engine;
 
 pub use auth::Actor;
-pub use error::ApiError;
+pub use body::{DEFAULT_READ_TIMEOUT, MAX_BODY_BYTES};
+pub use error::{ApiError, ERROR_CODES};
 pub use rollout::{RolloutOut, StepOut};
+pub use serve::serve;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -50,6 +55,9 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::router())
         .merge(dashboard::router())
         .merge(metrics::router())
+        .fallback(error::route_not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -10,6 +10,7 @@ mod crash_binary;
 mod dashboard;
 mod helpers;
 mod hostile;
+mod http_errors;
 mod logging;
 mod metrics;
 mod notify;
