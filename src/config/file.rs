@@ -158,6 +158,64 @@ impl Source<'_> {
     }
 }
 
+/// Every secret's env var that is unset or empty, reported at once (one at a time would
+/// make an operator restart once per missing variable).
+fn unset_env_vars(
+    src: &Source<'_>,
+    raw: &ConfigFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    use Seg::{Index, Key};
+    let mut errors = Vec::new();
+    let mut check = |segs: &[Seg<'_>], var: &str| {
+        if is_env_key(var) {
+            if let Err(e) = src.secret(segs, var, env) {
+                errors.push(e);
+            }
+        }
+    };
+    for (i, t) in raw.auth.iter().flat_map(|a| a.tokens.iter()).enumerate() {
+        check(
+            &[Key("auth"), Key("tokens"), Index(i), Key("token_env")],
+            &t.token_env,
+        );
+    }
+    for (name, h) in &raw.hosts {
+        check(&[Key("hosts"), Key(name), Key("token_env")], &h.token_env);
+    }
+    let webhooks = raw.notifications.iter().flat_map(|n| n.webhooks.iter());
+    for (i, w) in webhooks.enumerate() {
+        if let Some(var) = &w.url_env {
+            check(
+                &[
+                    Key("notifications"),
+                    Key("webhooks"),
+                    Index(i),
+                    Key("url_env"),
+                ],
+                var,
+            );
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        n => Err(ConfigError {
+            file: None,
+            line: None,
+            key: None,
+            message: format!(
+                "{n} environment variables are not set (or empty):\n  {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
+            ),
+        }),
+    }
+}
+
 fn valid_name(name: &str) -> bool {
     name.chars()
         .next()
@@ -192,6 +250,7 @@ pub(super) fn resolve(
             message,
         }
     })?;
+    unset_env_vars(&src, &raw, env)?;
     let base = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

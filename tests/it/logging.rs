@@ -1,6 +1,6 @@
 //! `--log-format json`: every line the daemon writes is a JSON object, and what a rollout logs
 //! carries its `rollout.id`, `host` and `service` (and, inside a step, `step.name`) from its
-//! spans. Runs the real binary (`canaryd --log-format json dev`), so the global subscriber is
+//! spans. Runs the real binary (`canaryd dev --log-format json`), so the global subscriber is
 //! the one operators get, and no other test's subscriber can interfere.
 
 use std::process::Command;
@@ -37,9 +37,9 @@ async fn json_log_lines_parse_and_carry_the_rollout_id_host_service_and_step() {
     let out = std::fs::File::create(&out_path).expect("stdout file");
     let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
         .args([
+            "dev",
             "--log-format",
             "json",
-            "dev",
             "--listen",
             "127.0.0.1:0",
             "--db",

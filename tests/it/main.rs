@@ -5,6 +5,7 @@ mod audit;
 mod auth;
 mod canary;
 mod cli;
+mod cli_discovery;
 mod compose_client;
 mod crash_binary;
 mod dashboard;
