@@ -231,3 +231,35 @@ async fn dev_prints_hints_that_run_without_canaryd_on_path_and_removes_its_temp_
         "dev removed its temporary folder: {left:?}"
     );
 }
+
+#[test]
+fn a_serve_that_cannot_bind_exits_without_creating_a_database() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("addr").port();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("canaryd.db");
+    let config = dir.path().join("canaryd.yaml");
+    let text = format!(
+        "listen: 127.0.0.1:{port}\ndatabase: {}\nrunbooks_dir: {}\nhosts:\n  gpu02:\n    \
+         compose_manager_url: http://127.0.0.1:9\n    token_env: TEST_CM_TOKEN\n    \
+         env_file: {}\n    replicas:\n      r1: {{group: g, health_url: http://127.0.0.1:9/health}}\n",
+        db.display(),
+        root.join("runbooks").display(),
+        root.join("config/env/gpu02.env").display(),
+    );
+    std::fs::write(&config, text).expect("config written");
+    let config = config.to_str().expect("utf-8 path").to_owned();
+    let (code, _, err) = run(canaryd(&["serve", "--config", &config]).env("TEST_CM_TOKEN", "t"));
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("binding"), "says why: {err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(
+        !db.exists(),
+        "no database without a listener; the folder holds {left:?}"
+    );
+    drop(taken);
+}
