@@ -3,6 +3,7 @@
 mod check;
 mod client;
 mod dev;
+mod healthcheck;
 mod output;
 mod remote;
 mod serve;
@@ -85,6 +86,8 @@ pub enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Probe a daemon's /healthz: exit 0 when it answers, 1 when not (a container HEALTHCHECK).
+    Healthcheck(healthcheck::HealthcheckArgs),
     /// Offline validation of a config, runbook or plan file.
     Check {
         #[command(subcommand)]
@@ -101,6 +104,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Rollback(args) => remote::rollback(args).await,
         Command::History(args) => remote::history(args).await,
         Command::Show { id, server } => remote::show(&id, &server).await,
+        Command::Healthcheck(args) => healthcheck::healthcheck(args).await,
         Command::Check { what } => check::check(what),
     };
     match result {

@@ -7,6 +7,7 @@ mod canary;
 mod cli;
 mod cli_discovery;
 mod compose_client;
+mod container;
 mod crash_binary;
 mod dashboard;
 mod helpers;
