@@ -10,6 +10,7 @@ mod compose_client;
 mod container;
 mod crash_binary;
 mod dashboard;
+mod docs_links;
 mod helpers;
 mod hostile;
 mod http_errors;
