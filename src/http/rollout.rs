@@ -172,6 +172,8 @@ async fn get_rollout(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AbortIn {
+    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
+    #[serde(default)]
     reason: String,
 }
 

@@ -152,7 +152,13 @@ async fn rollbacks_and_rollouts_answer_the_same_codes_for_the_same_faults() {
             assert_eq!(code(&body), want_code, "{what} to {path}: {body}");
         }
     }
-    assert!(app.compose_calls().is_empty());
+    // An abort without a reason: the same code.
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    for body in [json!({}), json!({"reason": " "})] {
+        let (status, answer) = app.post(&format!("/v1/rollouts/{id}/abort"), &body).await;
+        assert_eq!(status, 422, "abort with {body}: {answer}");
+        assert_eq!(code(&answer), "missing_reason", "{answer}");
+    }
     app.stop().await;
 }
 
