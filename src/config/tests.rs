@@ -457,3 +457,53 @@ fn bad_webhooks_are_refused_naming_the_key() {
         assert!(err.contains(expected), "{to}: {err}");
     }
 }
+
+#[test]
+fn every_unset_or_empty_secret_is_named_in_one_error() {
+    let text = format!(
+        "{BASE}notifications:\n  webhooks:\n    - {{name: slack, url_env: SLACK_URL, format: slack}}\n"
+    )
+    .replace("CANARYD_TOKEN_ONCALL", "EMPTY_VAR");
+    let (_dir, path) = write_setup(&text, ENV_FILE);
+    let only_alice = |key: &str| {
+        if key == "CANARYD_TOKEN_OPS_ALICE" {
+            Some("alice-secret".to_owned())
+        } else {
+            fake_env(key).filter(|v| v.is_empty())
+        }
+    };
+    let err = load_with_env(&path, &only_alice)
+        .expect_err("secrets missing")
+        .to_string();
+    assert!(err.starts_with("3 environment variables"), "{err}");
+    for (key, var) in [
+        ("auth.tokens[1].token_env", "EMPTY_VAR is empty"),
+        (
+            "hosts.gpu02.token_env",
+            "GPU02_COMPOSE_MANAGER_TOKEN is not set",
+        ),
+        ("notifications.webhooks[0].url_env", "SLACK_URL is not set"),
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key} in {err}"));
+        assert!(
+            line.contains("canaryd.yaml:") && line.contains(var),
+            "{line}"
+        );
+    }
+    // One missing variable keeps the one-line `file:line: key: message` form.
+    let err = load_with_env(&path, &|key| {
+        (key != "SLACK_URL").then(|| format!("secret-{key}"))
+    })
+    .expect_err("one missing")
+    .to_string();
+    assert!(
+        err.contains(
+            "notifications.webhooks[0].url_env: environment variable SLACK_URL is not set"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
