@@ -1,8 +1,6 @@
 //! `Body`: a request body read whole, within the size limit and the read timeout, with every
 //! refusal in the API's JSON error shape (413, 408, 400) instead of axum's plain text.
 
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
@@ -11,9 +9,6 @@ use super::{ApiError, AppState};
 
 /// The largest body any route reads (a plan is the largest).
 pub const MAX_BODY_BYTES: usize = crate::domain::plan::MAX_BODY_BYTES;
-
-/// How long a client may take to send its headers or its body, unless configured.
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A whole request body and its `Content-Type`.
 pub struct Body {

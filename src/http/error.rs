@@ -45,7 +45,8 @@ pub enum ApiError {
 }
 
 /// Every code the API answers with and its status: the exhaustive list `docs/openapi.yaml`
-/// documents (checked both ways by `tests/it/openapi.rs`). Codes are stable.
+/// documents (checked both ways by `tests/it/openapi.rs`). Codes are stable; a code that
+/// two routes answer with different statuses is listed once per status.
 pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_body", 400),
     ("unknown_field", 400),
@@ -123,10 +124,14 @@ impl IntoResponse for ApiError {
             tracing::error!(error = %detail, "request failed");
         }
         let (status, code, message) = self.parts();
-        debug_assert!(
-            ERROR_CODES.contains(&(code, status.as_u16())),
-            "error code {code} ({status}) is missing from ERROR_CODES"
-        );
+        if !ERROR_CODES.contains(&(code, status.as_u16())) {
+            // tests/it/openapi.rs keeps this from happening; say so if it does.
+            tracing::warn!(
+                code,
+                status = status.as_u16(),
+                "an error code missing from ERROR_CODES"
+            );
+        }
         let mut body = json!({"error": {"code": code, "message": message}});
         if let ApiError::Conflict {
             rollout_id: Some(id),
@@ -217,7 +222,7 @@ mod tests {
     use super::{ApiError, ERROR_CODES};
 
     #[test]
-    fn every_fixed_code_is_in_the_exhaustive_list_once_with_its_status() {
+    fn every_fixed_code_is_in_the_exhaustive_list_with_its_status() {
         let m = || "m".to_owned();
         let fixed = [
             ApiError::Unauthorized(m()),
@@ -237,10 +242,14 @@ mod tests {
                 "{code} {status}"
             );
         }
-        let mut codes: Vec<&str> = ERROR_CODES.iter().map(|(c, _)| *c).collect();
-        codes.sort_unstable();
-        let len = codes.len();
-        codes.dedup();
-        assert_eq!(codes.len(), len, "a code is listed twice");
+        let mut pairs = ERROR_CODES.to_vec();
+        pairs.sort_unstable();
+        let len = pairs.len();
+        pairs.dedup();
+        assert_eq!(
+            pairs.len(),
+            len,
+            "a code is listed twice with the same status"
+        );
     }
 }

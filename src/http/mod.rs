@@ -26,7 +26,7 @@ use crate::config::{ApiToken, ResolvedConfig};
 use crate::engine::Engine;
 
 pub use auth::Actor;
-pub use body::{DEFAULT_READ_TIMEOUT, MAX_BODY_BYTES};
+pub use body::MAX_BODY_BYTES;
 pub use error::{ApiError, ERROR_CODES};
 pub use rollout::{RolloutOut, StepOut};
 pub use serve::serve;

@@ -54,8 +54,12 @@ fn parse(bytes: &[u8]) -> Result<RollbackRequest, ApiError> {
             ),
         ));
     }
-    let reason = map.get("reason").and_then(Value::as_str).unwrap_or("");
-    if map.get("reason").is_none_or(Value::is_null) || reason.trim().is_empty() {
+    let blank = match map.get("reason") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(r)) => r.trim().is_empty(),
+        Some(_) => false,
+    };
+    if blank {
         return Err(ApiError::Unprocessable {
             code: "missing_reason",
             message: "reason: must say why (it is kept in the audit trail)".into(),

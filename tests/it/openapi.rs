@@ -183,8 +183,9 @@ async fn every_operation_has_an_id_and_every_reference_resolves() {
 }
 
 /// Every error code literal in the code that answers the API: `ApiError`'s fixed codes, the
-/// codes handlers pass, and the plan parser's codes.
-fn codes_in_source() -> BTreeSet<String> {
+/// codes handlers pass, and the plan parser's codes; with their status where the source says
+/// it (`ApiError::NotFound { code: "..." }` is a 404).
+fn codes_in_source() -> (BTreeSet<String>, BTreeSet<(String, u16)>) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     for dir in [
@@ -211,7 +212,19 @@ fn codes_in_source() -> BTreeSet<String> {
         .iter()
         .map(|p| Regex::new(p).expect("pattern"))
         .collect();
+    let with_status = [
+        (r#"NotFound\s*\{\s*code:\s*"([a-z_]+)""#, 404),
+        (r#"Unprocessable\s*\{\s*code:\s*"([a-z_]+)""#, 422),
+        (r#"Conflict\s*\{\s*code:\s*"([a-z_]+)""#, 409),
+        (r#"BadRequest\s*\{\s*code:\s*"([a-z_]+)""#, 400),
+        (r#"bad_request\(\s*"([a-z_]+)""#, 400),
+    ];
+    let with_status: Vec<(Regex, u16)> = with_status
+        .iter()
+        .map(|(p, s)| (Regex::new(p).expect("pattern"), *s))
+        .collect();
     let mut codes = BTreeSet::new();
+    let mut pairs = BTreeSet::new();
     for path in files {
         let text = std::fs::read_to_string(&path).expect("source readable");
         // Unit tests build sample errors; only the code that runs counts.
@@ -221,8 +234,13 @@ fn codes_in_source() -> BTreeSet<String> {
                 codes.insert(cap[1].to_owned());
             }
         }
+        for (re, status) in &with_status {
+            for cap in re.captures_iter(text) {
+                pairs.insert((cap[1].to_owned(), *status));
+            }
+        }
     }
-    codes
+    (codes, pairs)
 }
 
 /// (code, status) pairs from the `Error` schema: its `enum`, and its description's
@@ -253,7 +271,7 @@ async fn every_error_code_the_api_answers_is_documented_with_its_status_and_no_o
     let doc = served_document(&app).await;
     app.stop().await;
     let known: BTreeSet<String> = ERROR_CODES.iter().map(|(c, _)| (*c).to_owned()).collect();
-    let in_source = codes_in_source();
+    let (in_source, statuses) = codes_in_source();
     assert!(
         in_source.len() >= 20,
         "the scan found too few: {in_source:?}"
@@ -262,6 +280,15 @@ async fn every_error_code_the_api_answers_is_documented_with_its_status_and_no_o
     assert!(
         unlisted.is_empty(),
         "codes answered but missing from ApiError's ERROR_CODES: {unlisted:?}"
+    );
+    let listed: BTreeSet<(String, u16)> = ERROR_CODES
+        .iter()
+        .map(|(c, s)| ((*c).to_owned(), *s))
+        .collect();
+    let other_status: Vec<_> = statuses.difference(&listed).collect();
+    assert!(
+        other_status.is_empty(),
+        "codes answered with another status than ERROR_CODES says: {other_status:?}"
     );
     let (documented, pairs) = codes_in_document(&doc);
     let undocumented: Vec<_> = known.difference(&documented).collect();
