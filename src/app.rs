@@ -1,5 +1,5 @@
-//! Start-up: open the database, build the engine, resume unfinished rollouts, bind the
-//! listener. `App` knows its port, so tests can run it on `127.0.0.1:0`.
+//! Start-up: bind the listener, open the database, build the engine, resume unfinished
+//! rollouts, then serve. `App` knows its port, so tests can run it on `127.0.0.1:0`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -28,11 +28,17 @@ pub struct App {
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 impl App {
-    /// Opens and migrates the database, resumes every unfinished rollout, then binds.
+    /// Binds the listener, opens and migrates the database and resumes every unfinished
+    /// rollout. Binding comes first, so a daemon that cannot listen creates no database;
+    /// requests wait in the socket's backlog until `run_until_stopped` serves them, after
+    /// recovery.
     pub async fn build(
         config: ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
     ) -> anyhow::Result<App> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
         let store = Store::open(&config.database)
             .await
             .with_context(|| format!("opening the database {}", config.database.display()))?;
@@ -52,9 +58,6 @@ impl App {
             );
         }
         crate::store::spawn_retention(engine.store().clone(), config.retention_days);
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
         let state = AppState {
             engine,
             tokens: Arc::new(config.tokens.clone()),
@@ -101,13 +104,14 @@ impl App {
             self.state.engine.store().clone(),
             self.state.config.notifications.clone(),
         );
+        let header_read_timeout = self.state.config.http.header_read_timeout;
         let app = router(self.state);
         let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
         let shutdown = async move {
             shutdown.await;
             let _ = signalled_tx.send(true);
         };
-        let serve = axum::serve(self.listener, app).with_graceful_shutdown(shutdown);
+        let serve = crate::http::serve(self.listener, app, header_read_timeout, shutdown);
         // Long-lived answers (event streams) must not hold the shutdown forever.
         let grace = self.grace;
         let overdue = async move {

@@ -35,6 +35,8 @@ pub struct ResolvedConfig {
     pub hosts: BTreeMap<String, HostConfig>,
     /// compose-manager client timings.
     pub compose: ComposeTuning,
+    /// The API server's read timeouts.
+    pub http: HttpTuning,
     /// How long finished rollouts are kept; `None` keeps them forever.
     pub retention_days: Option<u32>,
     /// Webhook notifications (none unless configured).
@@ -227,6 +229,26 @@ impl Default for ComposeTuning {
             busy_retry_initial: Duration::from_secs(2),
             busy_retry_max: Duration::from_secs(60),
             settle_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The API server's timings (`http:` in the config; all optional): a client that is slow to
+/// send its request is cut off instead of holding a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTuning {
+    /// Longest wait for a request's headers, and for the next request on an idle
+    /// keep-alive connection (default 30s).
+    pub header_read_timeout: Duration,
+    /// Longest wait for a request's body once its headers arrived (default 30s): `408`.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for HttpTuning {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }

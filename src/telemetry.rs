@@ -6,6 +6,8 @@
 //! and each step in a `step` span with `step.name` and `step.kind`, so every line a rollout
 //! writes can be found with `jq 'select(.spans[]?."rollout.id" == "ro_...")'`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -17,24 +19,30 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber once, writing to stderr; later calls do nothing.
+/// Installs the global subscriber once, writing to stderr; later calls do nothing. Text is
+/// coloured only when stderr is a terminal: a file, a pipe or journald gets plain text.
 pub fn init(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let _ = tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr));
+    let ansi = std::io::stderr().is_terminal();
+    let _ =
+        tracing::subscriber::set_global_default(subscriber(format, filter, std::io::stderr, ansi));
 }
 
-/// The subscriber `init` installs, writing to `writer` (tests capture the lines with it).
+/// The subscriber `init` installs, writing to `writer` (tests capture the lines with it), with
+/// ANSI colours when `ansi` is set.
 pub fn subscriber<W>(
     format: LogFormat,
     filter: EnvFilter,
     writer: W,
+    ansi: bool,
 ) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(writer);
     match format {
         LogFormat::Text => Box::new(builder.with_target(false).finish()),

@@ -56,9 +56,24 @@ impl ApiClient {
         if status.is_success() {
             return Ok(body);
         }
+        Err(self.refusal(status.as_u16(), &body))
+    }
+
+    /// The daemon's refusal as an error; a 401 says where the token comes from.
+    fn refusal(&self, status: u16, body: &Value) -> anyhow::Error {
         let code = body["error"]["code"].as_str().unwrap_or("error");
         let message = body["error"]["message"].as_str().unwrap_or("");
-        Err(anyhow!("{} {code}: {message}", status.as_u16()))
+        if status != 401 {
+            return anyhow!("{status} {code}: {message}");
+        }
+        let hint = match self.token {
+            None => "CANARYD_TOKEN is not set: export CANARYD_TOKEN=<an API token of the daemon's auth.tokens>",
+            Some(_) => "the token in CANARYD_TOKEN is not one of this daemon's auth.tokens",
+        };
+        anyhow!(
+            "{status} {code}: {message}\nhint: {hint} (daemon {}, from CANARYD_SERVER or --server)",
+            self.base
+        )
     }
 
     /// `GET path` as JSON.
@@ -113,9 +128,7 @@ impl ApiClient {
         if !res.status().is_success() {
             let status = res.status().as_u16();
             let body: Value = res.json().await.unwrap_or(Value::Null);
-            let code = body["error"]["code"].as_str().unwrap_or("error");
-            let message = body["error"]["message"].as_str().unwrap_or("");
-            return Err(anyhow!("{status} {code}: {message}"));
+            return Err(self.refusal(status, &body));
         }
         Ok(res)
     }

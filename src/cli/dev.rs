@@ -106,6 +106,7 @@ pub fn dev_config(
         tokens: Vec::new(),
         hosts: BTreeMap::from([(DEV_HOST.to_owned(), host)]),
         compose,
+        http: Default::default(),
         retention_days: None,
         notifications: Default::default(),
     }
@@ -126,11 +127,11 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
     let sim = SimHost::start(sim_config)
         .await
         .context("starting the simulated host")?;
-    let tmp = tempdir_path()?;
+    let tmp = tempdir()?;
     let db = args
         .db
         .clone()
-        .unwrap_or_else(|| tmp.join("canaryd-dev.db"));
+        .unwrap_or_else(|| tmp.path().join("canaryd-dev.db"));
     let default_port = if args.demo { 0 } else { 7878 };
     let listen = args
         .listen
@@ -145,7 +146,10 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         db.display()
     );
     println!("try:\n  curl -s -XPOST {url}/v1/rollouts -H 'content-type: application/json' \\\n    -d '{{\"host\":\"{DEV_HOST}\",\"file\":\"{DEV_FILE}\",\"service\":\"{R2}\",\"tag\":\"v0.0.452\",\"reason\":\"try canaryd\"}}'");
-    println!("  CANARYD_SERVER={url} canaryd rollout watch <id>\n");
+    println!(
+        "  CANARYD_SERVER={url} {} rollout watch <id>\n",
+        command_name()
+    );
     if !args.demo {
         app.run_until_stopped(shutdown_signal()).await?;
         return Ok(ExitCode::SUCCESS);
@@ -158,8 +162,41 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
     let _ = stop_tx.send(());
     let _ = server.await;
     sim.shutdown().await;
-    let _ = std::fs::remove_dir_all(&tmp);
     ok
+}
+
+/// How to run this binary again from a shell: `canaryd` when that is what PATH finds, else
+/// its path (a `cargo run` build is not on PATH).
+fn command_name() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "cargo run --release --".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| {
+            std::fs::canonicalize(dir.join("canaryd"))
+                .is_ok_and(|found| std::fs::canonicalize(&exe).is_ok_and(|me| me == found))
+        })
+    });
+    if on_path {
+        "canaryd".to_owned()
+    } else {
+        exe.display().to_string()
+    }
+}
+
+/// A temporary folder removed when dropped: on every way out of `dev`, errors included.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 async fn demo(url: &str) -> anyhow::Result<ExitCode> {
@@ -203,11 +240,11 @@ async fn demo(url: &str) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn tempdir_path() -> anyhow::Result<PathBuf> {
+fn tempdir() -> anyhow::Result<TempDir> {
     let dir = std::env::temp_dir().join(format!(
         "canaryd-dev-{}",
         ulid::Ulid::new().to_string().to_lowercase()
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+    Ok(TempDir(dir))
 }

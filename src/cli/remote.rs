@@ -21,16 +21,22 @@ pub use watch::follow;
 #[derive(Debug, Subcommand)]
 pub enum RolloutCommand {
     /// Submit a canary plan (a YAML/JSON file, or flags).
+    #[command(after_help = super::CLIENT_ENV_HELP)]
     Start(StartArgs),
     /// Follow a rollout until it ends: exit 0 succeeded, 1 failed or rolled back, 2 aborted.
+    #[command(after_help = super::CLIENT_ENV_HELP)]
     Watch {
+        /// The rollout's id (`ro_...`).
         id: String,
         #[command(flatten)]
         server: ServerArgs,
     },
     /// Abort a rollout before its next side effect.
+    #[command(after_help = super::CLIENT_ENV_HELP)]
     Abort {
+        /// The rollout's id (`ro_...`).
         id: String,
+        /// Why (kept in the audit trail).
         #[arg(long)]
         reason: String,
         #[command(flatten)]
@@ -42,16 +48,22 @@ pub enum RolloutCommand {
 pub struct StartArgs {
     /// A plan file (YAML or JSON, SPEC §4); or give the flags below.
     pub plan: Option<PathBuf>,
+    /// The host, as named under `hosts:` in the daemon's config.
     #[arg(long)]
     pub host: Option<String>,
+    /// The compose file on the host, relative to its repository (`prod/...yaml`).
     #[arg(long)]
     pub file: Option<String>,
+    /// The one replica (compose service) to roll.
     #[arg(long)]
     pub service: Option<String>,
+    /// The git tag to deploy.
     #[arg(long)]
     pub tag: Option<String>,
+    /// Why (kept in the audit trail).
     #[arg(long)]
     pub reason: Option<String>,
+    /// The runbook to run (default single-replica-canary).
     #[arg(long)]
     pub runbook: Option<String>,
     /// An env override, KEY=VALUE (repeatable).
@@ -69,10 +81,13 @@ pub struct StartArgs {
 
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
+    /// The host, as named under `hosts:` in the daemon's config.
     #[arg(long)]
     pub host: String,
+    /// The replica (compose service) to roll back.
     #[arg(long)]
     pub service: String,
+    /// Why (kept in the audit trail).
     #[arg(long)]
     pub reason: String,
     /// Roll back to this recorded tag instead of the prior deployment.
@@ -81,6 +96,7 @@ pub struct RollbackArgs {
     /// Abort the host's active rollout first.
     #[arg(long)]
     pub preempt: bool,
+    /// Follow the rollback until it ends (exit 0 succeeded, 1 failed, 2 aborted).
     #[arg(long)]
     pub wait: bool,
     #[command(flatten)]
@@ -89,14 +105,19 @@ pub struct RollbackArgs {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    /// Only rollouts of this host.
     #[arg(long)]
     pub host: Option<String>,
+    /// Only rollouts of this replica.
     #[arg(long)]
     pub service: Option<String>,
+    /// Only this status: pending, running, succeeded, failed or aborted.
     #[arg(long)]
     pub status: Option<String>,
+    /// Only this kind: canary or rollback.
     #[arg(long)]
     pub kind: Option<String>,
+    /// Only rollouts to this tag.
     #[arg(long)]
     pub tag: Option<String>,
     /// Who started the rollout (token name; `canaryd` for automatic rollbacks).
@@ -108,8 +129,8 @@ pub struct HistoryArgs {
     /// Created before this RFC 3339 time.
     #[arg(long)]
     pub until: Option<String>,
-    /// At most this many rollouts, newest first (fetched page by page).
-    #[arg(long, default_value_t = 20)]
+    /// At most this many rollouts, newest first (fetched page by page); at least 1.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
     /// table, json or csv.
     #[arg(long, default_value = "table")]

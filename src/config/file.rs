@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::url::check_url;
 use super::{
-    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig,
+    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig, HttpTuning,
     NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
@@ -28,6 +28,8 @@ struct ConfigFile {
     hosts: BTreeMap<String, HostFile>,
     #[serde(default)]
     compose: Option<ComposeFile>,
+    #[serde(default)]
+    http: Option<HttpFile>,
     #[serde(default)]
     retention_days: Option<u32>,
     #[serde(default)]
@@ -105,6 +107,13 @@ struct ComposeFile {
     settle_interval: Option<String>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    header_read_timeout: Option<String>,
+    body_read_timeout: Option<String>,
+}
+
 /// Builds errors that point at a key of the config file.
 struct Source<'a> {
     path: &'a Path,
@@ -150,6 +159,64 @@ impl Source<'_> {
     }
 }
 
+/// Every secret's env var that is unset or empty, reported at once (one at a time would
+/// make an operator restart once per missing variable).
+fn unset_env_vars(
+    src: &Source<'_>,
+    raw: &ConfigFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    use Seg::{Index, Key};
+    let mut errors = Vec::new();
+    let mut check = |segs: &[Seg<'_>], var: &str| {
+        if is_env_key(var) {
+            if let Err(e) = src.secret(segs, var, env) {
+                errors.push(e);
+            }
+        }
+    };
+    for (i, t) in raw.auth.iter().flat_map(|a| a.tokens.iter()).enumerate() {
+        check(
+            &[Key("auth"), Key("tokens"), Index(i), Key("token_env")],
+            &t.token_env,
+        );
+    }
+    for (name, h) in &raw.hosts {
+        check(&[Key("hosts"), Key(name), Key("token_env")], &h.token_env);
+    }
+    let webhooks = raw.notifications.iter().flat_map(|n| n.webhooks.iter());
+    for (i, w) in webhooks.enumerate() {
+        if let Some(var) = &w.url_env {
+            check(
+                &[
+                    Key("notifications"),
+                    Key("webhooks"),
+                    Index(i),
+                    Key("url_env"),
+                ],
+                var,
+            );
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        n => Err(ConfigError {
+            file: None,
+            line: None,
+            key: None,
+            message: format!(
+                "{n} environment variables are not set (or empty):\n  {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
+            ),
+        }),
+    }
+}
+
 fn valid_name(name: &str) -> bool {
     name.chars()
         .next()
@@ -184,6 +251,7 @@ pub(super) fn resolve(
             message,
         }
     })?;
+    unset_env_vars(&src, &raw, env)?;
     let base = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -213,6 +281,7 @@ pub(super) fn resolve(
         hosts.insert(name, host);
     }
     let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
+    let http = resolve_http(&src, raw.http.unwrap_or_default())?;
     if raw.retention_days == Some(0) {
         let why = "must be at least 1 (leave it out to keep everything)";
         return Err(src.error(&[Key("retention_days")], why));
@@ -225,6 +294,7 @@ pub(super) fn resolve(
         tokens,
         hosts,
         compose,
+        http,
         retention_days: raw.retention_days,
         notifications,
     })
@@ -369,6 +439,43 @@ fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, Co
         return Err(src.error(&at, "must not be longer than busy_retry_max"));
     }
     Ok(tuning)
+}
+
+/// A duration under `section.key`: the default when absent, never zero.
+fn duration(
+    src: &Source<'_>,
+    section: &str,
+    key: &str,
+    text: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    let at = [Seg::Key(section), Seg::Key(key)];
+    match text.as_deref().map(parse_duration) {
+        None => Ok(default),
+        Some(Err(e)) => Err(src.error(&at, e)),
+        Some(Ok(d)) if d.is_zero() => Err(src.error(&at, "must be longer than zero")),
+        Some(Ok(d)) => Ok(d),
+    }
+}
+
+fn resolve_http(src: &Source<'_>, h: HttpFile) -> Result<HttpTuning, ConfigError> {
+    let d = HttpTuning::default();
+    Ok(HttpTuning {
+        header_read_timeout: duration(
+            src,
+            "http",
+            "header_read_timeout",
+            h.header_read_timeout,
+            d.header_read_timeout,
+        )?,
+        body_read_timeout: duration(
+            src,
+            "http",
+            "body_read_timeout",
+            h.body_read_timeout,
+            d.body_read_timeout,
+        )?,
+    })
 }
 
 fn resolve_notifications(

@@ -78,6 +78,7 @@ fn a_valid_config_resolves_paths_secrets_and_defaults() {
         "http://gpu02.internal:18002/health"
     );
     assert_eq!(config.compose, ComposeTuning::default());
+    assert_eq!(config.http, HttpTuning::default());
     assert_eq!(config.retention_days, None);
     assert!(config.is_loopback_listen());
     assert_eq!(config.check_listen_safety(), Ok(()));
@@ -120,7 +121,7 @@ fn secrets_never_show_in_debug_output() {
 #[test]
 fn optional_settings_are_read() {
     let text = format!(
-        "{BASE}retention_days: 90\ncompose:\n  connect_timeout: 2s\n  busy_retry_max: 5m\n"
+        "{BASE}retention_days: 90\ncompose:\n  connect_timeout: 2s\n  busy_retry_max: 5m\nhttp:\n  body_read_timeout: 5s\n"
     );
     let text = text.replace(
         "    env_file: env/gpu02.env\n",
@@ -132,6 +133,8 @@ fn optional_settings_are_read() {
     assert_eq!(config.compose.busy_retry_max, Duration::from_secs(300));
     assert_eq!(config.compose.request_timeout, Duration::from_secs(30));
     assert_eq!(config.hosts["gpu02"].project, "glm53");
+    assert_eq!(config.http.body_read_timeout, Duration::from_secs(5));
+    assert_eq!(config.http.header_read_timeout, Duration::from_secs(30));
 }
 
 #[test]
@@ -179,6 +182,7 @@ fn bad_optional_settings_are_refused_naming_the_key() {
         ("a zero duration", "compose:\n  request_timeout: 0s\n", "compose.request_timeout: must be longer than zero"),
         ("backoff that starts above its cap", "compose:\n  busy_retry_initial: 2m\n  busy_retry_max: 1m\n", "compose.busy_retry_initial: must not be longer than busy_retry_max"),
         ("an unknown compose knob", "compose:\n  retries: 3\n", "compose: unknown field `retries`"),
+        ("a zero read timeout", "http:\n  header_read_timeout: 0s\n", "http.header_read_timeout: must be longer than zero"),
         ("zero retention", "retention_days: 0\n", "retention_days: must be at least 1"),
         ("negative retention", "retention_days: -1\n", "retention_days: invalid type: integer `-1`, expected u32"),
     ];
@@ -452,4 +456,54 @@ fn bad_webhooks_are_refused_naming_the_key() {
             .to_string();
         assert!(err.contains(expected), "{to}: {err}");
     }
+}
+
+#[test]
+fn every_unset_or_empty_secret_is_named_in_one_error() {
+    let text = format!(
+        "{BASE}notifications:\n  webhooks:\n    - {{name: slack, url_env: SLACK_URL, format: slack}}\n"
+    )
+    .replace("CANARYD_TOKEN_ONCALL", "EMPTY_VAR");
+    let (_dir, path) = write_setup(&text, ENV_FILE);
+    let only_alice = |key: &str| {
+        if key == "CANARYD_TOKEN_OPS_ALICE" {
+            Some("alice-secret".to_owned())
+        } else {
+            fake_env(key).filter(|v| v.is_empty())
+        }
+    };
+    let err = load_with_env(&path, &only_alice)
+        .expect_err("secrets missing")
+        .to_string();
+    assert!(err.starts_with("3 environment variables"), "{err}");
+    for (key, var) in [
+        ("auth.tokens[1].token_env", "EMPTY_VAR is empty"),
+        (
+            "hosts.gpu02.token_env",
+            "GPU02_COMPOSE_MANAGER_TOKEN is not set",
+        ),
+        ("notifications.webhooks[0].url_env", "SLACK_URL is not set"),
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key} in {err}"));
+        assert!(
+            line.contains("canaryd.yaml:") && line.contains(var),
+            "{line}"
+        );
+    }
+    // One missing variable keeps the one-line `file:line: key: message` form.
+    let err = load_with_env(&path, &|key| {
+        (key != "SLACK_URL").then(|| format!("secret-{key}"))
+    })
+    .expect_err("one missing")
+    .to_string();
+    assert!(
+        err.contains(
+            "notifications.webhooks[0].url_env: environment variable SLACK_URL is not set"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -71,9 +71,14 @@ impl FromRequestParts<AppState> for Actor {
             .ok_or_else(|| {
                 ApiError::Unauthorized("missing Authorization: Bearer <token> header".into())
             })?;
-        let presented = header.strip_prefix("Bearer ").ok_or_else(|| {
-            ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into())
-        })?;
+        // The scheme is case-insensitive (RFC 7235): `bearer` and `BEARER` are `Bearer`.
+        let presented = header
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
+            .ok_or_else(|| {
+                ApiError::Unauthorized("the Authorization header must be `Bearer <token>`".into())
+            })?;
         let mut found = None;
         for token in tokens.iter() {
             if constant_time_eq(token.secret.expose().as_bytes(), presented.as_bytes()) {

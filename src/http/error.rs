@@ -30,9 +30,56 @@ pub enum ApiError {
         message: String,
         rollout_id: Option<String>,
     },
+    /// A body over the limit (413 `body_too_large`).
+    PayloadTooLarge(String),
+    /// A body whose `Content-Type` the route does not read (415 `unsupported_media_type`).
+    UnsupportedMediaType(String),
+    /// A client that did not send its body in time (408 `request_timeout`).
+    RequestTimeout(String),
+    /// No route has this path (404 `route_not_found`).
+    RouteNotFound(String),
+    /// The path exists, not with this method (405 `method_not_allowed`).
+    MethodNotAllowed(String),
     Unavailable(String),
     Internal(String),
 }
+
+/// Every code the API answers with and its status: the exhaustive list `docs/openapi.yaml`
+/// documents (checked both ways by `tests/it/openapi.rs`). Codes are stable; a code that
+/// two routes answer with different statuses is listed once per status.
+pub const ERROR_CODES: &[(&str, u16)] = &[
+    ("invalid_body", 400),
+    ("unknown_field", 400),
+    ("invalid_query", 400),
+    ("invalid_header", 400),
+    ("unauthorized", 401),
+    ("forbidden", 403),
+    ("not_found", 404),
+    ("route_not_found", 404),
+    ("unknown_replica", 404),
+    ("no_prior_deployment", 404),
+    // A host named in the path (`/v1/hosts/{host}/doctor`); in a body it is 422.
+    ("unknown_host", 404),
+    ("method_not_allowed", 405),
+    ("request_timeout", 408),
+    ("host_busy", 409),
+    ("rollout_terminal", 409),
+    ("body_too_large", 413),
+    ("unsupported_media_type", 415),
+    ("unknown_host", 422),
+    ("unknown_service", 422),
+    ("invalid_service", 422),
+    ("invalid_file", 422),
+    ("invalid_tag", 422),
+    ("invalid_env", 422),
+    ("unknown_runbook", 422),
+    ("missing_reason", 422),
+    ("invalid_pattern", 422),
+    ("invalid_on_failure", 422),
+    ("unknown_target", 422),
+    ("internal", 500),
+    ("not_ready", 503),
+];
 
 impl ApiError {
     fn parts(&self) -> (StatusCode, &str, &str) {
@@ -45,6 +92,17 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, code, message)
             }
             ApiError::Conflict { code, message, .. } => (StatusCode::CONFLICT, code, message),
+            ApiError::PayloadTooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m),
+            ApiError::UnsupportedMediaType(m) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                m,
+            ),
+            ApiError::RequestTimeout(m) => (StatusCode::REQUEST_TIMEOUT, "request_timeout", m),
+            ApiError::RouteNotFound(m) => (StatusCode::NOT_FOUND, "route_not_found", m),
+            ApiError::MethodNotAllowed(m) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", m)
+            }
             ApiError::Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", m),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -68,6 +126,14 @@ impl IntoResponse for ApiError {
             tracing::error!(error = %detail, "request failed");
         }
         let (status, code, message) = self.parts();
+        if !ERROR_CODES.contains(&(code, status.as_u16())) {
+            // tests/it/openapi.rs keeps this from happening; say so if it does.
+            tracing::warn!(
+                code,
+                status = status.as_u16(),
+                "an error code missing from ERROR_CODES"
+            );
+        }
         let mut body = json!({"error": {"code": code, "message": message}});
         if let ApiError::Conflict {
             rollout_id: Some(id),
@@ -83,7 +149,9 @@ impl IntoResponse for ApiError {
 impl From<PlanError> for ApiError {
     fn from(e: PlanError) -> Self {
         let message = e.message.clone();
-        if e.is_unprocessable() {
+        if e.code == "body_too_large" {
+            ApiError::PayloadTooLarge(message)
+        } else if e.is_unprocessable() {
             ApiError::Unprocessable {
                 code: e.code,
                 message,
@@ -129,5 +197,61 @@ impl From<EngineError> for ApiError {
             },
             EngineError::Store(_) => ApiError::Internal(message),
         }
+    }
+}
+
+/// The router's fallback: a path no route has.
+pub(super) async fn route_not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::RouteNotFound(format!(
+        "no route {}; the routes are listed at /openapi.json",
+        uri.path()
+    ))
+}
+
+/// The router's answer to a known path called with another method.
+pub(super) async fn method_not_allowed(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "{} does not answer {method}; see /openapi.json",
+        uri.path()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ApiError, ERROR_CODES};
+
+    #[test]
+    fn every_fixed_code_is_in_the_exhaustive_list_with_its_status() {
+        let m = || "m".to_owned();
+        let fixed = [
+            ApiError::Unauthorized(m()),
+            ApiError::Forbidden(m()),
+            ApiError::PayloadTooLarge(m()),
+            ApiError::UnsupportedMediaType(m()),
+            ApiError::RequestTimeout(m()),
+            ApiError::RouteNotFound(m()),
+            ApiError::MethodNotAllowed(m()),
+            ApiError::Unavailable(m()),
+            ApiError::Internal(m()),
+        ];
+        for e in &fixed {
+            let (status, code, _) = e.parts();
+            assert!(
+                ERROR_CODES.contains(&(code, status.as_u16())),
+                "{code} {status}"
+            );
+        }
+        let mut pairs = ERROR_CODES.to_vec();
+        pairs.sort_unstable();
+        let len = pairs.len();
+        pairs.dedup();
+        assert_eq!(
+            pairs.len(),
+            len,
+            "a code is listed twice with the same status"
+        );
     }
 }

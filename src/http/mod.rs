@@ -2,6 +2,7 @@
 //! merges them and holds the shared state.
 
 mod auth;
+mod body;
 mod dashboard;
 mod error;
 mod event;
@@ -12,11 +13,13 @@ mod ops;
 mod replica;
 mod rollback;
 mod rollout;
+mod serve;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
@@ -24,8 +27,10 @@ use crate::config::{ApiToken, ResolvedConfig};
 use crate::engine::Engine;
 
 pub use auth::Actor;
-pub use error::ApiError;
+pub use body::MAX_BODY_BYTES;
+pub use error::{ApiError, ERROR_CODES};
 pub use rollout::{RolloutOut, StepOut};
+pub use serve::serve;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -52,6 +57,9 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::router())
         .merge(dashboard::router())
         .merge(metrics::router())
+        .fallback(error::route_not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -1,23 +1,20 @@
 //! `/v1/rollouts`: submit a canary plan, read rollouts, abort.
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::body::Body;
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
 use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, Step};
 
 mod list;
-
-/// Plans larger than this are refused (SPEC §4).
-pub const MAX_PLAN_BYTES: usize = 64 * 1024;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -178,36 +175,21 @@ pub(super) fn created(out: RolloutOut) -> Response {
 async fn create_rollout(
     State(state): State<AppState>,
     actor: Actor,
-    headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
     actor.require_operate()?;
-    if body.len() > MAX_PLAN_BYTES {
-        return Err(ApiError::bad_request(
-            "body_too_large",
-            format!(
-                "the plan is {} bytes; the limit is {MAX_PLAN_BYTES}",
-                body.len()
-            ),
-        ));
-    }
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    let spec = if content_type.starts_with("application/yaml")
-        || content_type.starts_with("application/x-yaml")
-    {
-        let text = std::str::from_utf8(&body)
-            .map_err(|_| ApiError::bad_request("invalid_body", "the plan is not UTF-8"))?;
-        plan::parse_yaml(text)?
-    } else if content_type.starts_with("application/json") {
-        plan::parse_json(&body)?
-    } else {
-        return Err(ApiError::bad_request(
-            "unsupported_media_type",
-            format!("Content-Type {content_type} is neither application/json nor application/yaml"),
-        ));
+    let spec = match body.content_type.as_deref() {
+        Some("application/yaml" | "application/x-yaml") => {
+            let text = std::str::from_utf8(&body.bytes)
+                .map_err(|_| ApiError::bad_request("invalid_body", "the plan is not UTF-8"))?;
+            plan::parse_yaml(text)?
+        }
+        None | Some("application/json") => plan::parse_json(&body.bytes)?,
+        Some(other) => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "Content-Type {other} is neither application/json nor application/yaml"
+            )))
+        }
     };
     let known = state.config.known_targets(&state.runbooks);
     let canary = plan::validate(spec, &known)?;
@@ -227,6 +209,8 @@ async fn get_rollout(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AbortIn {
+    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
+    #[serde(default)]
     reason: String,
 }
 
@@ -234,10 +218,11 @@ async fn abort_rollout(
     State(state): State<AppState>,
     actor: Actor,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<RolloutOut>, ApiError> {
     actor.require_rollback()?;
-    let input: AbortIn = serde_json::from_slice(&body).map_err(|e| {
+    body.require_json()?;
+    let input: AbortIn = serde_json::from_slice(&body.bytes).map_err(|e| {
         ApiError::bad_request(
             "invalid_body",
             format!("abort body must be {{\"reason\": \"...\"}}: {e}"),

@@ -71,7 +71,6 @@ async fn every_api_route_refuses_a_missing_or_wrong_token_with_401() {
         Some(bearer("nope")),
         Some(bearer(&format!("{OPERATOR}x"))),
         Some(bearer(&OPERATOR[..OPERATOR.len() - 1])),
-        Some(format!("bearer {OPERATOR}")),
         Some(format!("Basic {OPERATOR}")),
         Some(format!("Bearer  {OPERATOR}")),
     ];
@@ -202,5 +201,25 @@ async fn probes_metrics_and_the_api_document_stay_open_without_a_token() {
             .expect("answers");
         assert_eq!(res.status(), 200, "{path}");
     }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_without_regard_to_case() {
+    let app = TestApp::spawn_with_tokens(OPERATOR, ONCALL, VIEWER).await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let auth = format!("{scheme} {VIEWER}");
+        let (status, answer) = call(&app, Method::GET, "/v1/rollouts", Some(&auth), None).await;
+        assert_eq!(status, 200, "{scheme}: {answer}");
+    }
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        "/v1/rollouts",
+        Some(&format!("Bearerx {VIEWER}")),
+        None,
+    )
+    .await;
+    assert_eq!(status, 401, "another scheme is still refused");
     app.stop().await;
 }

@@ -485,7 +485,7 @@ async fn every_bad_plan_is_refused_with_nothing_stored_and_no_compose_call() {
     }
     let big = with("reason", json!("x".repeat(70 * 1024)));
     let (status, body) = app.post_plan(&big).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["code"], "body_too_large");
 
     let list = app.api.get("/v1/rollouts").await.expect("list");

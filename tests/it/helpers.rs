@@ -111,6 +111,8 @@ pub struct TestOptions {
     pub tuning: Option<canaryd::config::ComposeTuning>,
     /// Replicas moved to another group, as (service, group).
     pub groups: Vec<(String, String)>,
+    /// The API server's read timeouts (default: the config's defaults).
+    pub http: Option<canaryd::config::HttpTuning>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -121,6 +123,7 @@ impl TestOptions {
             runbooks: None,
             tuning: None,
             groups: Vec::new(),
+            http: None,
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -228,6 +231,9 @@ impl TestApp {
             .collect();
         if let Some(tuning) = &opts.tuning {
             config.compose = tuning.clone();
+        }
+        if let Some(http) = &opts.http {
+            config.http = http.clone();
         }
         for (service, group) in &opts.groups {
             for host in config.hosts.values_mut() {

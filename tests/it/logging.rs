@@ -1,6 +1,6 @@
 //! `--log-format json`: every line the daemon writes is a JSON object, and what a rollout logs
 //! carries its `rollout.id`, `host` and `service` (and, inside a step, `step.name`) from its
-//! spans. Runs the real binary (`canaryd --log-format json dev`), so the global subscriber is
+//! spans. Runs the real binary (`canaryd dev --log-format json`), so the global subscriber is
 //! the one operators get, and no other test's subscriber can interfere.
 
 use std::process::Command;
@@ -37,9 +37,9 @@ async fn json_log_lines_parse_and_carry_the_rollout_id_host_service_and_step() {
     let out = std::fs::File::create(&out_path).expect("stdout file");
     let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
         .args([
+            "dev",
             "--log-format",
             "json",
-            "dev",
             "--listen",
             "127.0.0.1:0",
             "--db",
@@ -130,5 +130,36 @@ async fn json_log_lines_parse_and_carry_the_rollout_id_host_service_and_step() {
             .iter()
             .any(|l| span_field(l, "step.name").is_some()),
         "lines written during a step carry step.name:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(["dev", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("dev.db"))
+        .env("RUST_LOG", "canaryd=info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("canaryd dev starts");
+    let daemon = Daemon(child);
+    // Bounded: 400 × 25 ms for the first log line.
+    let mut text = String::new();
+    for _ in 0..400 {
+        text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if text.contains("INFO") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    drop(daemon);
+    assert!(text.contains("INFO"), "the daemon logged: {text:?}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no ANSI escape in a log written to a file: {text:?}"
     );
 }

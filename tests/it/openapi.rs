@@ -5,6 +5,9 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use canaryd::http::ERROR_CODES;
+use regex::Regex;
+
 use crate::helpers::{TestApp, HOST, R2};
 
 const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
@@ -138,11 +141,12 @@ async fn every_documented_operation_reaches_a_handler() {
         let status = res.status().as_u16();
         assert_ne!(status, 405, "{method} {path} is documented but not routed");
         if status == 404 {
-            // A handler's 404 has an error body; the router's fallback has none.
+            // A handler's 404 names what is missing; the router's fallback is route_not_found.
             let body: Value = res.json().await.unwrap_or(Value::Null);
-            assert!(
-                body["error"]["code"].is_string(),
-                "{method} {path} is documented but not routed (404 without an error body)"
+            let code = body["error"]["code"].as_str().unwrap_or("route_not_found");
+            assert_ne!(
+                code, "route_not_found",
+                "{method} {path} is documented but not routed"
             );
         }
     }
@@ -176,4 +180,139 @@ async fn every_operation_has_an_id_and_every_reference_resolves() {
         assert!(!node.is_null(), "{reference} does not resolve");
     }
     app.stop().await;
+}
+
+/// Every error code literal in the code that answers the API: `ApiError`'s fixed codes, the
+/// codes handlers pass, and the plan parser's codes; with their status where the source says
+/// it (`ApiError::NotFound { code: "..." }` is a 404).
+fn codes_in_source() -> (BTreeSet<String>, BTreeSet<(String, u16)>) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [
+        "src/http",
+        "src/http/rollout",
+        "src/domain",
+        "src/domain/plan",
+    ] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("source dir readable") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().and_then(|e| e.to_str()) == Some("rs") {
+                files.push(path);
+            }
+        }
+    }
+    let patterns = [
+        r#"code:\s*"([a-z_]+)""#,
+        r#"bad_request\(\s*"([a-z_]+)""#,
+        r#"PlanError::new\(\s*"([a-z_]+)""#,
+        r#"text\("[a-z_]+",\s*Some\("([a-z_]+)"\)"#,
+        r#"StatusCode::[A-Z_]+,\s*"([a-z_]+)""#,
+    ];
+    let patterns: Vec<Regex> = patterns
+        .iter()
+        .map(|p| Regex::new(p).expect("pattern"))
+        .collect();
+    let with_status = [
+        (r#"NotFound\s*\{\s*code:\s*"([a-z_]+)""#, 404),
+        (r#"Unprocessable\s*\{\s*code:\s*"([a-z_]+)""#, 422),
+        (r#"Conflict\s*\{\s*code:\s*"([a-z_]+)""#, 409),
+        (r#"BadRequest\s*\{\s*code:\s*"([a-z_]+)""#, 400),
+        (r#"bad_request\(\s*"([a-z_]+)""#, 400),
+    ];
+    let with_status: Vec<(Regex, u16)> = with_status
+        .iter()
+        .map(|(p, s)| (Regex::new(p).expect("pattern"), *s))
+        .collect();
+    let mut codes = BTreeSet::new();
+    let mut pairs = BTreeSet::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("source readable");
+        // Unit tests build sample errors; only the code that runs counts.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        for re in &patterns {
+            for cap in re.captures_iter(text) {
+                codes.insert(cap[1].to_owned());
+            }
+        }
+        for (re, status) in &with_status {
+            for cap in re.captures_iter(text) {
+                pairs.insert((cap[1].to_owned(), *status));
+            }
+        }
+    }
+    (codes, pairs)
+}
+
+/// (code, status) pairs from the `Error` schema: its `enum`, and its description's
+/// `NNN: code, code; ...` table.
+fn codes_in_document(doc: &Value) -> (BTreeSet<String>, BTreeSet<(String, u16)>) {
+    let code = &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"];
+    let listed = code["enum"]
+        .as_array()
+        .expect("the Error schema's code has an enum")
+        .iter()
+        .map(|c| c.as_str().expect("a string").to_owned())
+        .collect();
+    let description = code["description"].as_str().expect("a description");
+    let mut pairs = BTreeSet::new();
+    let table = Regex::new(r"(\d{3}): ([a-z_, ]+)").expect("pattern");
+    for cap in table.captures_iter(description) {
+        let status: u16 = cap[1].parse().expect("a status");
+        for c in cap[2].split(',') {
+            pairs.insert((c.trim().to_owned(), status));
+        }
+    }
+    (listed, pairs)
+}
+
+#[tokio::test]
+async fn every_error_code_the_api_answers_is_documented_with_its_status_and_no_other() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    app.stop().await;
+    let known: BTreeSet<String> = ERROR_CODES.iter().map(|(c, _)| (*c).to_owned()).collect();
+    let (in_source, statuses) = codes_in_source();
+    assert!(
+        in_source.len() >= 20,
+        "the scan found too few: {in_source:?}"
+    );
+    let unlisted: Vec<_> = in_source.difference(&known).collect();
+    assert!(
+        unlisted.is_empty(),
+        "codes answered but missing from ApiError's ERROR_CODES: {unlisted:?}"
+    );
+    let listed: BTreeSet<(String, u16)> = ERROR_CODES
+        .iter()
+        .map(|(c, s)| ((*c).to_owned(), *s))
+        .collect();
+    let other_status: Vec<_> = statuses.difference(&listed).collect();
+    assert!(
+        other_status.is_empty(),
+        "codes answered with another status than ERROR_CODES says: {other_status:?}"
+    );
+    let (documented, pairs) = codes_in_document(&doc);
+    let undocumented: Vec<_> = known.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&known).collect();
+    assert!(
+        undocumented.is_empty(),
+        "codes missing from docs/openapi.yaml: {undocumented:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "documented codes the API never answers: {unknown:?}"
+    );
+    let expected: BTreeSet<(String, u16)> = ERROR_CODES
+        .iter()
+        .map(|(c, s)| ((*c).to_owned(), *s))
+        .collect();
+    assert_eq!(pairs, expected, "the documented status of each code");
+    // Every status a code comes with is a documented response of some operation, or global.
+    let text = doc["paths"].to_string();
+    for (code, status) in ERROR_CODES {
+        let global = matches!(status, 404 | 405 | 500);
+        assert!(
+            global || text.contains(&format!("\"{status}\"")),
+            "{code}: no operation documents a {status} response"
+        );
+    }
 }
