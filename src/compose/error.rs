@@ -70,23 +70,6 @@ pub enum ComposeError {
 }
 
 impl ComposeError {
-    /// Whether the same call may simply be tried again later (busy host, network, gateway).
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Busy { .. } | Self::Connect { .. } | Self::Timeout { .. } => true,
-            Self::Server { status, .. } => matches!(status, 502..=504),
-            Self::Unauthorized { .. }
-            | Self::TagNotFound { .. }
-            | Self::TagTooRecent { .. }
-            | Self::FileNotFound { .. }
-            | Self::BadRequest { .. }
-            | Self::NotFound { .. }
-            | Self::Protocol { .. }
-            | Self::InvalidRequest { .. }
-            | Self::InvalidUrl { .. } => false,
-        }
-    }
-
     /// Stable snake_case code, used in step details and API errors.
     pub fn code(&self) -> &'static str {
         match self {
@@ -305,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn busy_names_the_in_flight_action_and_is_retryable() {
+    fn busy_names_the_in_flight_action() {
         let err = ComposeError::from_status(
             "/compose/up",
             409,
@@ -318,19 +301,6 @@ mod tests {
                 in_flight: "compose_up".into()
             }
         );
-        assert!(err.is_retryable());
-    }
-
-    #[test]
-    fn only_transient_failures_are_retryable() {
-        let server = |status| ComposeError::from_status("/status", status, "x");
-        assert!(server(502).is_retryable());
-        assert!(server(503).is_retryable());
-        assert!(server(504).is_retryable());
-        assert!(!server(500).is_retryable());
-        assert!(!server(422).is_retryable());
-        assert!(!server(401).is_retryable());
-        assert!(!ComposeError::protocol("/x", 1, "l", "r").is_retryable());
     }
 
     #[test]

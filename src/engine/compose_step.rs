@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::steps::{pause, poll_interval, StepEnd, StepRun};
+use super::Checkpoint;
 use crate::compose::{ComposeError, DownRequest, StreamOutcome, StreamResult, UpRequest};
 use crate::domain::plan_gate;
 use crate::domain::state::{AttemptOutcome, RolloutKind};
@@ -187,14 +188,14 @@ where
                 StreamOutcome::Succeeded => {
                     finish(run, &attempt, AttemptOutcome::Succeeded, detail.clone()).await;
                     run.engine
-                        .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
+                        .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
                     StepEnd::Succeeded(detail)
                 }
                 StreamOutcome::Failed { exit_code } => {
                     finish(run, &attempt, AttemptOutcome::Failed, detail.clone()).await;
                     run.engine
-                        .checkpoint(&run.rollout.id, &format!("step:{}:attempt_done", step.name))
+                        .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
                     let msg = format!(
                         "{endpoint} ended with done success:false (exit code {exit_code:?})"
@@ -254,10 +255,7 @@ where
             }
         };
         run.engine
-            .checkpoint(
-                &run.rollout.id,
-                &format!("step:{}:attempt_written", step.name),
-            )
+            .checkpoint(&run.rollout.id, Checkpoint::AttemptWritten(&step.name))
             .await;
         // The attempt write may have waited on the database: an abort that came meanwhile
         // still stops the call (SPEC §7: before the next side effect).

@@ -13,6 +13,22 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::Checkpoint;
+
+impl Checkpoint<'_> {
+    /// The name a test arms (`step:up:attempt_written`).
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Checkpoint::RolloutStart => "rollout:start".to_owned(),
+            Checkpoint::Before(step) => format!("step:{step}:before"),
+            Checkpoint::Started(step) => format!("step:{step}:started"),
+            Checkpoint::AttemptWritten(step) => format!("step:{step}:attempt_written"),
+            Checkpoint::AttemptDone(step) => format!("step:{step}:attempt_done"),
+            Checkpoint::Failed(step) => format!("step:{step}:failed"),
+        }
+    }
+}
+
 /// One armed checkpoint; fires once.
 pub(crate) struct Hook {
     point: String,
@@ -47,7 +63,9 @@ impl Hooks {
     }
 
     /// Freezes the calling task if `point` is armed, until the test releases it (or kills it).
-    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: &str) {
+    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: Checkpoint<'_>) {
+        let point = point.name();
+        let point = point.as_str();
         let hook = {
             let Ok(mut armed) = self.armed.lock() else {
                 return;

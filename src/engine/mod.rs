@@ -4,6 +4,7 @@
 
 mod compose_step;
 mod doctor;
+#[cfg(feature = "testing")]
 mod hooks;
 mod left_down;
 mod log_step;
@@ -30,8 +31,29 @@ use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
 pub use doctor::{DoctorCheck, DoctorReport};
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use hooks::PauseHandle;
+
+/// A point in a rollout's task where the crash-matrix tests can freeze it (feature
+/// `testing`; without it a checkpoint is nothing). Names: `rollout:start`,
+/// `step:<name>:before|started|attempt_written|attempt_done|failed`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub(crate) enum Checkpoint<'a> {
+    /// Before the rollout is marked running.
+    RolloutStart,
+    /// Before the step is marked running.
+    Before(&'a str),
+    /// After the step is marked running.
+    Started(&'a str),
+    /// A compose call's attempt row is written, the call not sent.
+    AttemptWritten(&'a str),
+    /// A compose call's outcome is written, the step's is not.
+    AttemptDone(&'a str),
+    /// The step is marked failed, its rollout not yet.
+    Failed(&'a str),
+}
 pub use rollback::{choose_rollback_target, RollbackRequest};
 
 /// The runbook a one-click (or automatic) rollback runs.
@@ -91,6 +113,7 @@ pub(crate) struct Inner {
     /// Set by `shutdown`: tasks stop at their next step boundary or wait, leaving their
     /// rollout resumable, and no new task starts.
     pub stopping: AtomicBool,
+    #[cfg(feature = "testing")]
     pub hooks: hooks::Hooks,
     /// The last doctor report of each host (SPEC §14).
     pub doctor_reports: doctor::LastReports,
@@ -150,6 +173,7 @@ impl Engine {
             running: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
+            #[cfg(feature = "testing")]
             hooks: hooks::Hooks::default(),
             doctor_reports: doctor::LastReports::default(),
         };
@@ -401,15 +425,21 @@ impl Engine {
     }
 
     /// Test hook: the next rollout task that reaches checkpoint `point` freezes there (see
-    /// `hooks.rs` for the names).
+    /// [`Checkpoint`] for the names).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn pause_at(&self, point: &str) -> PauseHandle {
         self.inner.hooks.arm(point)
     }
 
-    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: &str) {
+    #[cfg(feature = "testing")]
+    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: Checkpoint<'_>) {
         self.inner.hooks.checkpoint(rollout_id, point).await;
     }
+
+    /// Without the `testing` feature a checkpoint is nothing.
+    #[cfg(not(feature = "testing"))]
+    pub(crate) async fn checkpoint(&self, _rollout_id: &str, _point: Checkpoint<'_>) {}
 }
 
 /// Every step of a runbook as a pending step row.

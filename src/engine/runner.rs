@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::steps::{self, StepEnd, StepRun};
-use super::{rollback, Engine, SYSTEM_ACTOR};
+use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
@@ -52,7 +52,7 @@ async fn drive(
         .record("host", rollout.host.as_str())
         .record("service", rollout.service.as_str());
     if rollout.status == RolloutStatus::Pending {
-        engine.checkpoint(id, "rollout:start").await;
+        engine.checkpoint(id, Checkpoint::RolloutStart).await;
         rollout = store
             .transition_rollout(id, &change(RolloutEvent::Start, None, json!({})))
             .await?;
@@ -94,9 +94,7 @@ async fn drive(
             let detail = step.detail.clone();
             return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
         }
-        engine
-            .checkpoint(id, &format!("step:{}:before", step.name))
-            .await;
+        engine.checkpoint(id, Checkpoint::Before(&step.name)).await;
         if rollout_abort_requested(engine, id).await? {
             return finish_aborted(engine, &rollout, Some(step)).await;
         }
@@ -118,9 +116,7 @@ async fn drive(
             .await;
         };
         let step = start_step(engine, step, &spec.kind).await?;
-        engine
-            .checkpoint(id, &format!("step:{}:started", step.name))
-            .await;
+        engine.checkpoint(id, Checkpoint::Started(&step.name)).await;
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
         let end = run
             .execute(&step, &spec.kind, &mut abort)
@@ -285,7 +281,7 @@ async fn finish_failed(
             .transition_step(failed, StepEvent::Fail, &step_detail, None, Utc::now())
             .await?;
         engine
-            .checkpoint(&rollout.id, &format!("step:{}:failed", failed.name))
+            .checkpoint(&rollout.id, Checkpoint::Failed(&failed.name))
             .await;
     }
     skip_rest(engine, steps, failed.position).await?;

@@ -2,6 +2,7 @@
 //! audit event in one transaction, and no transaction is ever held across a network call.
 
 mod audit;
+#[cfg(feature = "testing")]
 mod bulk;
 #[cfg(test)]
 mod checks;
@@ -24,6 +25,7 @@ use sqlx::sqlite::{
 
 pub use audit::AuditEntry;
 #[doc(hidden)]
+#[cfg(feature = "testing")]
 pub use bulk::BulkSpec;
 pub use deployment::NewDeployment;
 pub use history::{CsvPage, CSV_COLUMNS};
