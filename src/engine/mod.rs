@@ -28,7 +28,7 @@ use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, Stor
 
 #[doc(hidden)]
 pub use hooks::PauseHandle;
-pub use rollback::{choose_rollback_target, RollbackRequest};
+pub use rollback::RollbackRequest;
 
 /// The runbook a one-click (or automatic) rollback runs.
 pub const ROLLBACK_RUNBOOK: &str = "single-replica-rollback";

@@ -23,7 +23,7 @@ use sqlx::sqlite::{
 pub use audit::AuditEntry;
 #[doc(hidden)]
 pub use bulk::BulkSpec;
-pub use deployment::NewDeployment;
+pub use deployment::{NewDeployment, RunningState};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
