@@ -30,7 +30,7 @@ pub fn check(what: CheckCommand) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(summary) => {
-            println!("{summary}");
+            outln!("{summary}")?;
             Ok(ExitCode::SUCCESS)
         }
         Err(message) => {

@@ -130,10 +130,10 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
                     &json!({"reason": reason}),
                 )
                 .await?;
-            println!(
+            outln!(
                 "abort of {id} requested (status {})",
                 out["status"].as_str().unwrap_or("?")
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -189,12 +189,12 @@ async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("the daemon answered without an id")?
         .to_owned();
-    println!(
+    outln!(
         "{id} created ({} of {} on {})",
         out["kind"].as_str().unwrap_or("?"),
         out["service"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?")
-    );
+    )?;
     if args.wait {
         return watch(&client, &id).await;
     }
@@ -203,8 +203,8 @@ async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
 
 /// Follows a rollout, printing a line per step change, until it is terminal.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
-    let r = follow(client, id, |line| println!("{line}")).await?;
-    println!("{}", timeline(&r));
+    let r = follow(client, id, |line| outln!("{line}")).await?;
+    outln!("{}", timeline(&r))?;
     Ok(exit_code_of(&r))
 }
 
@@ -225,12 +225,12 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("the daemon answered without an id")?
         .to_owned();
-    println!(
+    outln!(
         "{id} created: rollback of {} on {} to {}",
         args.service,
         args.host,
         out["tag"].as_str().unwrap_or("?")
-    );
+    )?;
     if args.wait {
         return watch(&client, &id).await;
     }
@@ -241,11 +241,11 @@ pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&server.server)?;
     let r = client.rollout(id).await?;
     let audit = client.get(&format!("/v1/rollouts/{id}/audit")).await?;
-    print!("{}", timeline(&r));
-    print!(
+    out!("{}", timeline(&r))?;
+    out!(
         "{}",
         audit_trail(audit["items"].as_array().map_or(&[], Vec::as_slice))
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -258,7 +258,7 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
         bail!("--format {:?}: expected table, json or csv", args.format);
     }
     let items = fetch_history(&client, &args).await?;
-    print!("{}", render_history(&items, &args.format)?);
+    out!("{}", render_history(&items, &args.format)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -160,3 +160,41 @@ fn check_config_names_the_missing_env_var_and_exits_two() {
     assert!(err.contains("canaryd.yaml"), "{err}");
     assert!(err.contains("_env"), "names the key: {err}");
 }
+
+/// Runs the binary with a stdout pipe whose reader has already gone (`| head` that exited).
+async fn canaryd_into_closed_pipe(args: Vec<String>, server: String) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(&args)
+            .env("CANARYD_SERVER", &server)
+            .env_remove("CANARYD_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the canaryd binary runs");
+        drop(child.stdout.take()); // the reader closes before anything is written
+        child.wait_with_output().expect("waits")
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test]
+async fn history_and_show_into_a_closed_pipe_exit_quietly_without_a_panic() {
+    let app = TestApp::spawn().await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_terminal(&id).await;
+    for args in [
+        strings(&["history", "--format", "json"]),
+        strings(&["history"]),
+        strings(&["show", &id]),
+        strings(&["rollout", "watch", &id]),
+    ] {
+        let out = canaryd_into_closed_pipe(args.clone(), app.url.clone()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.trim().is_empty(), "{args:?} says nothing: {err}");
+    }
+    app.stop().await;
+}
