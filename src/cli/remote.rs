@@ -38,7 +38,8 @@ pub enum RolloutCommand {
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
-    /// A plan file (YAML or JSON, SPEC §4); or give the flags below.
+    /// A plan file (YAML, or JSON by its .json extension; see docs/reference.md#canary-plans).
+    /// Flags given with it override its fields; the effective plan is printed before it is sent.
     pub plan: Option<PathBuf>,
     #[arg(long)]
     pub host: Option<String>,
@@ -144,13 +145,7 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
         v.clone()
             .with_context(|| format!("--{flag} is required without a plan file"))
     };
-    let mut env = BTreeMap::new();
-    for kv in &args.env {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
-        env.insert(k.to_owned(), v.to_owned());
-    }
+    let env = parse_env_flags(&args.env)?;
     let mut plan = json!({
         "host": need(&args.host, "host")?, "file": need(&args.file, "file")?,
         "service": need(&args.service, "service")?, "tag": need(&args.tag, "tag")?,
@@ -165,19 +160,123 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
     Ok(plan)
 }
 
+/// The flags given on the command line, as `--name` (what overrides a plan file's fields).
+fn given_flags(args: &StartArgs) -> Vec<&'static str> {
+    let single = [
+        ("--host", &args.host),
+        ("--file", &args.file),
+        ("--service", &args.service),
+        ("--tag", &args.tag),
+        ("--reason", &args.reason),
+        ("--runbook", &args.runbook),
+    ];
+    let mut flags: Vec<&'static str> = single
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(f, _)| *f)
+        .collect();
+    if !args.env.is_empty() {
+        flags.push("--env");
+    }
+    if !args.require_logs.is_empty() {
+        flags.push("--require-log");
+    }
+    flags
+}
+
+/// A plan file with the flags applied over it: `--host`, `--file`, `--service`, `--tag`,
+/// `--reason` and `--runbook` replace the file's fields, `--env` keys replace the file's keys
+/// of the same name (the others stay), `--require-log` lines are added to the file's.
+pub fn plan_with_flags(file_plan: Value, args: &StartArgs) -> anyhow::Result<Value> {
+    let Value::Object(mut plan) = file_plan else {
+        bail!("the plan file must hold a mapping of plan fields");
+    };
+    let single = [
+        ("host", &args.host),
+        ("file", &args.file),
+        ("service", &args.service),
+        ("tag", &args.tag),
+        ("reason", &args.reason),
+        ("runbook", &args.runbook),
+    ];
+    for (field, value) in single {
+        if let Some(v) = value {
+            plan.insert(field.to_owned(), json!(v));
+        }
+    }
+    if !args.env.is_empty() {
+        let env = plan.entry("env").or_insert_with(|| json!({}));
+        if env.is_null() {
+            *env = json!({});
+        }
+        let Value::Object(env) = env else {
+            bail!("the plan file's env is not a mapping: cannot add --env to it");
+        };
+        for (k, v) in parse_env_flags(&args.env)? {
+            env.insert(k, json!(v));
+        }
+    }
+    if !args.require_logs.is_empty() {
+        let logs = plan.entry("require_logs").or_insert_with(|| json!([]));
+        if logs.is_null() {
+            *logs = json!([]);
+        }
+        let Value::Array(logs) = logs else {
+            bail!("the plan file's require_logs is not a list: cannot add --require-log to it");
+        };
+        logs.extend(args.require_logs.iter().map(|l| json!(l)));
+    }
+    Ok(Value::Object(plan))
+}
+
+fn parse_env_flags(flags: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut env = BTreeMap::new();
+    for kv in flags {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(env)
+}
+
+/// Reads a plan file (YAML, or JSON by its `.json` extension) into a JSON value.
+fn read_plan_file(path: &std::path::Path, text: &str) -> anyhow::Result<Value> {
+    if path.extension().is_some_and(|e| e == "json") {
+        return serde_json::from_str(text)
+            .with_context(|| format!("{}: not valid JSON", path.display()));
+    }
+    let yaml: serde_yaml::Value = serde_yaml::from_str(text)
+        .with_context(|| format!("{}: not valid YAML", path.display()))?;
+    serde_json::to_value(yaml).with_context(|| format!("{}: not a plain mapping", path.display()))
+}
+
 async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&args.server.server)?;
     let out = match &args.plan {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let is_json = path.extension().is_some_and(|e| e == "json");
-            let ct = if is_json {
-                "application/json"
+            let flags = given_flags(&args);
+            if flags.is_empty() {
+                let is_json = path.extension().is_some_and(|e| e == "json");
+                let ct = if is_json {
+                    "application/json"
+                } else {
+                    "application/yaml"
+                };
+                client.post_raw("/v1/rollouts", ct, text).await?
             } else {
-                "application/yaml"
-            };
-            client.post_raw("/v1/rollouts", ct, text).await?
+                // Never silent: the flags win over the file, and the plan sent is shown first.
+                let plan = plan_with_flags(read_plan_file(path, &text)?, &args)?;
+                eprintln!(
+                    "{} with {} overriding it; submitting this plan:\n{}",
+                    path.display(),
+                    flags.join(", "),
+                    serde_yaml::to_string(&plan)?.trim_end()
+                );
+                client.post("/v1/rollouts", &plan).await?
+            }
         }
         None => {
             client

@@ -198,3 +198,59 @@ async fn history_and_show_into_a_closed_pipe_exit_quietly_without_a_panic() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn flags_given_with_a_plan_file_override_its_fields_and_the_effective_plan_is_printed() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("plan.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "host: {HOST}\nfile: {FILE}\nservice: model-sg-glm53-w4afp8-tp4-r1\ntag: v0.0.451\n\
+             reason: from the file\nenv:\n  GLM53_R2_HICACHE_RAM_BUDGET: 650GiB\n  KEEP_ME: \"1\"\n"
+        ),
+    )
+    .expect("write");
+    let args = strings(&[
+        "rollout",
+        "start",
+        path.to_str().expect("utf-8 path"),
+        "--tag",
+        "v0.0.452",
+        "--service",
+        R2,
+        "--env",
+        "GLM53_R2_HICACHE_RAM_BUDGET=406GiB",
+    ]);
+    let out = canaryd_async(args, app.url.clone()).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(
+        err.contains("--service, --tag, --env overriding"),
+        "says which flags won: {err}"
+    );
+    assert!(
+        err.contains("tag: v0.0.452") && err.contains(&format!("service: {R2}")),
+        "prints the effective plan: {err}"
+    );
+    let list = app.api.get("/v1/rollouts?kind=canary").await.expect("list");
+    let canary = &list["items"][0];
+    assert_eq!(canary["tag"], "v0.0.452", "{canary:#}");
+    assert_eq!(canary["service"], R2, "{canary:#}");
+    assert_eq!(canary["reason"], "from the file", "{canary:#}");
+    assert_eq!(
+        canary["env_overrides"],
+        serde_json::json!(["GLM53_R2_HICACHE_RAM_BUDGET", "KEEP_ME"]),
+        "{canary:#}"
+    );
+    let done = app.wait_terminal(canary["id"].as_str().expect("id")).await;
+    let up = app
+        .compose_calls()
+        .into_iter()
+        .find(|c| c.path == "/compose/up")
+        .expect("a compose call");
+    assert_eq!(up.body["services"], serde_json::json!([R2]), "{done:#?}");
+    assert_eq!(up.body["env"]["GLM53_R2_HICACHE_RAM_BUDGET"], "406GiB");
+    app.stop().await;
+}
