@@ -114,7 +114,13 @@ async fn watch_exits_one_when_the_canary_fails() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("plan_gate_failed"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("plan_gate_failed"));
+    assert!(
+        stdout.contains("skipped"),
+        "the steps after the gate: {stdout}"
+    );
+    assert!(!stdout.contains("null"), "no `null` evidence: {stdout}");
     app.stop().await;
 }
 
