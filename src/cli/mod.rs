@@ -1,4 +1,4 @@
-//! The command line (SPEC §2): one binary, subcommands for the daemon, the client and checks.
+//! The command line (docs/cli.md): one binary, subcommands for the daemon, the client and checks.
 
 #[macro_use]
 mod stdout;

@@ -307,7 +307,7 @@ pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
     Ok(exit_code_of(&r))
 }
 
-/// SPEC §2: 0 succeeded, 1 failed or rolled back, 2 aborted.
+/// docs/cli.md#exit-codes: 0 succeeded, 1 failed or rolled back, 2 aborted.
 pub fn exit_code_of(r: &RolloutOut) -> ExitCode {
     match r.status.as_str() {
         "succeeded" => ExitCode::SUCCESS,

@@ -201,8 +201,8 @@ impl Engine {
         self.get(&new.id).await
     }
 
-    /// Creates a rollback rollout (SPEC §6) and starts it; with `preempt`, aborts the active
-    /// rollout of the host first.
+    /// Creates a rollback rollout (docs/reference.md#rollback) and starts it; with `preempt`,
+    /// aborts the active rollout of the host first.
     pub async fn submit_rollback(
         &self,
         req: RollbackRequest,
@@ -252,7 +252,8 @@ impl Engine {
         }
     }
 
-    /// Resumes every unfinished rollout (SPEC §9 rule 9). Call before accepting new work.
+    /// Resumes every unfinished rollout (safety rule 9, docs/safety.md). Call before accepting new
+    /// work.
     pub async fn recover(&self) -> Result<usize, EngineError> {
         let unfinished = self.inner.store.unfinished_rollouts().await?;
         let n = unfinished.len();
@@ -417,7 +418,7 @@ pub(crate) fn steps_of(runbook: &Runbook) -> Vec<NewStep> {
         .collect()
 }
 
-/// The host's full env map with the plan's overrides on top (SPEC §9 rule 3).
+/// The host's full env map with the plan's overrides on top (safety rule 3, docs/safety.md).
 pub(crate) fn merged_env(
     host: &HostConfig,
     overrides: &BTreeMap<String, String>,

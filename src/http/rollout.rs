@@ -15,7 +15,7 @@ use crate::store::{Rollout, Step};
 
 mod list;
 
-/// Plans larger than this are refused (SPEC §4).
+/// Plans larger than this are refused (docs/reference.md#canary-plans).
 pub const MAX_PLAN_BYTES: usize = 64 * 1024;
 
 pub(super) fn router() -> Router<AppState> {

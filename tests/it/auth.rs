@@ -1,7 +1,7 @@
-//! Bearer tokens and roles (SPEC §3) on every API route: 401 without a token or with a wrong
-//! one, 403 for a role that may not act; `viewer` reads, `oncall` also aborts and rolls back,
-//! `operator` does everything. Probes, metrics, the OpenAPI document and the dashboard page
-//! are open by design (they carry no rollout data).
+//! Bearer tokens and roles (docs/reference.md#http-api) on every API route: 401 without a token or
+//! with a wrong one, 403 for a role that may not act; `viewer` reads, `oncall` also aborts and
+//! rolls back, `operator` does everything. Probes, metrics, the OpenAPI document and the dashboard
+//! page are open by design (they carry no rollout data).
 
 use std::time::Duration;
 

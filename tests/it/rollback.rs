@@ -1,4 +1,4 @@
-//! One-click and automatic single-replica rollback (SPEC §6).
+//! One-click and automatic single-replica rollback (docs/reference.md#rollback).
 
 use serde_json::json;
 
