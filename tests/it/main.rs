@@ -15,6 +15,7 @@ mod metrics;
 mod notify;
 mod openapi;
 mod recovery;
+mod repo;
 mod rollback;
 mod secrets;
 mod sim_host;
