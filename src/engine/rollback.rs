@@ -1,5 +1,6 @@
-//! Rollback (docs/reference.md#rollback): choosing the prior deployment, one-click rollbacks with optional
-//! preemption, and the automatic rollback of a canary that failed after touching its replica.
+//! Rollback (docs/reference.md#rollback): choosing the prior deployment, one-click rollbacks
+//! with optional preemption, and the automatic rollback of a canary that failed after touching
+//! its replica.
 
 use std::time::Duration;
 
@@ -204,7 +205,7 @@ pub(super) async fn finish_failed_canary(
             engine.spawn(new.id);
             return Ok(());
         }
-        tracing::warn!(rollout.id = %fresh.id, "canary {} failed and no prior deployment is recorded: nothing to roll back to", fresh.id);
+        tracing::warn!(rollout.id = %fresh.id, "canary {} failed and no recorded deployment differs from it: nothing to roll back to", fresh.id);
     }
     let mut ch = ch;
     if ch.detail.is_object() {
