@@ -160,26 +160,30 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
     Ok(plan)
 }
 
+/// The one-value flags, by the plan field each replaces.
+fn field_flags(args: &StartArgs) -> [(&'static str, &Option<String>); 6] {
+    [
+        ("host", &args.host),
+        ("file", &args.file),
+        ("service", &args.service),
+        ("tag", &args.tag),
+        ("reason", &args.reason),
+        ("runbook", &args.runbook),
+    ]
+}
+
 /// The flags given on the command line, as `--name` (what overrides a plan file's fields).
-fn given_flags(args: &StartArgs) -> Vec<&'static str> {
-    let single = [
-        ("--host", &args.host),
-        ("--file", &args.file),
-        ("--service", &args.service),
-        ("--tag", &args.tag),
-        ("--reason", &args.reason),
-        ("--runbook", &args.runbook),
-    ];
-    let mut flags: Vec<&'static str> = single
+fn given_flags(args: &StartArgs) -> Vec<String> {
+    let mut flags: Vec<String> = field_flags(args)
         .iter()
         .filter(|(_, v)| v.is_some())
-        .map(|(f, _)| *f)
+        .map(|(field, _)| format!("--{field}"))
         .collect();
     if !args.env.is_empty() {
-        flags.push("--env");
+        flags.push("--env".to_owned());
     }
     if !args.require_logs.is_empty() {
-        flags.push("--require-log");
+        flags.push("--require-log".to_owned());
     }
     flags
 }
@@ -187,19 +191,11 @@ fn given_flags(args: &StartArgs) -> Vec<&'static str> {
 /// A plan file with the flags applied over it: `--host`, `--file`, `--service`, `--tag`,
 /// `--reason` and `--runbook` replace the file's fields, `--env` keys replace the file's keys
 /// of the same name (the others stay), `--require-log` lines are added to the file's.
-pub fn plan_with_flags(file_plan: Value, args: &StartArgs) -> anyhow::Result<Value> {
+fn plan_with_flags(file_plan: Value, args: &StartArgs) -> anyhow::Result<Value> {
     let Value::Object(mut plan) = file_plan else {
         bail!("the plan file must hold a mapping of plan fields");
     };
-    let single = [
-        ("host", &args.host),
-        ("file", &args.file),
-        ("service", &args.service),
-        ("tag", &args.tag),
-        ("reason", &args.reason),
-        ("runbook", &args.runbook),
-    ];
-    for (field, value) in single {
+    for (field, value) in field_flags(args) {
         if let Some(v) = value {
             plan.insert(field.to_owned(), json!(v));
         }
