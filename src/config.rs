@@ -1,4 +1,5 @@
-//! Configuration (SPEC §3): `config/canaryd.yaml`, resolved into a [`ResolvedConfig`].
+//! Configuration (docs/configuration.md): `config/canaryd.yaml`, resolved into a
+//! [`ResolvedConfig`].
 //!
 //! Loading reads the YAML (unknown keys refused), resolves relative paths against the config
 //! file's folder, reads every host's env file, takes every secret from the env var named in
@@ -361,7 +362,7 @@ impl ResolvedConfig {
         self.listen.ip().is_loopback()
     }
 
-    /// `serve` refuses a non-loopback `listen` without tokens (SPEC §3).
+    /// `serve` refuses a non-loopback `listen` without tokens (docs/configuration.md).
     pub fn check_listen_safety(&self) -> Result<(), ConfigError> {
         if self.is_loopback_listen() || !self.tokens.is_empty() {
             return Ok(());

@@ -1,5 +1,5 @@
-//! Prometheus metrics (SPEC §8), fed by the store's committed audit events and by the
-//! compose-manager client's per-request observer. Encoded with `prometheus-client`.
+//! Prometheus metrics (docs/reference.md#operations), fed by the store's committed audit events and
+//! by the compose-manager client's per-request observer. Encoded with `prometheus-client`.
 
 use std::sync::Arc;
 
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every metric of SPEC §8.
+    /// A registry with every metric of docs/reference.md#operations.
     pub fn new() -> Arc<Self> {
         let mut registry = Registry::default();
         let rollouts = Family::<KindOutcome, Counter>::default();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The canary as operators run it by hand today (reference/rollout-practice.md): curl and jq,
+# The canary as operators run it by hand today (docs/reference.md#runbooks): curl and jq,
 # one runbook step after the other, `sleep` between polls. The benchmark runs it as the
 # baseline. Prints "STEP <name> <epoch ms>" as each step starts and "STEP done ..." at the end.
 # Inputs (env): CM TOKEN FILE SERVICE TAG HEALTH PEER_HEALTH ENV_JSON INTERVAL (seconds)

@@ -1,4 +1,8 @@
 //! `canaryd check config|runbook|plan FILE`: offline validation, `file:line: message` on error.
+//!
+//! Exit codes (docs/cli.md#exit-codes): 0 the file is valid; 1 the check failed (the runbook
+//! or plan is invalid); 2 usage or configuration: an unreadable file, a config that does not
+//! load (the file checked by `check config`, or the `--config` a plan is checked against).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -6,48 +10,79 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::serve::EXIT_BAD_CONFIG;
-use crate::domain::{plan, runbook};
+use crate::domain::plan::{self, PlanError};
+use crate::domain::runbook;
+use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+
+/// The file checked is invalid.
+pub const EXIT_CHECK_FAILED: u8 = 1;
 
 #[derive(Debug, Subcommand)]
 pub enum CheckCommand {
-    /// A daemon configuration (env vars it names must be set).
+    /// A daemon configuration: keys, URLs, env files, runbooks, and every env var it names must
+    /// be set. Exit 2 when it does not load, as `serve` would.
     Config { file: PathBuf },
-    /// A runbook file.
+    /// A runbook file. Exit 1 when it is invalid.
     Runbook { file: PathBuf },
-    /// A canary plan; with a loadable --config, also its host, service and runbook.
+    /// A canary plan, checked against a config's hosts, replicas and runbooks. Exit 1 when the
+    /// plan is invalid, 2 when the config does not load (use --no-config for the syntax only).
     Plan {
         file: PathBuf,
+        /// The config whose hosts, replicas and runbooks the plan must name (the env vars it
+        /// names must be set; any distinct values do for a check).
         #[arg(long, default_value = "config/canaryd.yaml")]
         config: PathBuf,
+        /// Check the plan's fields and syntax only, without a config.
+        #[arg(long, conflicts_with = "config")]
+        no_config: bool,
     },
+}
+
+/// Why a check did not pass.
+#[derive(Debug)]
+enum Failure {
+    /// The file checked is invalid (exit 1).
+    Invalid(String),
+    /// Usage or configuration: the check could not run (exit 2).
+    Unusable(String),
 }
 
 pub fn check(what: CheckCommand) -> anyhow::Result<ExitCode> {
     let result = match &what {
         CheckCommand::Config { file } => check_config(file),
         CheckCommand::Runbook { file } => check_runbook(file),
-        CheckCommand::Plan { file, config } => check_plan(file, config),
+        CheckCommand::Plan {
+            file,
+            config,
+            no_config,
+        } => check_plan(file, (!*no_config).then_some(config.as_path())),
     };
     match result {
         Ok(summary) => {
-            println!("{summary}");
+            outln!("{summary}")?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(message) => {
+        Err(Failure::Invalid(message)) => {
+            eprintln!("{message}");
+            Ok(ExitCode::from(EXIT_CHECK_FAILED))
+        }
+        Err(Failure::Unusable(message)) => {
             eprintln!("{message}");
             Ok(ExitCode::from(EXIT_BAD_CONFIG))
         }
     }
 }
 
-fn read(file: &Path) -> Result<String, String> {
-    std::fs::read_to_string(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))
+fn read(file: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(file)
+        .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", file.display())))
 }
 
-fn check_config(file: &Path) -> Result<String, String> {
-    let config = crate::config::load(file).map_err(|e| e.to_string())?;
-    config.check_listen_safety().map_err(|e| e.to_string())?;
-    let runbooks = runbook::load_dir(&config.runbooks_dir).map_err(|e| e.to_string())?;
+fn check_config(file: &Path) -> Result<String, Failure> {
+    let unusable = |e: &dyn std::fmt::Display| Failure::Unusable(e.to_string());
+    let config = crate::config::load(file).map_err(|e| unusable(&e))?;
+    config.check_listen_safety().map_err(|e| unusable(&e))?;
+    let runbooks = runbook::load_dir(&config.runbooks_dir).map_err(|e| unusable(&e))?;
     let replicas: usize = config.hosts.values().map(|h| h.replicas.len()).sum();
     Ok(format!(
         "{}: ok ({} host(s), {replicas} replica(s), {} runbook(s), {} token(s))",
@@ -58,20 +93,21 @@ fn check_config(file: &Path) -> Result<String, String> {
     ))
 }
 
-fn check_runbook(file: &Path) -> Result<String, String> {
+fn check_runbook(file: &Path) -> Result<String, Failure> {
     let text = read(file)?;
     let name = file
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("runbook");
-    let rb = runbook::parse(name, &file.display().to_string(), &text).map_err(|e| e.to_string())?;
+    let rb = runbook::parse(name, &file.display().to_string(), &text)
+        .map_err(|e| Failure::Invalid(e.to_string()))?;
     rb.ensure_safe()
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+        .map_err(|e| Failure::Invalid(format!("{}: {e}", file.display())))?;
     let kinds: Vec<&str> = rb.steps.iter().map(|s| s.kind.name()).collect();
     Ok(format!("{}: ok ({})", file.display(), kinds.join(" -> ")))
 }
 
-fn check_plan(file: &Path, config: &Path) -> Result<String, String> {
+fn check_plan(file: &Path, config: Option<&Path>) -> Result<String, Failure> {
     let text = read(file)?;
     let label = file.display().to_string();
     let is_json = file.extension().is_some_and(|e| e == "json");
@@ -80,21 +116,108 @@ fn check_plan(file: &Path, config: &Path) -> Result<String, String> {
     } else {
         plan::parse_yaml(&text)
     };
-    let spec = spec.map_err(|e| format!("{label}: {}", e.message))?;
-    let loaded = crate::config::load(config)
-        .ok()
-        .and_then(|c| runbook::load_dir(&c.runbooks_dir).ok().map(|r| (c, r)));
-    let Some((config, runbooks)) = loaded else {
+    let spec = spec.map_err(|e| Failure::Invalid(plan_error_at(&label, &text, is_json, &e)))?;
+    let Some(config_path) = config else {
         return Ok(format!(
-            "{label}: syntax ok (no loadable config at {}: host and service not checked)",
-            config.display()
+            "{label}: syntax ok (--no-config: host, service and runbook not checked)"
         ));
     };
+    let loaded = crate::config::load(config_path).map_err(|e| e.to_string());
+    let loaded = loaded.and_then(|c| {
+        runbook::load_dir(&c.runbooks_dir)
+            .map(|r| (c, r))
+            .map_err(|e| e.to_string())
+    });
+    let (config, runbooks) = loaded.map_err(|why| {
+        Failure::Unusable(format!(
+            "{label}: not checked: the config {} did not load: {why}\n\
+             (set the env vars it names: any distinct values do for a check; pass --config FILE; or \
+             --no-config to check the plan's syntax only)",
+            config_path.display()
+        ))
+    })?;
     let names = runbooks.keys().cloned().collect();
     let plan = plan::validate(spec, &config.known_targets(&names))
-        .map_err(|e| format!("{label}: {}", e.message))?;
+        .map_err(|e| Failure::Invalid(plan_error_at(&label, &text, is_json, &e)))?;
     Ok(format!(
-        "{label}: ok ({} on {} to {}, runbook {})",
-        plan.service, plan.host, plan.tag, plan.runbook
+        "{label}: ok ({} on {} to {}, runbook {}; checked against {})",
+        plan.service,
+        plan.host,
+        plan.tag,
+        plan.runbook,
+        config_path.display()
     ))
+}
+
+/// `file:line: message` for a refused plan: the line of the field at fault, or of the syntax
+/// error; line 1 (the document) when the fault has no place, such as a missing field.
+fn plan_error_at(label: &str, text: &str, is_json: bool, e: &PlanError) -> String {
+    if e.field.is_none() {
+        let syntax = if is_json {
+            serde_json::from_str::<serde_json::Value>(text)
+                .err()
+                .map(|err| (Some(err.line()), e.message.clone()))
+        } else {
+            serde_yaml::from_str::<serde_yaml::Value>(text)
+                .err()
+                .map(|err| describe_yaml_error(&err))
+                .map(|(line, m)| (line, format!("the plan is not valid YAML: {m}")))
+        };
+        if let Some((line, message)) = syntax {
+            return format!("{label}:{}: {message}", line.unwrap_or(1));
+        }
+    }
+    let line = e
+        .field
+        .as_deref()
+        .and_then(|f| locate(text, &field_path(f)))
+        .unwrap_or(1);
+    format!("{label}:{line}: {}", e.message)
+}
+
+/// A plan error's field (`service`, `env.KEY`, `require_logs[1]`) as a path into the document.
+fn field_path(field: &str) -> Vec<Seg<'_>> {
+    if let Some((name, rest)) = field.split_once('[') {
+        if let Some(n) = rest.strip_suffix(']').and_then(|n| n.parse().ok()) {
+            return vec![Seg::Key(name), Seg::Index(n)];
+        }
+    }
+    match field.split_once('.') {
+        Some((name, key)) => vec![Seg::Key(name), Seg::Key(key)],
+        None => vec![Seg::Key(field)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_errors_point_at_the_line_of_their_field() {
+        let yaml = "host: gpu02\nfile: prod/x.yaml\nservice: r2\ntag: v1\nreason: r\n\
+                    env:\n  GOOD: a\n  BAD-KEY: b\nrequire_logs:\n  - ok\n  - \"re:(\"\n";
+        let err = |field: &str| PlanError {
+            code: "invalid_env",
+            field: Some(field.to_owned()),
+            message: format!("{field}: bad"),
+        };
+        let cases = [
+            ("service", "p.yaml:3: service: bad"),
+            ("env.BAD-KEY", "p.yaml:8: env.BAD-KEY: bad"),
+            ("require_logs[1]", "p.yaml:11: require_logs[1]: bad"),
+            ("runbook", "p.yaml:1: runbook: bad"),
+        ];
+        for (field, want) in cases {
+            assert_eq!(plan_error_at("p.yaml", yaml, false, &err(field)), want);
+        }
+    }
+
+    #[test]
+    fn a_yaml_syntax_error_gives_its_own_line() {
+        let text = "host: gpu02\nfile: [\n";
+        let e = plan::parse_yaml(text).expect_err("bad yaml");
+        let got = plan_error_at("p.yaml", text, false, &e);
+        assert!(got.starts_with("p.yaml:3: "), "{got}");
+        assert!(!got.contains(" at line "), "{got}");
+    }
 }

@@ -201,7 +201,7 @@ impl Drop for TempDir {
 
 async fn demo(url: &str) -> anyhow::Result<ExitCode> {
     let client = ApiClient::new(url, None)?;
-    println!("== canary: {R2} to v0.0.452 (r1 keeps serving)");
+    outln!("== canary: {R2} to v0.0.452 (r1 keeps serving)")?;
     let plan = json!({
         "host": DEV_HOST, "file": DEV_FILE, "service": R2, "tag": "v0.0.452",
         "reason": "demo: pin glm53 v452 on r2", "env": {"GLM53_R2_HICACHE_RAM_BUDGET": "406GiB"},
@@ -212,19 +212,19 @@ async fn demo(url: &str) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("no id in the answer")?
         .to_owned();
-    let canary = follow(&client, &id, |l| println!("{l}")).await?;
-    println!("\n{}", timeline(&canary));
-    println!("== one-click rollback of {R2} to its prior deployment");
+    let canary = follow(&client, &id, |l| outln!("{l}")).await?;
+    outln!("\n{}", timeline(&canary))?;
+    outln!("== one-click rollback of {R2} to its prior deployment")?;
     let body = json!({"host": DEV_HOST, "service": R2, "reason": "demo: roll r2 back"});
     let created = client.post("/v1/rollbacks", &body).await?;
     let rb_id = created["id"]
         .as_str()
         .context("no id in the answer")?
         .to_owned();
-    let rollback = follow(&client, &rb_id, |l| println!("{l}")).await?;
-    println!("\n{}", timeline(&rollback));
+    let rollback = follow(&client, &rb_id, |l| outln!("{l}")).await?;
+    outln!("\n{}", timeline(&rollback))?;
     let ok = canary.status == "succeeded" && rollback.status == "succeeded";
-    println!(
+    outln!(
         "demo {}: canary {} ({}), rollback {} ({}) back to {}",
         if ok { "finished" } else { "FAILED" },
         canary.id,
@@ -232,7 +232,7 @@ async fn demo(url: &str) -> anyhow::Result<ExitCode> {
         rollback.id,
         rollback.status,
         rollback.tag
-    );
+    )?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {

@@ -1,5 +1,7 @@
-//! The command line (SPEC §2): one binary, subcommands for the daemon, the client and checks.
+//! The command line (docs/cli.md): one binary, subcommands for the daemon, the client and checks.
 
+#[macro_use]
+mod stdout;
 mod check;
 mod client;
 mod dev;
@@ -112,6 +114,8 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of our stdout has gone (`| head`): it has what it wanted.
+        Err(e) if e.is::<stdout::StdoutClosed>() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)

@@ -24,8 +24,29 @@ fn step_duration(s: &StepOut, now: DateTime<Utc>) -> String {
     }
 }
 
-/// A one-line summary of a step's evidence.
+/// A JSON value as shown to a person: strings without quotes, lists as `a, b`; `None` for a
+/// missing value, so a line is left out rather than showing `null`.
+fn shown(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(items) => Some(
+            items
+                .iter()
+                .map(|i| shown(i).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        other => Some(other.to_string()),
+    }
+}
+
+/// A one-line summary of a step's evidence; empty for a step that never ran (`skipped`,
+/// `pending`) or whose evidence is missing: never `null`.
 pub fn evidence(s: &StepOut) -> String {
+    if matches!(s.status.as_str(), "skipped" | "pending") {
+        return String::new();
+    }
     let d = &s.detail;
     if let Some(e) = d.get("error") {
         return format!(
@@ -34,40 +55,45 @@ pub fn evidence(s: &StepOut) -> String {
             e["message"].as_str().unwrap_or("")
         );
     }
-    match s.kind.as_str() {
+    let summary = match s.kind.as_str() {
         "plan" => {
             let p = &d["plan"];
-            format!(
-                "plan create={} recreate={} remove={}",
-                p["create"], p["recreate"], p["remove"]
-            )
+            (|| {
+                Some(format!(
+                    "plan create=[{}] recreate=[{}] remove=[{}]",
+                    shown(&p["create"])?,
+                    shown(&p["recreate"])?,
+                    shown(&p["remove"])?
+                ))
+            })()
         }
-        "snapshot" => format!(
-            "{} containers recorded",
-            d["ps"].as_array().map_or(0, Vec::len)
-        ),
-        "wait_health" => format!(
-            "{} healthy / {} unhealthy samples",
-            d["healthy_samples"], d["unhealthy_samples"]
-        ),
-        "wait_logs" => {
-            let seen: Vec<String> = d["seen"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|x| x["pattern"].as_str().map(str::to_owned))
-                .collect();
+        "snapshot" => d["ps"]
+            .as_array()
+            .map(|ps| format!("{} containers recorded", ps.len())),
+        "wait_health" => (|| {
+            Some(format!(
+                "{} healthy / {} unhealthy samples",
+                shown(&d["healthy_samples"])?,
+                shown(&d["unhealthy_samples"])?
+            ))
+        })(),
+        "wait_logs" => d["seen"].as_array().map(|seen| {
+            let seen: Vec<&str> = seen.iter().filter_map(|x| x["pattern"].as_str()).collect();
             format!("seen {seen:?}")
-        }
-        "soak" => format!(
-            "{} probes, worst miss streak {}",
-            d["probes"], d["worst_streak"]
-        ),
-        "verify_neighbours" => format!("{} neighbours unchanged", d["checked"]),
-        "down" | "up" => format!("{} stream lines", d["lines"]),
-        "peers_healthy" => format!("peers healthy: {}", d["peers"]),
-        _ => String::new(),
-    }
+        }),
+        "soak" => (|| {
+            Some(format!(
+                "{} probes, worst miss streak {}",
+                shown(&d["probes"])?,
+                shown(&d["worst_streak"])?
+            ))
+        })(),
+        "verify_neighbours" => shown(&d["checked"]).map(|n| format!("{n} neighbours unchanged")),
+        "down" | "up" => shown(&d["lines"]).map(|n| format!("{n} stream lines")),
+        "peers_healthy" => shown(&d["peers"]).map(|p| format!("peers healthy: {p}")),
+        _ => None,
+    };
+    summary.unwrap_or_default()
 }
 
 /// A progress line for a step.
@@ -169,4 +195,59 @@ pub fn audit_trail(events: &[serde_json::Value]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn step(kind: &str, status: &str, detail: serde_json::Value) -> StepOut {
+        StepOut {
+            name: kind.to_owned(),
+            kind: kind.to_owned(),
+            status: status.to_owned(),
+            attempts: 0,
+            started_at: None,
+            finished_at: None,
+            deadline_at: None,
+            detail,
+            calls: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_step_without_evidence_prints_nothing_rather_than_null() {
+        let kinds = [
+            "snapshot",
+            "peers_healthy",
+            "plan",
+            "down",
+            "up",
+            "verify_neighbours",
+            "wait_health",
+            "wait_logs",
+            "soak",
+        ];
+        for kind in kinds {
+            for status in ["skipped", "pending", "aborted", "succeeded"] {
+                let got = evidence(&step(kind, status, json!({})));
+                assert!(!got.contains("null"), "{kind} {status}: {got}");
+                assert_eq!(got, "", "{kind} {status}");
+            }
+        }
+    }
+
+    #[test]
+    fn evidence_reads_as_text() {
+        let plan = json!({"plan": {"create": [], "recreate": ["r2"], "remove": []}});
+        assert_eq!(
+            evidence(&step("plan", "succeeded", plan)),
+            "plan create=[] recreate=[r2] remove=[]"
+        );
+        assert_eq!(
+            evidence(&step("up", "succeeded", json!({"lines": 12}))),
+            "12 stream lines"
+        );
+    }
 }

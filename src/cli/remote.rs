@@ -46,7 +46,8 @@ pub enum RolloutCommand {
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
-    /// A plan file (YAML or JSON, SPEC §4); or give the flags below.
+    /// A plan file (YAML, or JSON by its .json extension; see docs/reference.md#canary-plans).
+    /// Flags given with it override its fields; the effective plan is printed before it is sent.
     pub plan: Option<PathBuf>,
     /// The host, as named under `hosts:` in the daemon's config.
     #[arg(long)]
@@ -153,10 +154,10 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
                     &json!({"reason": reason}),
                 )
                 .await?;
-            println!(
+            outln!(
                 "abort of {id} requested (status {})",
                 out["status"].as_str().unwrap_or("?")
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -167,13 +168,7 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
         v.clone()
             .with_context(|| format!("--{flag} is required without a plan file"))
     };
-    let mut env = BTreeMap::new();
-    for kv in &args.env {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
-        env.insert(k.to_owned(), v.to_owned());
-    }
+    let env = parse_env_flags(&args.env)?;
     let mut plan = json!({
         "host": need(&args.host, "host")?, "file": need(&args.file, "file")?,
         "service": need(&args.service, "service")?, "tag": need(&args.tag, "tag")?,
@@ -188,19 +183,119 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
     Ok(plan)
 }
 
+/// The one-value flags, by the plan field each replaces.
+fn field_flags(args: &StartArgs) -> [(&'static str, &Option<String>); 6] {
+    [
+        ("host", &args.host),
+        ("file", &args.file),
+        ("service", &args.service),
+        ("tag", &args.tag),
+        ("reason", &args.reason),
+        ("runbook", &args.runbook),
+    ]
+}
+
+/// The flags given on the command line, as `--name` (what overrides a plan file's fields).
+fn given_flags(args: &StartArgs) -> Vec<String> {
+    let mut flags: Vec<String> = field_flags(args)
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(field, _)| format!("--{field}"))
+        .collect();
+    if !args.env.is_empty() {
+        flags.push("--env".to_owned());
+    }
+    if !args.require_logs.is_empty() {
+        flags.push("--require-log".to_owned());
+    }
+    flags
+}
+
+/// A plan file with the flags applied over it: `--host`, `--file`, `--service`, `--tag`,
+/// `--reason` and `--runbook` replace the file's fields, `--env` keys replace the file's keys
+/// of the same name (the others stay), `--require-log` lines are added to the file's.
+fn plan_with_flags(file_plan: Value, args: &StartArgs) -> anyhow::Result<Value> {
+    let Value::Object(mut plan) = file_plan else {
+        bail!("the plan file must hold a mapping of plan fields");
+    };
+    for (field, value) in field_flags(args) {
+        if let Some(v) = value {
+            plan.insert(field.to_owned(), json!(v));
+        }
+    }
+    if !args.env.is_empty() {
+        let env = plan.entry("env").or_insert_with(|| json!({}));
+        if env.is_null() {
+            *env = json!({});
+        }
+        let Value::Object(env) = env else {
+            bail!("the plan file's env is not a mapping: cannot add --env to it");
+        };
+        for (k, v) in parse_env_flags(&args.env)? {
+            env.insert(k, json!(v));
+        }
+    }
+    if !args.require_logs.is_empty() {
+        let logs = plan.entry("require_logs").or_insert_with(|| json!([]));
+        if logs.is_null() {
+            *logs = json!([]);
+        }
+        let Value::Array(logs) = logs else {
+            bail!("the plan file's require_logs is not a list: cannot add --require-log to it");
+        };
+        logs.extend(args.require_logs.iter().map(|l| json!(l)));
+    }
+    Ok(Value::Object(plan))
+}
+
+fn parse_env_flags(flags: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut env = BTreeMap::new();
+    for kv in flags {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(env)
+}
+
+/// Reads a plan file (YAML, or JSON by its `.json` extension) into a JSON value.
+fn read_plan_file(path: &std::path::Path, text: &str) -> anyhow::Result<Value> {
+    if path.extension().is_some_and(|e| e == "json") {
+        return serde_json::from_str(text)
+            .with_context(|| format!("{}: not valid JSON", path.display()));
+    }
+    let yaml: serde_yaml::Value = serde_yaml::from_str(text)
+        .with_context(|| format!("{}: not valid YAML", path.display()))?;
+    serde_json::to_value(yaml).with_context(|| format!("{}: not a plain mapping", path.display()))
+}
+
 async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&args.server.server)?;
     let out = match &args.plan {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let is_json = path.extension().is_some_and(|e| e == "json");
-            let ct = if is_json {
-                "application/json"
+            let flags = given_flags(&args);
+            if flags.is_empty() {
+                let is_json = path.extension().is_some_and(|e| e == "json");
+                let ct = if is_json {
+                    "application/json"
+                } else {
+                    "application/yaml"
+                };
+                client.post_raw("/v1/rollouts", ct, text).await?
             } else {
-                "application/yaml"
-            };
-            client.post_raw("/v1/rollouts", ct, text).await?
+                // Never silent: the flags win over the file, and the plan sent is shown first.
+                let plan = plan_with_flags(read_plan_file(path, &text)?, &args)?;
+                eprintln!(
+                    "{} with {} overriding it; submitting this plan:\n{}",
+                    path.display(),
+                    flags.join(", "),
+                    serde_yaml::to_string(&plan)?.trim_end()
+                );
+                client.post("/v1/rollouts", &plan).await?
+            }
         }
         None => {
             client
@@ -212,12 +307,12 @@ async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("the daemon answered without an id")?
         .to_owned();
-    println!(
+    outln!(
         "{id} created ({} of {} on {})",
         out["kind"].as_str().unwrap_or("?"),
         out["service"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?")
-    );
+    )?;
     if args.wait {
         return watch(&client, &id).await;
     }
@@ -226,12 +321,12 @@ async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
 
 /// Follows a rollout, printing a line per step change, until it is terminal.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
-    let r = follow(client, id, |line| println!("{line}")).await?;
-    println!("{}", timeline(&r));
+    let r = follow(client, id, |line| outln!("{line}")).await?;
+    outln!("{}", timeline(&r))?;
     Ok(exit_code_of(&r))
 }
 
-/// SPEC §2: 0 succeeded, 1 failed or rolled back, 2 aborted.
+/// docs/cli.md#exit-codes: 0 succeeded, 1 failed or rolled back, 2 aborted.
 pub fn exit_code_of(r: &RolloutOut) -> ExitCode {
     match r.status.as_str() {
         "succeeded" => ExitCode::SUCCESS,
@@ -248,12 +343,12 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
         .as_str()
         .context("the daemon answered without an id")?
         .to_owned();
-    println!(
+    outln!(
         "{id} created: rollback of {} on {} to {}",
         args.service,
         args.host,
         out["tag"].as_str().unwrap_or("?")
-    );
+    )?;
     if args.wait {
         return watch(&client, &id).await;
     }
@@ -264,11 +359,11 @@ pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&server.server)?;
     let r = client.rollout(id).await?;
     let audit = client.get(&format!("/v1/rollouts/{id}/audit")).await?;
-    print!("{}", timeline(&r));
-    print!(
+    out!("{}", timeline(&r))?;
+    out!(
         "{}",
         audit_trail(audit["items"].as_array().map_or(&[], Vec::as_slice))
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -281,7 +376,7 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
         bail!("--format {:?}: expected table, json or csv", args.format);
     }
     let items = fetch_history(&client, &args).await?;
-    print!("{}", render_history(&items, &args.format)?);
+    out!("{}", render_history(&items, &args.format)?)?;
     Ok(ExitCode::SUCCESS)
 }
 

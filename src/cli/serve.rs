@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use crate::app::{shutdown_signal, App};
 use crate::telemetry::{self, LogFormat};
 
-/// Exit code for a configuration that cannot be used (SPEC §3).
+/// Exit code for a configuration that cannot be used, and for usage errors
+/// (docs/cli.md#exit-codes).
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
 pub async fn serve(config_path: &Path, log_format: LogFormat) -> anyhow::Result<ExitCode> {

@@ -1,11 +1,11 @@
 //! compose-manager client: one typed call per endpoint the engine uses.
 //!
-//! The contract is `reference/compose-manager-api.md`. Every call carries `Authorization:
-//! Bearer <token>` and `X-Triggered-By`. `up`, `down` and `dry_run` read the NDJSON stream to
-//! its end ([`stream`]); their bodies can only name one service ([`request`]). A streaming call
-//! whose answer may have reached the host but gave no verdict returns
-//! [`StreamOutcome::Unknown`], never an error, so nobody resends `up` blindly (SPEC §9 rule 5).
-//! The token and env values are never logged nor shown by `Debug`.
+//! How compose-manager behaves is in docs/compose-manager.md. Every call carries `Authorization:
+//! Bearer <token>` and `X-Triggered-By`. `up`, `down` and `dry_run` read the NDJSON stream to its
+//! end ([`stream`]); their bodies can only name one service ([`request`]). A streaming call whose
+//! answer may have reached the host but gave no verdict returns [`StreamOutcome::Unknown`], never
+//! an error, so nobody resends `up` blindly (safety rule 5, docs/safety.md). The token and env
+//! values are never logged nor shown by `Debug`.
 
 mod error;
 mod lines;

@@ -1,6 +1,6 @@
 //! What the engine asks compose-manager to do, and the only bodies the client can send.
 //!
-//! The safety rules of SPEC §9 live in the shapes here: a compose body has `services: [one]`
+//! The safety rules of docs/safety.md live in the shapes here: a compose body has `services: [one]`
 //! (an array of one, not a list), no `force_recreate` field, always the full `env`, and
 //! `dry_run` only when built by [`ComposeBody::dry_run`]. Every field is checked before a
 //! request exists. `Debug` prints env keys, never values.

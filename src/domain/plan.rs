@@ -1,5 +1,5 @@
-//! The canary plan of SPEC §4: what an operator submits, and its validation into a
-//! [`CanaryPlan`] the engine can run.
+//! The canary plan (docs/reference.md#canary-plans): what an operator submits, and its validation
+//! into a [`CanaryPlan`] the engine can run.
 //!
 //! Two stages, two kinds of refusal:
 //! - `parse_json` / `parse_yaml` check the body's shape (an object with known fields of the right

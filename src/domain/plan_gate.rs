@@ -19,8 +19,8 @@ pub struct DryRunPlan {
 
 /// Why a dry-run plan does not allow the real `compose/up`.
 ///
-/// The gate is strict on purpose (SPEC §9, rollout-practice §1.1): the real `up` is only sent
-/// when the dry run changes exactly the target, removes nothing, and touches no other service
+/// The gate is strict on purpose (docs/safety.md#rules-a-runbook-must-keep): the real `up` is only
+/// sent when the dry run changes exactly the target, removes nothing, and touches no other service
 /// except those a runbook step explicitly `allow`s.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GateViolation {

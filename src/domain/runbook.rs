@@ -1,9 +1,9 @@
-//! Runbooks: a named list of steps from a closed set of kinds (SPEC §5), parsed and checked
-//! once at start so that a rollout never meets a malformed step.
+//! Runbooks: a named list of steps from a closed set of kinds (docs/reference.md#runbooks), parsed
+//! and checked once at start so that a rollout never meets a malformed step.
 //!
 //! A runbook file is `runbooks/<name>.yaml` with `description` and `steps`. Every refusal is
 //! reported as `file:line: step N "name": message`. Omitted optional fields take the defaults
-//! in [`defaults`], which are the production timings of `reference/rollout-practice.md`.
+//! in [`defaults`], which are the timings operators use in production today.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -75,8 +75,9 @@ pub struct Step {
     pub kind: StepKind,
 }
 
-/// The closed set of step kinds (SPEC §5) and their settings. Serialises in the runbook
-/// file's shape (`{kind: down, timeout: 10m}`), so a rollout can store the runbook it ran.
+/// The closed set of step kinds (docs/reference.md#step-kinds) and their settings. Serialises in
+/// the runbook file's shape (`{kind: down, timeout: 10m}`), so a rollout can store the runbook it
+/// ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepKind {
@@ -151,7 +152,7 @@ pub enum StepKind {
 }
 
 impl StepKind {
-    /// Every kind's name, in SPEC order.
+    /// Every kind's name, in the order of docs/reference.md#step-kinds.
     pub const NAMES: &'static [&'static str] = &[
         "snapshot",
         "peers_healthy",
@@ -204,7 +205,8 @@ impl Runbook {
         self.steps.iter().find(|s| s.name == name)
     }
 
-    /// SPEC §9 as far as a runbook can break it: a `plan` step (the dry-run gate) before the
+    /// The safety rules as far as a runbook can break them
+    /// (docs/safety.md#rules-a-runbook-must-keep): a `plan` step (the dry-run gate) before the
     /// first `up`, `peers_healthy` before any `down` or `up` (rule 7), a `snapshot` before
     /// `verify_neighbours`, and no `down` without a later `up` (the replica would stay down).
     /// `parse` already refuses runbooks that fail this.

@@ -2,7 +2,7 @@
 //!
 //! Each call is written ahead (`step_attempt`) before it is sent. 409 busy is retried with
 //! backoff inside the step's deadline. A stream without `done` is never resent: the step waits
-//! for the host to be idle and fails `compose_outcome_unknown` (SPEC §9 rule 5).
+//! for the host to be idle and fails `compose_outcome_unknown` (safety rule 5, docs/safety.md).
 
 use std::future::Future;
 use std::time::Duration;
@@ -258,7 +258,7 @@ where
             .checkpoint(&run.rollout.id, Checkpoint::AttemptWritten(&step.name))
             .await;
         // The attempt write may have waited on the database: an abort that came meanwhile
-        // still stops the call (SPEC §7: before the next side effect).
+        // still stops the call (an abort acts before the next side effect).
         if *abort.borrow() {
             finish(
                 run,
@@ -355,7 +355,7 @@ async fn reconcile_previous_attempt(
     let store = &run.engine.inner.store;
     let attempts = match store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts,
-        // Whether a call is in flight is unknown: never send (SPEC §9 rule 5).
+        // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
         Err(e) => {
             let msg = format!("could not read this step's compose attempts, so not sending: {e}");
             return Some(StepEnd::failed("storage_error", msg, json!({})));

@@ -1,4 +1,4 @@
-//! Host doctor (SPEC §14): checks, without changing anything on the host, what a rollout will
+//! Host doctor (docs/oncall.md): checks, without changing anything on the host, what a rollout will
 //! need there: the compose-manager token, dry-run support, the project in `/version`, logs and
 //! health of every configured replica, and healthy peers in every group. The daemon keeps the
 //! last report per host in memory (the dashboard shows it).

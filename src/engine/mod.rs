@@ -54,7 +54,7 @@ pub(crate) enum Checkpoint<'a> {
     /// The step is marked failed, its rollout not yet.
     Failed(&'a str),
 }
-pub use rollback::{choose_rollback_target, RollbackRequest};
+pub use rollback::RollbackRequest;
 
 /// The runbook a one-click (or automatic) rollback runs.
 pub const ROLLBACK_RUNBOOK: &str = "single-replica-rollback";
@@ -115,7 +115,7 @@ pub(crate) struct Inner {
     pub stopping: AtomicBool,
     #[cfg(feature = "testing")]
     pub hooks: hooks::Hooks,
-    /// The last doctor report of each host (SPEC §14).
+    /// The last doctor report of each host (`canaryd doctor`).
     pub doctor_reports: doctor::LastReports,
 }
 
@@ -232,8 +232,8 @@ impl Engine {
         self.get(&new.id).await
     }
 
-    /// Creates a rollback rollout (SPEC §6) and starts it; with `preempt`, aborts the active
-    /// rollout of the host first.
+    /// Creates a rollback rollout (docs/reference.md#rollback) and starts it; with `preempt`,
+    /// aborts the active rollout of the host first.
     pub async fn submit_rollback(
         &self,
         req: RollbackRequest,
@@ -283,7 +283,8 @@ impl Engine {
         }
     }
 
-    /// Resumes every unfinished rollout (SPEC §9 rule 9). Call before accepting new work.
+    /// Resumes every unfinished rollout (safety rule 9, docs/safety.md). Call before accepting new
+    /// work.
     pub async fn recover(&self) -> Result<usize, EngineError> {
         let unfinished = self.inner.store.unfinished_rollouts().await?;
         let n = unfinished.len();
@@ -454,7 +455,7 @@ pub(crate) fn steps_of(runbook: &Runbook) -> Vec<NewStep> {
         .collect()
 }
 
-/// The host's full env map with the plan's overrides on top (SPEC §9 rule 3).
+/// The host's full env map with the plan's overrides on top (safety rule 3, docs/safety.md).
 pub(crate) fn merged_env(
     host: &HostConfig,
     overrides: &BTreeMap<String, String>,

@@ -1,5 +1,6 @@
-//! Rollback (SPEC §6): choosing the prior deployment, one-click rollbacks with optional
-//! preemption, and the automatic rollback of a canary that failed after touching its replica.
+//! Rollback (docs/reference.md#rollback): choosing the prior deployment, one-click rollbacks
+//! with optional preemption, and the automatic rollback of a canary that failed after touching
+//! its replica.
 
 use std::time::Duration;
 
@@ -8,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{merged_env_sha256, steps_of, Engine, EngineError, ROLLBACK_RUNBOOK, SYSTEM_ACTOR};
-use crate::domain::state::{OnFailure, RolloutKind, RolloutStatus};
-use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RolloutFilter};
+use crate::domain::state::{OnFailure, RolloutKind};
+use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RunningState};
 
 /// `POST /v1/rollbacks`.
 #[derive(Debug, Clone, Deserialize)]
@@ -24,35 +25,69 @@ pub struct RollbackRequest {
     pub preempt: bool,
 }
 
-/// Picks what a rollback redeploys, from the replica's deployments (newest first).
-///
-/// The replica currently runs `deployments[0]`, unless the last rollout that touched it did not
-/// succeed (`last_touch_succeeded == false`): then it runs something unrecorded and
-/// `deployments[0]` is the last good state. `to_tag` picks the newest recorded deployment of
-/// that tag instead.
-pub fn choose_rollback_target<'a>(
-    deployments: &'a [Deployment],
-    last_touch_succeeded: bool,
-    to_tag: Option<&str>,
-) -> Option<&'a Deployment> {
-    if let Some(tag) = to_tag {
-        return deployments.iter().find(|d| d.tag == tag);
-    }
-    if last_touch_succeeded {
-        deployments.get(1)
-    } else {
-        deployments.first()
-    }
+/// What a rollback of a replica redeploys, and the rollout it undoes.
+struct Choice {
+    target: Deployment,
+    /// The newest rollout that sent a down or up to the replica (linked both ways).
+    undoes: Option<String>,
 }
 
-/// Whether the replica runs its newest recorded deployment (no failed touch since).
-async fn last_touch_succeeded(
+/// What the replica runs as far as canaryd knows, and the rollout that put it there: the
+/// newest rollout that touched it (succeeded or not: a failed canary may have left its version
+/// running), else its newest recorded deployment (a baseline). `None` when nothing is recorded.
+async fn running_state(
     engine: &Engine,
     host: &str,
     service: &str,
-) -> Result<bool, EngineError> {
-    let last = engine.inner.store.last_touch_status(host, service).await?;
-    Ok(last.is_none_or(|s| s == RolloutStatus::Succeeded))
+) -> Result<(Option<RunningState>, Option<String>), EngineError> {
+    let store = &engine.inner.store;
+    if let Some(touch) = store.last_touching_rollout(host, service).await? {
+        return Ok((Some(RunningState::of_rollout(&touch)), Some(touch.id)));
+    }
+    let newest = store.recent_deployments(host, service, 1).await?;
+    Ok((newest.first().map(RunningState::of_deployment), None))
+}
+
+/// The prior deployment: the newest recorded deployment whose file, tag or env overrides
+/// differ from what the replica runs (only of `to_tag` when given). Never what already runs:
+/// its dry run would plan nothing and the rollback would fail at the gate.
+async fn choose(
+    engine: &Engine,
+    host: &str,
+    service: &str,
+    to_tag: Option<&str>,
+) -> Result<Choice, EngineError> {
+    let store = &engine.inner.store;
+    let (running, undoes) = running_state(engine, host, service).await?;
+    let no_prior = |detail: String| EngineError::NoPriorDeployment {
+        host: host.to_owned(),
+        service: service.to_owned(),
+        detail,
+    };
+    let Some(running) = running else {
+        return Err(no_prior(match to_tag {
+            Some(t) => format!(" with tag {t} (none at all yet)"),
+            None => " (none at all: canaryd records the replica's baseline the first time it \
+                     touches the host)"
+                .to_owned(),
+        }));
+    };
+    match store
+        .prior_deployment(host, service, &running, to_tag)
+        .await?
+    {
+        Some(target) => Ok(Choice { target, undoes }),
+        None => Err(no_prior(match to_tag {
+            Some(t) => format!(
+                " with tag {t} that differs from what it runs now ({running}): every recorded \
+                 deployment of that tag, if any, is what it runs"
+            ),
+            None => format!(
+                ": every recorded deployment is what it runs now ({running}); none differs in \
+                 file, tag or env"
+            ),
+        })),
+    }
 }
 
 fn rollback_rollout(
@@ -98,28 +133,8 @@ pub(super) async fn submit(
     }
     let runbook = engine.runbook(ROLLBACK_RUNBOOK)?.clone();
     let store = &engine.inner.store;
-    // Bounded reads: the newest two deployments (current and prior), or the tag asked for.
-    let deployments = match &req.to_tag {
-        Some(tag) => store
-            .deployment_with_tag(&req.host, &req.service, tag)
-            .await?
-            .into_iter()
-            .collect(),
-        None => store.recent_deployments(&req.host, &req.service, 2).await?,
-    };
-    let good = last_touch_succeeded(engine, &req.host, &req.service).await?;
-    let Some(target) = choose_rollback_target(&deployments, good, req.to_tag.as_deref()) else {
-        let detail = match &req.to_tag {
-            Some(t) => format!(" with tag {t}"),
-            None if deployments.is_empty() => " (none at all)".to_owned(),
-            None => " before its current one".to_owned(),
-        };
-        return Err(EngineError::NoPriorDeployment {
-            host: req.host,
-            service: req.service,
-            detail,
-        });
-    };
+    // Chosen before any preemption: a rollback that has nowhere to go aborts nothing.
+    let mut choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
     if let Some(active) = store.active_rollout_on(&req.host).await? {
         if !req.preempt {
             return Err(EngineError::HostBusy {
@@ -136,10 +151,14 @@ pub(super) async fn submit(
         engine
             .wait_terminal(&active.id, Duration::from_secs(120))
             .await?;
+        // It may have touched the replica meanwhile: choose again from what runs now.
+        choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
     }
-    // The replica's latest rollout is what this rollback undoes (linked both ways).
-    let undone = latest_rollout_of(engine, &req.host, &req.service).await?;
-    let new = rollback_rollout(engine, target, actor, &req.reason, undone.as_deref())?;
+    let Choice {
+        target,
+        undoes: undone,
+    } = choice;
+    let new = rollback_rollout(engine, &target, actor, &req.reason, undone.as_deref())?;
     store.create_rollout(&new, &steps_of(&runbook)).await?;
     if let Some(undone) = &undone {
         store.link_rollback(undone, &new.id).await?;
@@ -147,27 +166,6 @@ pub(super) async fn submit(
     tracing::info!(rollout.id = %new.id, host = %new.host, service = %new.service, tag = %new.tag, "rollback {} created", new.id);
     engine.spawn(new.id.clone());
     engine.get(&new.id).await
-}
-
-async fn latest_rollout_of(
-    engine: &Engine,
-    host: &str,
-    service: &str,
-) -> Result<Option<String>, EngineError> {
-    let filter = RolloutFilter {
-        host: Some(host.to_owned()),
-        service: Some(service.to_owned()),
-        limit: 1,
-        ..Default::default()
-    };
-    Ok(engine
-        .inner
-        .store
-        .list_rollouts(&filter)
-        .await?
-        .into_iter()
-        .next()
-        .map(|r| r.id))
 }
 
 /// Fails a rollout; a canary that touched its replica with `on_failure: rollback` starts its
@@ -183,12 +181,17 @@ pub(super) async fn finish_failed_canary(
         && fresh.on_failure == OnFailure::Rollback
         && fresh.touched_replica;
     if wants_rollback {
-        let deployments = store
-            .recent_deployments(&fresh.host, &fresh.service, 1)
+        // The same choice as a one-click rollback: the failed canary's file, tag and env are
+        // what may run now, so the newest deployment that differs from them.
+        let target = store
+            .prior_deployment(
+                &fresh.host,
+                &fresh.service,
+                &RunningState::of_rollout(&fresh),
+                None,
+            )
             .await?;
-        // The failed canary recorded no deployment: the newest one is the state to go back to.
-        if let (Some(target), Ok(runbook)) = (deployments.first(), engine.runbook(ROLLBACK_RUNBOOK))
-        {
+        if let (Some(target), Ok(runbook)) = (target.as_ref(), engine.runbook(ROLLBACK_RUNBOOK)) {
             let reason = format!(
                 "automatic rollback of {}: {}",
                 fresh.id,
@@ -202,7 +205,7 @@ pub(super) async fn finish_failed_canary(
             engine.spawn(new.id);
             return Ok(());
         }
-        tracing::warn!(rollout.id = %fresh.id, "canary {} failed and no prior deployment is recorded: nothing to roll back to", fresh.id);
+        tracing::warn!(rollout.id = %fresh.id, "canary {} failed and no recorded deployment differs from it: nothing to roll back to", fresh.id);
     }
     let mut ch = ch;
     if ch.detail.is_object() {

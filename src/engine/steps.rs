@@ -261,7 +261,7 @@ impl<'a> StepRun<'a> {
             .map(|s| s.to_string())
             .collect();
         if peers.is_empty() {
-            // SPEC §9 rule 7: someone must carry the traffic while the target is down.
+            // Safety rule 7 (docs/safety.md): someone must carry the traffic while the target is down.
             let msg = format!(
                 "{} has no other replica in its group on {}: taking it down would leave nothing serving",
                 self.rollout.service, self.rollout.host

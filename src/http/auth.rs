@@ -1,5 +1,5 @@
-//! Bearer-token authentication and roles (SPEC §3): `viewer` reads, `oncall` also aborts and
-//! rolls back, `operator` does everything.
+//! Bearer-token authentication and roles (docs/reference.md#http-api): `viewer` reads, `oncall`
+//! also aborts and rolls back, `operator` does everything.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;

@@ -1,5 +1,5 @@
 //! `/v1/hosts`: the configured hosts with their last doctor report, and
-//! `/v1/hosts/{host}/doctor`, which runs the host doctor (SPEC §14). Reading roles suffice:
+//! `/v1/hosts/{host}/doctor`, which runs the host doctor (docs/oncall.md). Reading roles suffice:
 //! the doctor changes nothing on the host.
 
 use axum::extract::{Path, State};

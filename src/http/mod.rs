@@ -1,4 +1,4 @@
-//! The HTTP API (SPEC §4, §6, §7, §8). Each resource module owns its `router()`; this module
+//! The HTTP API (docs/reference.md). Each resource module owns its `router()`; this module
 //! merges them and holds the shared state.
 
 mod auth;

@@ -1,4 +1,4 @@
-//! `POST /v1/rollbacks`: one-click rollback of a single replica (SPEC §6).
+//! `POST /v1/rollbacks`: one-click rollback of a single replica (docs/reference.md#rollback).
 
 use axum::extract::State;
 use axum::response::Response;

@@ -1,4 +1,5 @@
-//! Webhook notifications, delivered from the transactional outbox (SPEC §8, issue 7).
+//! Webhook notifications, delivered from the transactional outbox
+//! (docs/operator-guide.md#5-notifications).
 //!
 //! The outbox row of a notification is written in the same transaction as the audit event
 //! that causes it (`store::outbox`), so a committed state change always has its notification

@@ -1,6 +1,6 @@
 //! What `docker compose up -d --remove-orphans [services]` would do, as pure functions: the
 //! scope, the per-container changes, compose's progress lines, and compose-manager's plan
-//! parser (§3.6) that turns those lines into the `plan` event.
+//! parser (docs/compose-manager.md) that turns those lines into the `plan` event.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -203,7 +203,7 @@ pub(crate) struct PlanBody {
     pub unchanged: Vec<String>,
 }
 
-/// compose-manager's advisory plan parser (§3.6): keep the text after `DRY-RUN MODE -`,
+/// compose-manager's advisory plan parser (docs/compose-manager.md): keep the text after `DRY-RUN MODE -`,
 /// split at the last whitespace into name and verb, bucket the verb, and keep each name's
 /// strongest verb (recreate > create > remove > unchanged).
 pub(crate) fn parse_plan(lines: &[String]) -> PlanBody {

@@ -1,5 +1,5 @@
-//! The simulated host (SPEC §10): an in-process compose-manager on `127.0.0.1:0` that follows
-//! `reference/compose-manager-api.md` (bearer auth, NDJSON streams ending in `done`, the dry
+//! The simulated host (docs/reference.md): an in-process compose-manager on `127.0.0.1:0` that follows
+//! compose-manager's contract (docs/compose-manager.md) (bearer auth, NDJSON streams ending in `done`, the dry
 //! run's `plan` event, the one-operation lock and its 409, tag age, `/version`, `/status`,
 //! `/docker/ps`, `/compose/logs`, `/docker/evict`), driving simulated engines that each answer
 //! `/health` on their own loopback port and write startup logs. Faults are scriptable through

@@ -28,6 +28,47 @@ pub struct NewDeployment {
     pub deployed_at: DateTime<Utc>,
 }
 
+/// What a replica runs, as far as a rollback cares: compared with each recorded deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningState {
+    pub file: String,
+    pub tag: String,
+    /// The overrides of the plan that deployed it (never the host's env file).
+    pub env_overrides: BTreeMap<String, String>,
+}
+
+impl RunningState {
+    /// What a rollout deploys.
+    pub fn of_rollout(r: &Rollout) -> Self {
+        Self {
+            file: r.file.clone(),
+            tag: r.tag.clone(),
+            env_overrides: r.env_overrides.clone(),
+        }
+    }
+
+    /// What a recorded deployment ran.
+    pub fn of_deployment(d: &Deployment) -> Self {
+        Self {
+            file: d.file.clone(),
+            tag: d.tag.clone(),
+            env_overrides: d.env_overrides.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for RunningState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tag {}, file {}", self.tag, self.file)?;
+        if self.env_overrides.is_empty() {
+            f.write_str(", no env overrides")
+        } else {
+            let keys: Vec<&str> = self.env_overrides.keys().map(String::as_str).collect();
+            write!(f, ", env overrides of {}", keys.join(", "))
+        }
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct DeploymentRow {
     deployment_id: String,
@@ -142,6 +183,43 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Deployment::try_from).collect()
+    }
+
+    /// The replica's newest deployment whose file, tag or env overrides differ from what it
+    /// runs now (`running`), only of `tag` when one is given: what a rollback redeploys. The
+    /// host's env file is not compared: a rollback sends today's, whatever it was then. One
+    /// indexed read, newest first, `limit 1`; it never loads the replica's history.
+    pub async fn prior_deployment(
+        &self,
+        host: &str,
+        service: &str,
+        running: &RunningState,
+        tag: Option<&str>,
+    ) -> Result<Option<Deployment>, StoreError> {
+        let env =
+            serde_json::to_string(&running.env_overrides).map_err(|e| StoreError::Corrupt {
+                table: "deployment",
+                message: e.to_string(),
+            })?;
+        let only_tag = if tag.is_some() { "and tag = ? " } else { "" };
+        let query = format!(
+            "{SELECT_DEPLOYMENT} where host = ? and service = ? {only_tag}\
+             and not (file = ? and tag = ? and env_overrides = ?) \
+             order by deployed_at desc, deployment_id desc limit 1"
+        );
+        let mut q = sqlx::query_as::<_, DeploymentRow>(&query)
+            .bind(host)
+            .bind(service);
+        if let Some(tag) = tag {
+            q = q.bind(tag);
+        }
+        let row = q
+            .bind(&running.file)
+            .bind(&running.tag)
+            .bind(env)
+            .fetch_optional(self.pool())
+            .await?;
+        row.map(Deployment::try_from).transpose()
     }
 
     /// The replica's newest deployment of `tag`, if it ever ran that tag.

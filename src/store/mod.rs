@@ -27,7 +27,7 @@ pub use audit::AuditEntry;
 #[doc(hidden)]
 #[cfg(feature = "testing")]
 pub use bulk::BulkSpec;
-pub use deployment::NewDeployment;
+pub use deployment::{NewDeployment, RunningState};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};

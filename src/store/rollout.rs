@@ -294,22 +294,23 @@ impl Store {
         Ok(())
     }
 
-    /// The status of the newest rollout that sent a down or up to this replica, if any.
-    pub async fn last_touch_status(
+    /// The newest rollout that sent a down or up to this replica, whatever its status: what a
+    /// rollback of the replica undoes. A rollout refused before its first down or up is not it.
+    /// One indexed read, `limit 1`.
+    pub async fn last_touching_rollout(
         &self,
         host: &str,
         service: &str,
-    ) -> Result<Option<RolloutStatus>, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as(
-            "select status from rollout where host = ? and service = ? and touched_replica = 1 \
-             order by created_at desc, rollout_id desc limit 1",
-        )
+    ) -> Result<Option<Rollout>, StoreError> {
+        let row: Option<RolloutRow> = sqlx::query_as(&format!(
+            "{SELECT_ROLLOUT} where host = ? and service = ? and touched_replica = 1 \
+             order by created_at desc, rollout_id desc limit 1"
+        ))
         .bind(host)
         .bind(service)
         .fetch_optional(self.pool())
         .await?;
-        row.map(|(s,)| s.parse::<RolloutStatus>().map_err(corrupt))
-            .transpose()
+        row.map(Rollout::try_from).transpose()
     }
 
     /// Marks that a down or up is about to be sent: from now on a failure has something to undo.

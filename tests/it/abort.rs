@@ -1,5 +1,5 @@
-//! Abort from every non-terminal state (SPEC §7): effective before the next side effect, waits
-//! interrupted at once; graceful shutdown leaves rollouts resumable.
+//! Abort from every non-terminal state (docs/recovery.md#abort): effective before the next side
+//! effect, waits interrupted at once; graceful shutdown leaves rollouts resumable.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

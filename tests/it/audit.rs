@@ -1,4 +1,4 @@
-//! Audit and live view (SPEC §7): history filters, keyset pagination, CSV export, the event
+//! Audit and live view (docs/audit.md): history filters, keyset pagination, CSV export, the event
 //! stream, who-did-what in the audit trail, retention, and the indexes behind the filters.
 //! This file holds the shared helpers; the tests are in `audit/`.
 

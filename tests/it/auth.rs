@@ -1,7 +1,7 @@
-//! Bearer tokens and roles (SPEC §3) on every API route: 401 without a token or with a wrong
-//! one, 403 for a role that may not act; `viewer` reads, `oncall` also aborts and rolls back,
-//! `operator` does everything. Probes, metrics, the OpenAPI document and the dashboard page
-//! are open by design (they carry no rollout data).
+//! Bearer tokens and roles (docs/reference.md#http-api) on every API route: 401 without a token or
+//! with a wrong one, 403 for a role that may not act; `viewer` reads, `oncall` also aborts and
+//! rolls back, `operator` does everything. Probes, metrics, the OpenAPI document and the dashboard
+//! page are open by design (they carry no rollout data).
 
 use std::time::Duration;
 
@@ -166,8 +166,10 @@ async fn viewers_read_oncall_aborts_and_rolls_back_operators_start_canaries() {
         );
     }
 
-    // Rollback: not a viewer; on-call may (here nothing is recorded to go back to).
-    let rollback = json!({"host": HOST, "service": R2, "reason": "TTFT regression"});
+    // Rollback: not a viewer; on-call may (to a tag never deployed: whether the aborted canary
+    // got as far as its down or not, the handler finds nothing to go back to).
+    let rollback =
+        json!({"host": HOST, "service": R2, "reason": "TTFT regression", "to_tag": "v0.0.1"});
     let (status, answer) = call(
         &app,
         Method::POST,

@@ -114,7 +114,13 @@ async fn watch_exits_one_when_the_canary_fails() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("plan_gate_failed"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("plan_gate_failed"));
+    assert!(
+        stdout.contains("skipped"),
+        "the steps after the gate: {stdout}"
+    );
+    assert!(!stdout.contains("null"), "no `null` evidence: {stdout}");
     app.stop().await;
 }
 
@@ -141,7 +147,7 @@ fn check_runbook_accepts_the_shipped_runbooks_and_names_file_and_line_of_a_bad_o
         &["check", "runbook", bad.to_str().expect("utf-8 path")],
         "http://127.0.0.1:9",
     );
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1), "a check that failed");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml:4:"), "file:line: {err}");
     assert!(err.contains("explode"), "{err}");
@@ -159,4 +165,202 @@ fn check_config_names_the_missing_env_var_and_exits_two() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("canaryd.yaml"), "{err}");
     assert!(err.contains("_env"), "names the key: {err}");
+}
+
+/// Runs the binary with a stdout pipe whose reader has already gone (`| head` that exited).
+async fn canaryd_into_closed_pipe(args: Vec<String>, server: String) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(&args)
+            .env("CANARYD_SERVER", &server)
+            .env_remove("CANARYD_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the canaryd binary runs");
+        drop(child.stdout.take()); // the reader closes before anything is written
+        child.wait_with_output().expect("waits")
+    })
+    .await
+    .expect("join")
+}
+
+#[tokio::test]
+async fn history_and_show_into_a_closed_pipe_exit_quietly_without_a_panic() {
+    let app = TestApp::spawn().await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_terminal(&id).await;
+    for args in [
+        strings(&["history", "--format", "json"]),
+        strings(&["history"]),
+        strings(&["show", &id]),
+        strings(&["rollout", "watch", &id]),
+    ] {
+        let out = canaryd_into_closed_pipe(args.clone(), app.url.clone()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.trim().is_empty(), "{args:?} says nothing: {err}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn flags_given_with_a_plan_file_override_its_fields_and_the_effective_plan_is_printed() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("plan.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "host: {HOST}\nfile: {FILE}\nservice: model-sg-glm53-w4afp8-tp4-r1\ntag: v0.0.451\n\
+             reason: from the file\nenv:\n  GLM53_R2_HICACHE_RAM_BUDGET: 650GiB\n  KEEP_ME: \"1\"\n"
+        ),
+    )
+    .expect("write");
+    let args = strings(&[
+        "rollout",
+        "start",
+        path.to_str().expect("utf-8 path"),
+        "--tag",
+        "v0.0.452",
+        "--service",
+        R2,
+        "--env",
+        "GLM53_R2_HICACHE_RAM_BUDGET=406GiB",
+    ]);
+    let out = canaryd_async(args, app.url.clone()).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status);
+    assert!(
+        err.contains("--service, --tag, --env overriding"),
+        "says which flags won: {err}"
+    );
+    assert!(
+        err.contains("tag: v0.0.452") && err.contains(&format!("service: {R2}")),
+        "prints the effective plan: {err}"
+    );
+    let list = app.api.get("/v1/rollouts?kind=canary").await.expect("list");
+    let canary = &list["items"][0];
+    assert_eq!(canary["tag"], "v0.0.452", "{canary:#}");
+    assert_eq!(canary["service"], R2, "{canary:#}");
+    assert_eq!(canary["reason"], "from the file", "{canary:#}");
+    assert_eq!(
+        canary["env_overrides"],
+        serde_json::json!(["GLM53_R2_HICACHE_RAM_BUDGET", "KEEP_ME"]),
+        "{canary:#}"
+    );
+    let done = app.wait_terminal(canary["id"].as_str().expect("id")).await;
+    let up = app
+        .compose_calls()
+        .into_iter()
+        .find(|c| c.path == "/compose/up")
+        .expect("a compose call");
+    assert_eq!(up.body["services"], serde_json::json!([R2]), "{done:#?}");
+    assert_eq!(up.body["env"]["GLM53_R2_HICACHE_RAM_BUDGET"], "406GiB");
+    app.stop().await;
+}
+
+/// `canaryd check ...` with the shipped config's env vars set (distinct placeholders) or removed.
+fn check(args: &[&str], with_env: bool) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_canaryd"));
+    cmd.arg("check").args(args);
+    for var in [
+        "CANARYD_TOKEN_OPS_ALICE",
+        "CANARYD_TOKEN_ONCALL",
+        "CANARYD_TOKEN_AUDIT",
+        "GPU02_COMPOSE_MANAGER_TOKEN",
+    ] {
+        if with_env {
+            cmd.env(var, format!("placeholder-{var}"));
+        } else {
+            cmd.env_remove(var);
+        }
+    }
+    let out = cmd.output().expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn plan_file(dir: &tempfile::TempDir, text: &str) -> String {
+    let path = dir.path().join("plan.yaml");
+    std::fs::write(&path, text).expect("write");
+    path.to_str().expect("utf-8 path").to_owned()
+}
+
+#[test]
+fn check_plan_without_a_loadable_config_says_why_and_exits_two_unless_told_no_config() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let plan = plan_file(
+        &dir,
+        &format!(
+            "host: {HOST}\nfile: {FILE}\nservice: no-such-replica\ntag: v0.0.452\nreason: x\n"
+        ),
+    );
+    let config = format!("{}/config/canaryd.yaml", env!("CARGO_MANIFEST_DIR"));
+    let missing = dir.path().join("nope.yaml");
+    let missing = missing.to_str().expect("utf-8 path");
+
+    let (code, _, err) = check(&["plan", &plan, "--config", missing], true);
+    assert_eq!(
+        code,
+        Some(2),
+        "an explicit --config that does not load: {err}"
+    );
+    assert!(
+        err.contains("nope.yaml") && err.contains("did not load"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--no-config"),
+        "offers the syntax-only check: {err}"
+    );
+
+    let (code, _, err) = check(&["plan", &plan, "--config", &config], false);
+    assert_eq!(code, Some(2), "a config whose env vars are unset: {err}");
+    assert!(
+        err.contains("CANARYD_TOKEN_OPS_ALICE"),
+        "names the missing var: {err}"
+    );
+
+    let (code, out, err) = check(&["plan", &plan, "--no-config"], false);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("syntax ok"), "{out}");
+
+    let (code, _, err) = check(&["plan", &plan, "--config", &config], true);
+    assert_eq!(code, Some(1), "the plan names no configured replica: {err}");
+    assert!(err.contains("plan.yaml:3: service:"), "file:line: {err}");
+}
+
+#[test]
+fn check_plan_errors_carry_file_and_line_and_exit_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = format!("{}/config/canaryd.yaml", env!("CARGO_MANIFEST_DIR"));
+    let cases = [
+        (
+            format!("host: {HOST}\nfile: {FILE}\nservice: {R2}\ntag: v0.0.452\nreason: x\nenv:\n  BAD-KEY: b\n"),
+            "plan.yaml:7: env.BAD-KEY:",
+        ),
+        (
+            format!("host: {HOST}\nfile: {FILE}\nservice: {R2}\ntag: v0.0.452\nreason: x\ncolour: red\n"),
+            "plan.yaml:6: colour:",
+        ),
+        (format!("host: {HOST}\nfile: [\n"), "plan.yaml:3: "),
+    ];
+    for (text, want) in cases {
+        let plan = plan_file(&dir, &text);
+        let (code, _, err) = check(&["plan", &plan, "--config", &config], true);
+        assert_eq!(code, Some(1), "{text}: {err}");
+        assert!(err.contains(want), "{want:?} in {err}");
+    }
+    let plan = plan_file(
+        &dir,
+        &format!("host: {HOST}\nfile: {FILE}\nservice: {R2}\ntag: v0.0.452\nreason: x\n"),
+    );
+    let (code, out, err) = check(&["plan", &plan, "--config", &config], true);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("ok ("), "{out}");
 }

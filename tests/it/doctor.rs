@@ -1,4 +1,4 @@
-//! The host doctor (SPEC §14) end to end: `GET /v1/hosts/{host}/doctor` and `canaryd doctor`
+//! The host doctor (docs/oncall.md) end to end: `GET /v1/hosts/{host}/doctor` and `canaryd doctor`
 //! against a healthy simulated host and against hosts broken in one way each.
 
 use std::process::{Command, Output};

@@ -117,7 +117,7 @@ pub struct TestOptions {
 
 #[allow(dead_code)] // not every test module uses every helper
 impl TestOptions {
-    /// The three roles of SPEC §3, with these secrets.
+    /// The three roles (docs/reference.md#http-api), with these secrets.
     pub fn with_tokens(operator: &str, oncall: &str, viewer: &str) -> Self {
         TestOptions {
             runbooks: None,
@@ -192,7 +192,7 @@ impl TestApp {
         Self::boot_with(sim, dir, db, env, opts).await
     }
 
-    /// Boots with the three roles' tokens (SPEC §3); `api` uses the operator's.
+    /// Boots with the three roles' tokens (docs/reference.md#http-api); `api` uses the operator's.
     #[allow(dead_code)]
     pub async fn spawn_with_tokens(operator: &str, oncall: &str, viewer: &str) -> TestApp {
         Self::spawn_custom(

@@ -21,6 +21,7 @@ mod notify;
 mod openapi;
 mod real_host;
 mod recovery;
+mod repo;
 mod rollback;
 mod secrets;
 mod sim_host;

@@ -1,7 +1,7 @@
-//! Crash safety (SPEC §9 rule 9): the daemon is stopped at every step boundary and inside
-//! every compose call, restarted on the same database, and each time the rollout finishes,
-//! exactly one real `up` per rollout reaches the host, no compose call names another service,
-//! and the audit trail is complete.
+//! Crash safety (safety rule 9, docs/recovery.md): the daemon is stopped at every step boundary and
+//! inside every compose call, restarted on the same database, and each time the rollout finishes,
+//! exactly one real `up` per rollout reaches the host, no compose call names another service, and
+//! the audit trail is complete.
 
 use std::time::Duration;
 

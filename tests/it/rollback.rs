@@ -1,8 +1,8 @@
-//! One-click and automatic single-replica rollback (SPEC §6).
+//! One-click and automatic single-replica rollback (docs/reference.md#rollback).
 
 use serde_json::json;
 
-use crate::helpers::{is_dry_run, TestApp, HOST, R1, R2};
+use crate::helpers::{canary_with, is_dry_run, sim_config, TestApp, TestOptions, HOST, R1, R2};
 
 async fn canary(app: &TestApp, tag: &str) -> canaryd::http::RolloutOut {
     let id = app.start_canary(&TestApp::plan(tag)).await;
@@ -279,5 +279,90 @@ async fn a_rollback_to_a_tag_that_moved_fails_tag_moved() {
     assert!(up.detail["expected"]["commit"]
         .as_str()
         .is_some_and(|c| c.len() == 40 && !c.starts_with("ffff")));
+    app.stop().await;
+}
+
+/// A daemon whose canary runbook has no dry run before its `down` (a runbook may gate only the
+/// `up`): a canary of what already runs then succeeds, recording a second identical deployment.
+async fn spawn_without_preflight() -> TestApp {
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(
+            "  - {name: preflight, kind: plan, allow: [model-downloader]}\n",
+            "",
+        )])),
+        ..TestOptions::default()
+    };
+    TestApp::spawn_custom(sim_config(), opts).await
+}
+
+#[tokio::test]
+async fn after_two_canaries_of_the_same_tag_a_rollback_goes_back_to_the_tag_before_them() {
+    let app = spawn_without_preflight().await;
+    canary(&app, "v0.0.451").await;
+    canary(&app, "v0.0.452").await;
+    let again = canary(&app, "v0.0.452").await;
+    // A canary refused at the gate touched nothing: it is not what a rollback undoes.
+    app.sim.faults().set_dry_run_extra(Some("nginx".into()));
+    let mut plan = TestApp::plan("v0.0.453");
+    plan["runbook"] = json!("recreate-in-place"); // its dry run comes before any down or up
+    let refused = app.start_canary(&plan).await;
+    let refused = app.wait_terminal(&refused).await;
+    assert_eq!(refused.status, "failed", "{refused:#?}");
+    assert!(refused.rolled_back_by.is_none());
+    app.sim.faults().set_dry_run_extra(None);
+    let r1 = app.container_id(R1).expect("r1");
+
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "TTFT regression"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["tag"], "v0.0.451",
+        "the newest deployment that differs from what runs"
+    );
+    assert_eq!(
+        body["rollback_of"],
+        json!(again.id),
+        "the newest rollout that touched r2, not the refused canary"
+    );
+    let rb = app.wait_terminal(body["id"].as_str().expect("id")).await;
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    assert!(app.rollout(&refused.id).await.rolled_back_by.is_none());
+    assert_eq!(
+        app.rollout(&again.id).await.rolled_back_by.as_deref(),
+        Some(rb.id.as_str())
+    );
+    assert_eq!(app.container_id(R1), Some(r1), "r1 is untouched");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_replica_whose_every_deployment_is_what_it_runs_has_no_prior_deployment() {
+    let app = spawn_without_preflight().await;
+    // The first canary records the baseline (v0.0.450) and deploys the same tag again: every
+    // recorded deployment is what r2 runs now.
+    canary(&app, "v0.0.450").await;
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "nothing else ran"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "no_prior_deployment");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("v0.0.450"), "names what runs: {message}");
+    assert!(
+        message.contains("differs"),
+        "says why none qualifies: {message}"
+    );
+    let (status, body) = rollback(
+        &app,
+        json!({"host": HOST, "service": R2, "reason": "x", "to_tag": "v0.0.450"}),
+    )
+    .await;
+    assert_eq!(status, 404, "to_tag of what runs: {body}");
+    assert_eq!(body["error"]["code"], "no_prior_deployment");
     app.stop().await;
 }

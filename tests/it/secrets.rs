@@ -1,7 +1,7 @@
-//! Secrets (the host env file's values, API and compose-manager tokens) never reach SQLite,
-//! the logs or an API answer (SPEC §9 rule 8). A secret is planted in each, a canary and a
-//! failing canary (with its automatic rollback) run, then the database file, its WAL, every
-//! log line and every answer are searched for it.
+//! Secrets (the host env file's values, API and compose-manager tokens) never reach SQLite, the
+//! logs or an API answer (safety rule 8, docs/safety.md). A secret is planted in each, a canary and
+//! a failing canary (with its automatic rollback) run, then the database file, its WAL, every log
+//! line and every answer are searched for it.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! `canaryd doctor [--host H]`: asks the daemon to check hosts before a rollout (SPEC §14) and
+//! `canaryd doctor [--host H]`: asks the daemon to check hosts before a rollout (docs/oncall.md, "Before a rollout") and
 //! prints one line per check. Exit 0 when every check is ok, 1 when one fails, 2 when the
 //! doctor could not run (daemon unreachable, token refused, unknown host).
 

@@ -74,11 +74,12 @@ fn is_terminal(status: &str) -> bool {
 pub async fn follow(
     client: &ApiClient,
     id: &str,
-    mut print: impl FnMut(String),
+    mut print: impl FnMut(String) -> anyhow::Result<()>,
 ) -> anyhow::Result<RolloutOut> {
     let mut shown = BTreeMap::new();
     match follow_events(client, id, &mut print, &mut shown).await {
         Ok(r) => Ok(r),
+        Err(e) if e.is::<super::super::stdout::StdoutClosed>() => Err(e),
         Err(e) => {
             eprintln!("event stream of {id} unavailable ({e:#}); polling instead");
             poll(client, id, print, shown).await
@@ -90,24 +91,24 @@ pub async fn follow(
 fn show_changes(
     r: &RolloutOut,
     shown: &mut BTreeMap<String, String>,
-    print: &mut impl FnMut(String),
-) -> bool {
+    print: &mut impl FnMut(String) -> anyhow::Result<()>,
+) -> anyhow::Result<bool> {
     let now = Utc::now();
     let mut any = false;
     for s in &r.steps {
         if s.status != "pending" && shown.get(&s.name) != Some(&s.status) {
             shown.insert(s.name.clone(), s.status.clone());
-            print(step_line(r, s, now));
+            print(step_line(r, s, now))?;
             any = true;
         }
     }
-    any
+    Ok(any)
 }
 
 async fn follow_events(
     client: &ApiClient,
     id: &str,
-    print: &mut impl FnMut(String),
+    print: &mut impl FnMut(String) -> anyhow::Result<()>,
     shown: &mut BTreeMap<String, String>,
 ) -> anyhow::Result<RolloutOut> {
     let mut res = client
@@ -119,7 +120,7 @@ async fn follow_events(
             Err(_) => {
                 let r = client.rollout(id).await?;
                 if let Some(s) = r.steps.iter().find(|s| s.status == "running") {
-                    print(step_line(&r, s, Utc::now()));
+                    print(step_line(&r, s, Utc::now()))?;
                 }
                 continue;
             }
@@ -128,7 +129,7 @@ async fn follow_events(
         let Some(bytes) = chunk else {
             // The daemon ends the stream when the rollout is terminal.
             let r = client.rollout(id).await?;
-            show_changes(&r, shown, print);
+            show_changes(&r, shown, print)?;
             if is_terminal(&r.status) {
                 return Ok(r);
             }
@@ -141,7 +142,7 @@ async fn follow_events(
                 data["step"].is_null() && data["to_state"].as_str().is_some_and(is_terminal);
             if step_changed || ended {
                 let r = client.rollout(id).await?;
-                show_changes(&r, shown, print);
+                show_changes(&r, shown, print)?;
                 if ended && is_terminal(&r.status) {
                     return Ok(r);
                 }
@@ -154,17 +155,17 @@ async fn follow_events(
 async fn poll(
     client: &ApiClient,
     id: &str,
-    mut print: impl FnMut(String),
+    mut print: impl FnMut(String) -> anyhow::Result<()>,
     mut shown: BTreeMap<String, String>,
 ) -> anyhow::Result<RolloutOut> {
     let mut last_progress = std::time::Instant::now();
     loop {
         let r = client.rollout(id).await?;
-        if show_changes(&r, &mut shown, &mut print) {
+        if show_changes(&r, &mut shown, &mut print)? {
             last_progress = std::time::Instant::now();
         } else if last_progress.elapsed() > PROGRESS_EVERY {
             if let Some(s) = r.steps.iter().find(|s| s.status == "running") {
-                print(step_line(&r, s, Utc::now()));
+                print(step_line(&r, s, Utc::now()))?;
             }
             last_progress = std::time::Instant::now();
         }

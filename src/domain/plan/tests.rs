@@ -19,7 +19,7 @@ fn known() -> KnownTargets {
     }
 }
 
-/// The SPEC §4 example.
+/// The example plan of docs/reference.md#canary-plans.
 fn example() -> Value {
     json!({
         "host": "gpu02",
@@ -75,14 +75,14 @@ fn a_yaml_plan_reads_like_the_json_one() {
     assert_eq!(plan.require_logs[0].as_str(), "re:rank_budget_bytes=\\d+");
 }
 
-/// The SPEC example with one field replaced.
+/// The example plan with one field replaced.
 fn with(field: &str, value: Value) -> Value {
     let mut body = example();
     body[field] = value;
     body
 }
 
-/// The SPEC example without one field.
+/// The example plan without one field.
 fn without(field: &str) -> Value {
     let mut body = example();
     body.as_object_mut().expect("object").remove(field);

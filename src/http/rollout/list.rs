@@ -1,5 +1,5 @@
-//! `GET /v1/rollouts`: the audit query (SPEC §7). Filters combine with AND; newest first;
-//! keyset pagination (`limit`, `cursor`); `format=csv` streams every matching row.
+//! `GET /v1/rollouts`: the audit query (docs/reference.md#http-api). Filters combine with AND;
+//! newest first; keyset pagination (`limit`, `cursor`); `format=csv` streams every matching row.
 
 use std::collections::HashMap;
 
