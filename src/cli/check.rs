@@ -21,12 +21,19 @@ pub const EXIT_CHECK_FAILED: u8 = 1;
 pub enum CheckCommand {
     /// A daemon configuration: keys, URLs, env files, runbooks, and every env var it names must
     /// be set. Exit 2 when it does not load, as `serve` would.
-    Config { file: PathBuf },
+    Config {
+        /// The config file (YAML), e.g. config/canaryd.yaml.
+        file: PathBuf,
+    },
     /// A runbook file. Exit 1 when it is invalid.
-    Runbook { file: PathBuf },
+    Runbook {
+        /// The runbook file (YAML), e.g. runbooks/single-replica-canary.yaml.
+        file: PathBuf,
+    },
     /// A canary plan, checked against a config's hosts, replicas and runbooks. Exit 1 when the
     /// plan is invalid, 2 when the config does not load (use --no-config for the syntax only).
     Plan {
+        /// The plan file (YAML or JSON), as `canaryd rollout start` takes it.
         file: PathBuf,
         /// The config whose hosts, replicas and runbooks the plan must name (the env vars it
         /// names must be set; any distinct values do for a check).

@@ -68,7 +68,6 @@ fn the_log_format_is_a_flag_of_the_daemon_commands_only() {
     }
 }
 
-/// `check` is left out: its arguments belong to the offline checks' own module.
 #[test]
 fn every_flag_and_argument_has_help_text() {
     fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
@@ -78,7 +77,7 @@ fn every_flag_and_argument_has_help_text() {
             }
         }
         for sub in cmd.get_subcommands() {
-            if sub.get_name() == "check" || sub.get_name() == "help" {
+            if sub.get_name() == "help" {
                 continue;
             }
             if sub.get_about().is_none() {
