@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 
 mod doctor;
+mod left_down;
 
 /// One browser at a time: two Chromiums on a 2-core CI box starve the daemons under test.
 static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
