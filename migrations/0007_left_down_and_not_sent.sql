@@ -37,3 +37,7 @@ drop table step_attempt;
 alter table step_attempt_new rename to step_attempt;
 create index step_attempt_rollout_idx on step_attempt (rollout_id, started_at);
 create index step_attempt_step_idx on step_attempt (step_id);
+
+-- The replicas left down (the canaryd_replicas_down gauge, /v1/replicas): read on every scrape,
+-- so they are found without scanning the rollout history.
+create index rollout_left_down_idx on rollout (host, service, finished_at) where error_code = 'replica_left_down';
