@@ -218,18 +218,7 @@ mod tests {
 
     #[test]
     fn a_step_without_evidence_prints_nothing_rather_than_null() {
-        let kinds = [
-            "snapshot",
-            "peers_healthy",
-            "plan",
-            "down",
-            "up",
-            "verify_neighbours",
-            "wait_health",
-            "wait_logs",
-            "soak",
-        ];
-        for kind in kinds {
+        for kind in crate::domain::runbook::StepKind::NAMES.iter().copied() {
             for status in ["skipped", "pending", "aborted", "succeeded"] {
                 let got = evidence(&step(kind, status, json!({})));
                 assert!(!got.contains("null"), "{kind} {status}: {got}");

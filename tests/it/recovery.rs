@@ -223,19 +223,7 @@ async fn a_crash_after_the_up_failed_but_before_its_step_did_does_not_resend_it(
     let app = app.kill().await.restart().await;
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "failed", "{canary:#?}");
-    // on_failure: halt after the down: the replica is left down, and says so (rule 14).
-    assert_eq!(
-        canary.error.as_ref().map(|e| e.code.as_str()),
-        Some("replica_left_down"),
-        "{canary:#?}"
-    );
-    assert!(
-        canary
-            .error
-            .as_ref()
-            .is_some_and(|e| e.message.contains("compose_failed")),
-        "the cause is kept: {canary:#?}"
-    );
+    assert_left_down_by_failed_up(&canary);
     let (_, down, up) = calls_for(&app, CANARY_TAG);
     assert_eq!((down, up), (1, 1), "the failed up is not sent again");
     app.stop().await;
@@ -260,19 +248,7 @@ async fn a_crash_after_the_up_failed_but_before_the_rollout_did_does_not_resend_
     let app = app.kill().await.restart().await;
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "failed", "{canary:#?}");
-    // on_failure: halt after the down: the replica is left down, and says so (rule 14).
-    assert_eq!(
-        canary.error.as_ref().map(|e| e.code.as_str()),
-        Some("replica_left_down"),
-        "{canary:#?}"
-    );
-    assert!(
-        canary
-            .error
-            .as_ref()
-            .is_some_and(|e| e.message.contains("compose_failed")),
-        "the cause is kept: {canary:#?}"
-    );
+    assert_left_down_by_failed_up(&canary);
     let (_, down, up) = calls_for(&app, CANARY_TAG);
     assert_eq!((down, up), (1, 1), "the failed up is not sent again");
     app.stop().await;
@@ -606,4 +582,21 @@ async fn a_rollout_whose_runbook_is_gone_after_a_restart_fails_runbook_not_loade
     );
     assert!(rollback.is_some(), "the touched replica is rolled back");
     app.stop().await;
+}
+
+/// on_failure: halt after the down and a failed up: the replica is left down, and says so
+/// (safety rule 14), keeping the cause.
+fn assert_left_down_by_failed_up(canary: &canaryd::http::RolloutOut) {
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("replica_left_down"),
+        "{canary:#?}"
+    );
+    assert!(
+        canary
+            .error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("compose_failed")),
+        "the cause is kept: {canary:#?}"
+    );
 }
