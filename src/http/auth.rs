@@ -42,14 +42,11 @@ impl Actor {
 }
 
 /// Compares two secrets in time independent of where they differ and of their lengths: both
-/// are hashed to 32 bytes, which are compared without an early exit.
+/// are hashed to 32 bytes, which `subtle` compares in constant time.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use sha2::{Digest, Sha256};
-    let (ha, hb) = (Sha256::digest(a), Sha256::digest(b));
-    ha.iter()
-        .zip(hb.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    use subtle::ConstantTimeEq;
+    Sha256::digest(a).ct_eq(&Sha256::digest(b)).into()
 }
 
 impl FromRequestParts<AppState> for Actor {
