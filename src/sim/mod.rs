@@ -286,6 +286,15 @@ impl SimHost {
             .map(|port| format!("http://127.0.0.1:{port}/health"))
     }
 
+    /// `http://127.0.0.1:P`: the base of an engine's OpenAI-compatible API (same port as
+    /// its health).
+    pub fn api_url(&self, service: &str) -> Option<String> {
+        self.shared
+            .engine_ports
+            .get(service)
+            .map(|port| format!("http://127.0.0.1:{port}"))
+    }
+
     /// Every compose-manager request received, oldest first.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.shared.state().calls.iter().cloned().collect()
