@@ -20,3 +20,4 @@ mod recovery;
 mod rollback;
 mod secrets;
 mod sim_host;
+mod smoke;
