@@ -148,8 +148,10 @@ impl StepRun<'_> {
             Ok(models) => models,
             Err(why) => return bad_body("GET /v1/models", &why, &answer, detail, &secrets),
         };
+        let listed = models.iter().any(|m| m == spec.model);
+        let models: Vec<String> = models.iter().map(|m| mask(m, &secrets)).collect();
         detail["models"] = json!(models);
-        if !models.iter().any(|m| m == spec.model) {
+        if !listed {
             let msg = format!(
                 "{base}/v1/models does not list {:?}; it serves {models:?}",
                 spec.model
