@@ -427,3 +427,34 @@ async fn the_simulated_engines_serve_a_deterministic_openai_api_once_ready() {
     assert_eq!(status, 503, "not ready, like /health");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_smoke_step_caught_by_a_crash_runs_again_after_the_restart_within_its_deadline() {
+    let app = spawn(FAST_SMOKE).await;
+    let mut pause = app.engine.pause_at("step:smoke:started");
+    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    let deadline_of = |steps: Vec<canaryd::store::Step>| {
+        steps
+            .into_iter()
+            .find(|s| s.name == "smoke")
+            .and_then(|s| s.deadline_at)
+    };
+    let deadline = deadline_of(app.engine.store().steps(&id).await.expect("steps"));
+    assert!(
+        deadline.is_some(),
+        "the deadline was written when the step started"
+    );
+    let app = app.kill().await.restart().await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_eq!(step(&r, "smoke").detail["identical_outputs"], 2);
+    let kept = deadline_of(app.engine.store().steps(&id).await.expect("steps"));
+    assert_eq!(kept, deadline, "the restart does not reset the deadline");
+    assert_eq!(
+        api_calls(&app.sim, R2).len(),
+        3,
+        "one listing, two generations"
+    );
+    app.stop().await;
+}
