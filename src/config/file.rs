@@ -323,7 +323,14 @@ fn resolve_host(
         let health_url =
             check_url(&r.health_url, true).map_err(|e| src.error(&field("health_url"), e))?;
         let api_url = match &r.api_url {
-            Some(url) => check_url(url, true).map_err(|e| src.error(&field("api_url"), e))?,
+            Some(url) => {
+                let url = check_url(url, true).map_err(|e| src.error(&field("api_url"), e))?;
+                if url.ends_with("/v1") {
+                    let why = "leave out the trailing `/v1`: canaryd appends `/v1/models` and `/v1/chat/completions`";
+                    return Err(src.error(&field("api_url"), why));
+                }
+                url
+            }
             None => origin(&health_url),
         };
         let api_token = match &r.api_token_env {

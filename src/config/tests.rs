@@ -183,6 +183,7 @@ fn bad_configs_are_refused_naming_file_line_and_key() {
         ("a reserved project", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: dstack\n"), ":13: hosts.gpu02.project: \"dstack\" is not a usable compose project"),
         ("a project with capitals", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: Work\n"), ":13: hosts.gpu02.project: \"Work\""),
         ("a bad api URL", ("{group: glm52,", "{group: glm52, api_url: \"gpu02:8000\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_url: \"gpu02:8000\" is not an http(s)://host[:port]/path URL: the scheme"),
+        ("an api URL ending in /v1", ("{group: glm52,", "{group: glm52, api_url: \"http://gpu02:8000/v1/\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_url: leave out the trailing `/v1`"),
         ("a missing api token", ("{group: glm52,", "{group: glm52, api_token_env: GLM52_API_TOKEN,"), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_token_env: environment variable GLM52_API_TOKEN is not set"),
         ("an empty api token", ("{group: glm52,", "{group: glm52, api_token_env: EMPTY_VAR,"), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_token_env: environment variable EMPTY_VAR is empty"),
         ("a replica without a group", ("{group: glm52,", "{group: \"\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.group: must be a non-empty name"),

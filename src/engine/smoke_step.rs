@@ -188,6 +188,7 @@ impl StepRun<'_> {
                 Err(why) => return bad_body(&what, &why, &answer, detail, &secrets),
             };
             latencies.push(millis(answer.latency));
+            tracing::debug!(rollout.id = %self.rollout.id, duration_ms = millis(answer.latency), "smoke generation {n} of {} answered", self.rollout.id);
             let shown = excerpt(&output.content, &secrets);
             if let Some(calls) = detail["calls"].as_array_mut() {
                 calls.push(json!({
