@@ -184,6 +184,11 @@ pub struct ReplicaConfig {
     pub group: String,
     /// The replica's `/health` URL.
     pub health_url: String,
+    /// Base URL of the engine's OpenAI-compatible API (`/v1/models`, `/v1/chat/completions`
+    /// are appended); the origin of `health_url` unless configured.
+    pub api_url: String,
+    /// Bearer token for that API (`api_token_env` in the file), if it wants one.
+    pub api_token: Option<Secret>,
 }
 
 impl HostConfig {

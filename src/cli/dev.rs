@@ -77,11 +77,14 @@ pub fn dev_config(
     let mut replicas = BTreeMap::new();
     for service in [R1, R2] {
         let health_url = sim.health_url(service).unwrap_or_default();
+        let api_url = sim.api_url(service).unwrap_or_default();
         replicas.insert(
             service.to_owned(),
             ReplicaConfig {
                 group: "glm53-long".to_owned(),
                 health_url,
+                api_url,
+                api_token: None,
             },
         );
     }

@@ -91,9 +91,30 @@ pub fn evidence(s: &StepOut) -> String {
         "verify_neighbours" => shown(&d["checked"]).map(|n| format!("{n} neighbours unchanged")),
         "down" | "up" => shown(&d["lines"]).map(|n| format!("{n} stream lines")),
         "peers_healthy" => shown(&d["peers"]).map(|p| format!("peers healthy: {p}")),
+        "smoke" => d.get("model").map(|_| smoke_evidence(d)),
         _ => None,
     };
     summary.unwrap_or_default()
+}
+
+/// `model z-ai/glm-5.3-flash ok, 2 identical outputs, up to 120 ms, 11 tokens: "Ready. …"`.
+fn smoke_evidence(d: &serde_json::Value) -> String {
+    let calls = d["calls"].as_array().map_or(&[][..], Vec::as_slice);
+    let tokens: u64 = calls
+        .iter()
+        .filter_map(|c| c["usage"]["completion_tokens"].as_u64())
+        .sum();
+    let outputs = match d["identical_outputs"].as_u64() {
+        Some(1) => "1 output".to_owned(),
+        Some(n) => format!("{n} identical outputs"),
+        None => format!("{} output(s)", calls.len()),
+    };
+    format!(
+        "model {} ok, {outputs}, up to {} ms, {tokens} tokens: {:?}",
+        d["model"].as_str().unwrap_or("?"),
+        d["latency_ms_max"],
+        d["output"].as_str().unwrap_or("")
+    )
 }
 
 /// A progress line for a step.
@@ -237,6 +258,23 @@ mod tests {
         assert_eq!(
             evidence(&step("up", "succeeded", json!({"lines": 12}))),
             "12 stream lines"
+        );
+    }
+
+    #[test]
+    fn a_smoke_step_reads_as_one_line_of_evidence() {
+        let detail = serde_json::json!({
+            "model": "z-ai/glm-5.3-flash", "identical_outputs": 2, "latency_ms_max": 120,
+            "output": "Ready. Served by img.",
+            "calls": [{"usage": {"completion_tokens": 4}}, {"usage": {"completion_tokens": 4}}],
+        });
+        assert_eq!(
+            evidence(&step("smoke", "succeeded", detail)),
+            "model z-ai/glm-5.3-flash ok, 2 identical outputs, up to 120 ms, 8 tokens: \"Ready. Served by img.\""
+        );
+        let failed = serde_json::json!({"error": {"code": "smoke_mismatch", "message": "the output does not match [\"re:^OK$\"]"}});
+        assert!(
+            evidence(&step("smoke", "failed", failed)).starts_with("smoke_mismatch: the output")
         );
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::url::check_url;
+use super::url::{check_url, origin};
 use super::{
     env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig, HttpTuning,
     NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
@@ -93,6 +93,10 @@ struct HostFile {
 struct ReplicaFile {
     group: String,
     health_url: String,
+    #[serde(default)]
+    api_url: Option<String>,
+    #[serde(default)]
+    api_token_env: Option<String>,
 }
 
 /// Durations stay text here and are parsed in `resolve_compose`, so errors name the key.
@@ -388,11 +392,28 @@ fn resolve_host(
         }
         let health_url =
             check_url(&r.health_url, true).map_err(|e| src.error(&field("health_url"), e))?;
+        let api_url = match &r.api_url {
+            Some(url) => {
+                let url = check_url(url, true).map_err(|e| src.error(&field("api_url"), e))?;
+                if url.ends_with("/v1") {
+                    let why = "leave out the trailing `/v1`: canaryd appends `/v1/models` and `/v1/chat/completions`";
+                    return Err(src.error(&field("api_url"), why));
+                }
+                url
+            }
+            None => origin(&health_url),
+        };
+        let api_token = match &r.api_token_env {
+            Some(var) => Some(src.secret(&field("api_token_env"), var, env)?),
+            None => None,
+        };
         replicas.insert(
             service,
             ReplicaConfig {
                 group: r.group,
                 health_url,
+                api_url,
+                api_token,
             },
         );
     }

@@ -35,6 +35,7 @@ fn fake_env(key: &str) -> Option<String> {
         ("CANARYD_TOKEN_ONCALL", "oncall-secret"),
         ("CANARYD_TOKEN_AUDIT", "audit-secret"),
         ("GPU02_COMPOSE_MANAGER_TOKEN", "cm-secret"),
+        ("GLM53_API_TOKEN", "engine-api-secret"),
         ("EMPTY_VAR", ""),
     ];
     vars.iter()
@@ -96,6 +97,28 @@ fn peers_are_the_other_replicas_of_the_same_group_on_the_host() {
     let known = config.known_targets(&runbooks);
     assert_eq!(known.replicas["gpu02"].len(), 3);
     assert_eq!(known.runbooks, runbooks);
+}
+
+#[test]
+fn a_replica_api_defaults_to_the_origin_of_its_health_url_and_may_carry_a_token() {
+    let text = BASE.replace(
+        "{group: glm53-long, health_url: http://gpu02.internal:18002/health}",
+        "{group: glm53-long, health_url: http://gpu02.internal:18002/health,\n         api_url: \"https://gpu02.internal:8444/r2/\", api_token_env: GLM53_API_TOKEN}",
+    );
+    assert_ne!(text, BASE, "the edit applies");
+    let config = load_text(&text).unwrap_or_else(|e| panic!("{e}"));
+    let replicas = &config.hosts["gpu02"].replicas;
+    assert_eq!(replicas[R1].api_url, "http://gpu02.internal:18001");
+    assert_eq!(replicas[R1].api_token, None);
+    assert_eq!(replicas[R2].api_url, "https://gpu02.internal:8444/r2");
+    assert_eq!(
+        replicas[R2].api_token.as_ref().map(Secret::expose),
+        Some("engine-api-secret")
+    );
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("engine-api-secret"), "{debug}");
+    assert_eq!(url::origin("http://[::1]:8080/health"), "http://[::1]:8080");
+    assert_eq!(url::origin("https://a"), "https://a");
 }
 
 #[test]
@@ -162,6 +185,10 @@ fn bad_configs_are_refused_naming_file_line_and_key() {
         ("a missing runbooks folder", ("runbooks_dir: runbooks", "runbooks_dir: nowhere"), ":3: runbooks_dir: "),
         ("a reserved project", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: dstack\n"), ":13: hosts.gpu02.project: \"dstack\" is not a usable compose project"),
         ("a project with capitals", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    project: Work\n"), ":13: hosts.gpu02.project: \"Work\""),
+        ("a bad api URL", ("{group: glm52,", "{group: glm52, api_url: \"gpu02:8000\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_url: \"gpu02:8000\" is not an http(s)://host[:port]/path URL: the scheme"),
+        ("an api URL ending in /v1", ("{group: glm52,", "{group: glm52, api_url: \"http://gpu02:8000/v1/\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_url: leave out the trailing `/v1`"),
+        ("a missing api token", ("{group: glm52,", "{group: glm52, api_token_env: GLM52_API_TOKEN,"), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_token_env: environment variable GLM52_API_TOKEN is not set"),
+        ("an empty api token", ("{group: glm52,", "{group: glm52, api_token_env: EMPTY_VAR,"), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.api_token_env: environment variable EMPTY_VAR is empty"),
         ("a replica without a group", ("{group: glm52,", "{group: \"\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.group: must be a non-empty name"),
         ("a missing field", ("listen: 127.0.0.1:7878\n", ""), ":1: missing field `listen`"),
         ("a tab-broken YAML", ("hosts:\n", "hosts:\n\t"), ":9: found character that cannot start any token"),

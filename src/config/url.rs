@@ -64,3 +64,12 @@ pub(super) fn check_url(url: &str, with_path: bool) -> Result<String, String> {
     }
     Ok(url.trim_end_matches('/').to_string())
 }
+
+/// `scheme://host[:port]` of a URL that [`check_url`] accepted (its path dropped).
+pub(super) fn origin(url: &str) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    match url[scheme_end..].find('/') {
+        Some(slash) => url[..scheme_end + slash].to_string(),
+        None => url.to_string(),
+    }
+}

@@ -205,6 +205,7 @@ fn step_line() -> impl Strategy<Value = String> {
         Just("wait_health"),
         Just("wait_logs"),
         Just("soak"),
+        Just("smoke"),
         Just("reboot"),
     ];
     (

@@ -52,6 +52,12 @@ pub mod defaults {
     /// a row before the step fails `logs_unavailable` (a step that watches logs never
     /// succeeds blind).
     pub const MAX_LOG_FAILURES: u32 = 3;
+    /// `smoke.max_tokens`: enough for a short sentence, cheap for a serving engine.
+    pub const SMOKE_MAX_TOKENS: u32 = 16;
+    /// `smoke.repeat`: one generation unless determinism is checked.
+    pub const SMOKE_REPEAT: u32 = 1;
+    /// `smoke.timeout`: a few short generations on a ready engine take seconds.
+    pub const SMOKE_TIMEOUT: Duration = Duration::from_secs(2 * 60);
 }
 
 /// A validated runbook.
@@ -149,6 +155,23 @@ pub enum StepKind {
         /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
         max_log_failures: u32,
     },
+    /// A real generation through the replica's OpenAI-compatible API: the model is listed,
+    /// the answer is 200 with content, matches every `expect`, and is the same `repeat` times.
+    Smoke {
+        /// The model id `/v1/models` must list, sent in the chat request.
+        model: String,
+        /// The user message.
+        prompt: String,
+        /// `max_tokens` of each chat request.
+        max_tokens: u32,
+        /// Patterns every output must match (substring, or `re:` regex).
+        expect: Vec<LogPattern>,
+        /// Chat requests sent; all outputs must be identical.
+        repeat: u32,
+        /// Deadline for all the calls together.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+    },
 }
 
 impl StepKind {
@@ -163,6 +186,7 @@ impl StepKind {
         "wait_health",
         "wait_logs",
         "soak",
+        "smoke",
     ];
 
     /// The kind's name as written in runbooks (`wait_health`).
@@ -177,6 +201,7 @@ impl StepKind {
             Self::WaitHealth { .. } => "wait_health",
             Self::WaitLogs { .. } => "wait_logs",
             Self::Soak { .. } => "soak",
+            Self::Smoke { .. } => "smoke",
         }
     }
 

@@ -22,7 +22,9 @@ use serde::{Deserialize, Serialize};
 use super::{Engine, EngineError, HostRuntime};
 use crate::compose::{ComposeError, LogsRequest, VersionInfo};
 
-use verdict::{dry_run_check, fail, health_check, mask, newest_tag_check, pass, peers_check};
+/// Masks secrets of 8 characters or more in text taken from a host (also used by `smoke`).
+pub(super) use verdict::mask;
+use verdict::{dry_run_check, fail, health_check, newest_tag_check, pass, peers_check};
 
 /// Log lines asked for by the logs check: enough to prove the call works.
 const LOGS_TAIL: u32 = 5;

@@ -10,6 +10,7 @@ mod left_down;
 mod log_step;
 mod rollback;
 mod runner;
+mod smoke_step;
 mod steps;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
+use crate::probe::engine_api::EngineApi;
 use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
@@ -106,6 +108,8 @@ pub(crate) struct Inner {
     pub runbooks: BTreeMap<String, Runbook>,
     pub tuning: ComposeTuning,
     pub prober: HealthProber,
+    /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
+    pub engine_api: EngineApi,
     /// Abort signals of the rollouts whose task is running.
     pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
     /// The tasks, so shutdown can stop the ones that outlive their grace.
@@ -170,6 +174,7 @@ impl Engine {
             runbooks,
             tuning: config.compose.clone(),
             prober: HealthProber::new(Duration::from_secs(3)),
+            engine_api: EngineApi::new(config.compose.connect_timeout),
             running: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),

@@ -9,6 +9,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::log_step::LogWait;
+use super::smoke_step::Smoke;
 use super::{compose_step, merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
 use crate::domain::pattern::LogPattern;
@@ -49,7 +50,8 @@ pub(crate) fn timeout_of(kind: &StepKind) -> Option<chrono::Duration> {
         | StepKind::Down { timeout }
         | StepKind::Up { timeout }
         | StepKind::WaitHealth { timeout, .. }
-        | StepKind::WaitLogs { timeout, .. } => *timeout,
+        | StepKind::WaitLogs { timeout, .. }
+        | StepKind::Smoke { timeout, .. } => *timeout,
         StepKind::Soak { duration, .. } => *duration,
         // A dry run, like a snapshot, should take seconds; this bounds 409 retries.
         StepKind::Plan { .. } | StepKind::Snapshot | StepKind::VerifyNeighbours => {
@@ -172,6 +174,23 @@ impl<'a> StepRun<'a> {
                     max_log_failures: *max_log_failures,
                 };
                 self.soak(step, deadline, *max_misses, spec, abort).await
+            }
+            StepKind::Smoke {
+                model,
+                prompt,
+                max_tokens,
+                expect,
+                repeat,
+                ..
+            } => {
+                let spec = Smoke {
+                    model,
+                    prompt,
+                    max_tokens: *max_tokens,
+                    expect,
+                    repeat: *repeat,
+                };
+                self.smoke(deadline, spec, abort).await
             }
         }
     }

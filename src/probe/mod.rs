@@ -1,5 +1,8 @@
 //! Health probes of engines (`GET <health_url>`): one sample at a time; the engine's wait steps
-//! decide what a run of samples means.
+//! decide what a run of samples means. `engine_api` calls an engine's OpenAI-compatible API
+//! for the `smoke` step.
+
+pub mod engine_api;
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! Containers coming and going, and the simulated engines inside them: each engine service
 //! has one loopback port for the host's whole life, answering `/health` 503 while its
 //! container is absent, exited or cold-starting (or forever, with `set_health_never`) and
-//! 200 once ready; its log grows over the cold start and keeps growing afterwards.
+//! 200 once ready; its log grows over the cold start and keeps growing afterwards. The same
+//! port serves the engine's OpenAI-compatible API (`openai.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,11 +10,9 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 use chrono::Utc;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -326,10 +325,11 @@ pub(crate) fn engine_ready(shared: &Shared, service: &str) -> bool {
     ready
 }
 
+/// What an engine's handlers know: the host and which service they serve.
 #[derive(Clone)]
-struct EngineCtx {
-    shared: Arc<Shared>,
-    service: String,
+pub(super) struct EngineCtx {
+    pub shared: Arc<Shared>,
+    pub service: String,
 }
 
 async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
@@ -338,28 +338,6 @@ async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     }
-}
-
-async fn models(State(ctx): State<EngineCtx>) -> Response {
-    if !engine_ready(&ctx.shared, &ctx.service) {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    let command = ctx
-        .shared
-        .state()
-        .containers
-        .get(&ctx.service)
-        .map(|c| c.command.clone())
-        .unwrap_or_default();
-    let words: Vec<&str> = command.split_whitespace().collect();
-    let id = words
-        .iter()
-        .position(|w| *w == "--served-model-name")
-        .and_then(|i| words.get(i + 1))
-        .copied()
-        .unwrap_or("default");
-    Json(json!({"object": "list", "data": [{"id": id, "object": "model", "owned_by": "sglang"}]}))
-        .into_response()
 }
 
 /// Serves one engine's port until the host shuts down.
@@ -371,7 +349,7 @@ pub(crate) fn serve_engine(
     let mut stop = shared.shutdown.clone();
     let app = Router::new()
         .route("/health", get(health))
-        .route("/v1/models", get(models))
+        .merge(super::openai::routes())
         .with_state(EngineCtx { shared, service });
     tokio::spawn(async move {
         let signal = async move {

@@ -17,6 +17,9 @@
 //! - timed: [`SimFaults::busy_for`];
 //! - immediate: [`SimFaults::emit_log_line`], [`SimFaults::restart_engine`],
 //!   [`SimFaults::release_stalls`].
+//!
+//! The engines' OpenAI-compatible API has its own faults in `api_fault.rs`
+//! ([`SimFaults::set_api_fault`], [`SimFaults::require_api_token`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -81,6 +84,8 @@ pub(crate) struct FaultState {
     /// while its compose child goes on: the target is stopped, removed and recreated over
     /// the given time after the stream ended.
     pub abandon_up: Option<Duration>,
+    /// The engines' API faults.
+    pub api: super::api_fault::ApiFaults,
 }
 
 impl FaultState {

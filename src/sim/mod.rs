@@ -14,13 +14,15 @@
 //!   file's images and are appended to the served text as a comment, so each tag has its
 //!   own `file_sha256`.
 //! - Engine ports are not recorded in [`SimHost::calls`]; every compose-manager request is
-//!   (the latest 50 000).
+//!   (the latest 50 000); engine API calls are, apart ([`SimHost::api_calls`]).
 
+mod api_fault;
 mod down;
 mod dry_run;
 mod engine;
 mod faults;
 mod inspect;
+mod openai;
 mod routes;
 mod state;
 mod stream;
@@ -35,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use api_fault::ApiFault;
 pub use faults::{SimFaults, SimOp};
 use state::{sha256_hex, Shared, State, TagEntry};
 
@@ -148,6 +151,21 @@ pub struct RecordedCall {
     pub path: String,
     /// The JSON body; `Null` when empty, a string when not JSON.
     pub body: serde_json::Value,
+    /// When it arrived.
+    pub at: DateTime<Utc>,
+}
+
+/// One call of an engine's OpenAI-compatible API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimApiCall {
+    /// The engine's service.
+    pub service: String,
+    /// `/v1/models` or `/v1/chat/completions`.
+    pub path: String,
+    /// The JSON body; `Null` when empty, a string when not JSON.
+    pub body: serde_json::Value,
+    /// The bearer token it carried, if any.
+    pub bearer: Option<String>,
     /// When it arrived.
     pub at: DateTime<Utc>,
 }
@@ -286,9 +304,23 @@ impl SimHost {
             .map(|port| format!("http://127.0.0.1:{port}/health"))
     }
 
+    /// `http://127.0.0.1:P`: the base of an engine's OpenAI-compatible API (same port as
+    /// its health).
+    pub fn api_url(&self, service: &str) -> Option<String> {
+        self.shared
+            .engine_ports
+            .get(service)
+            .map(|port| format!("http://127.0.0.1:{port}"))
+    }
+
     /// Every compose-manager request received, oldest first.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.shared.state().calls.iter().cloned().collect()
+    }
+
+    /// Every call of the engines' OpenAI-compatible APIs, oldest first.
+    pub fn api_calls(&self) -> Vec<SimApiCall> {
+        self.shared.state().api_calls.iter().cloned().collect()
     }
 
     /// The project's containers (running and exited), by service.

@@ -11,11 +11,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::faults::FaultState;
-use super::{RecordedCall, SimContainer, SimTag};
+use super::{RecordedCall, SimApiCall, SimContainer, SimTag};
 use crate::domain::compose_file::ComposeFile;
 
 /// Lines kept per container log; older lines fall off, as with a rotated json-file log.
 pub(crate) const LOG_CAP: usize = 5_000;
+/// Engine API calls kept; the oldest fall off beyond this.
+pub(crate) const CALLS_CAP: usize = 10_000;
 /// The compose project every call uses (WORK_DIR `/app/work`).
 pub(crate) const PROJECT: &str = "work";
 
@@ -77,6 +79,8 @@ pub(crate) struct State {
     /// The host's own env files (`.env`, `.env.host`): what `/compose/logs` interpolates the
     /// file with, since logs run without the request's env.
     pub host_env: BTreeMap<String, String>,
+    /// Every call of an engine's OpenAI-compatible API (the latest [`CALLS_CAP`]).
+    pub api_calls: VecDeque<SimApiCall>,
 }
 
 /// The operation holding the lock, as `/status` shows it.

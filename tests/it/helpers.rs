@@ -62,6 +62,35 @@ steps:
   - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
 "#;
 
+/// The health step of `FAST_CANARY` and `FAST_ROLLBACK`, after which a smoke step goes.
+const FAST_HEALTH: &str =
+    "  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}\n";
+
+/// The shipped runbooks' smoke step with test timings.
+pub const FAST_SMOKE: &str = r#"  - {name: smoke, kind: smoke, model: z-ai/glm-5.3-flash, prompt: "Reply with the word ready.", max_tokens: 16, expect: ["re:(?i)ready"], repeat: 2, timeout: 2s}"#;
+
+/// The fast runbooks with a smoke step after `health`: `canary_smoke` (a YAML step line) in
+/// the canary, [`FAST_SMOKE`] in the rollback, as the shipped runbooks have.
+#[allow(dead_code)]
+pub fn with_smoke(canary_smoke: &str) -> BTreeMap<String, Runbook> {
+    let add = |text: &str, smoke: &str| {
+        assert!(
+            text.contains(FAST_HEALTH),
+            "the runbook has the health step"
+        );
+        text.replace(FAST_HEALTH, &format!("{FAST_HEALTH}{smoke}\n"))
+    };
+    let mut books = fast_runbooks();
+    for (name, text, smoke) in [
+        ("single-replica-canary", FAST_CANARY, canary_smoke),
+        ("single-replica-rollback", FAST_ROLLBACK, FAST_SMOKE),
+    ] {
+        let rb = runbook::parse(name, "with smoke", &add(text, smoke)).expect("runbook with smoke");
+        books.insert(name.to_owned(), rb);
+    }
+    books
+}
+
 /// The fast runbooks, with the canary's text edited (`from` → `to`, each must match).
 #[allow(dead_code)]
 pub fn canary_with(edits: &[(&str, &str)]) -> BTreeMap<String, Runbook> {
@@ -113,6 +142,8 @@ pub struct TestOptions {
     pub groups: Vec<(String, String)>,
     /// The API server's read timeouts (default: the config's defaults).
     pub http: Option<canaryd::config::HttpTuning>,
+    /// Bearer token of every replica's OpenAI-compatible API (`api_token_env`).
+    pub api_token: Option<String>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -124,6 +155,7 @@ impl TestOptions {
             tuning: None,
             groups: Vec::new(),
             http: None,
+            api_token: None,
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -234,6 +266,11 @@ impl TestApp {
         }
         if let Some(http) = &opts.http {
             config.http = http.clone();
+        }
+        for host in config.hosts.values_mut() {
+            for replica in host.replicas.values_mut() {
+                replica.api_token = opts.api_token.clone().map(Secret::new);
+            }
         }
         for (service, group) in &opts.groups {
             for host in config.hosts.values_mut() {

@@ -25,3 +25,4 @@ mod repo;
 mod rollback;
 mod secrets;
 mod sim_host;
+mod smoke;

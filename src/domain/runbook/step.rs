@@ -38,6 +38,14 @@ fn allowed_fields(kind: &str) -> &'static [&'static str] {
             "forbid",
             "max_log_failures",
         ],
+        "smoke" => &[
+            "model",
+            "prompt",
+            "max_tokens",
+            "expect",
+            "repeat",
+            "timeout",
+        ],
         _ => &[],
     }
 }
@@ -119,6 +127,24 @@ impl Fields<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// A required, non-blank string; `what` says what it is for.
+    fn required_text(&self, field: &str, what: &str) -> Result<String, StepError> {
+        match self.get(field) {
+            None => Err(StepError {
+                field: None,
+                message: format!("{}: missing field `{field}` ({what})", self.label),
+            }),
+            Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
+            Some(other) => self.fail(
+                field,
+                format!(
+                    "`{field}` must be a non-empty string ({what}), got {}",
+                    show(other)
+                ),
+            ),
+        }
     }
 
     fn patterns(&self, field: &str) -> Result<Vec<LogPattern>, StepError> {
@@ -309,6 +335,17 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
                     .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
             }
         }
+        "smoke" => StepKind::Smoke {
+            model: fields.required_text(
+                "model",
+                "the model id the engine serves, e.g. `z-ai/glm-5.3-flash`",
+            )?,
+            prompt: fields.required_text("prompt", "the message sent to the engine")?,
+            max_tokens: fields.positive("max_tokens", defaults::SMOKE_MAX_TOKENS)?,
+            expect: fields.patterns("expect")?,
+            repeat: fields.positive("repeat", defaults::SMOKE_REPEAT)?,
+            timeout: fields.duration("timeout", defaults::SMOKE_TIMEOUT)?,
+        },
         other => return fields.fail("kind", format!("unknown kind `{other}`")),
     };
     Ok(Step { name, kind })

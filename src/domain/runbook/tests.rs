@@ -50,6 +50,7 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "up",
         "verify_neighbours",
         "wait_health",
+        "smoke",
         "wait_logs",
         "soak",
     ];
@@ -60,10 +61,11 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "up",
         "verify_neighbours",
         "wait_health",
+        "smoke",
         "wait_logs",
         "soak",
     ];
-    let rollback = &canary[..9];
+    let rollback = &canary[..10];
     for (file, name, text) in SHIPPED {
         let runbook = parse(name, file, text).unwrap_or_else(|e| panic!("{e}"));
         let expected: &[&str] = match *name {
@@ -82,6 +84,7 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
     for (file, name, text) in SHIPPED {
         let runbook = parse(name, file, text).unwrap_or_else(|e| panic!("{e}"));
         let mut total = Duration::ZERO;
+        let mut smoked = false;
         for step in &runbook.steps {
             match &step.kind {
                 StepKind::WaitHealth { timeout, .. } if file.starts_with("runbooks/") => {
@@ -104,9 +107,29 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
                     assert_eq!(requires_stall_dump, *name != ROLLBACK, "{file}");
                 }
                 StepKind::Soak { duration, .. } => total += *duration,
+                StepKind::Smoke {
+                    model,
+                    expect,
+                    repeat,
+                    timeout,
+                    ..
+                } => {
+                    smoked = true;
+                    assert_eq!(model, "z-ai/glm-5.3-flash", "{file}: the served model id");
+                    let expect: Vec<&str> = expect.iter().map(LogPattern::as_str).collect();
+                    assert_eq!(expect, ["re:(?i)ready"], "{file}");
+                    assert_eq!(*repeat, 2, "{file}: determinism is checked");
+                    let want = if file.starts_with("runbooks/") {
+                        120
+                    } else {
+                        5
+                    };
+                    assert_eq!(*timeout, Duration::from_secs(want), "{file}");
+                }
                 _ => {}
             }
         }
+        assert!(smoked, "{file}: a smoke step");
         if file.starts_with("config/dev/") && *name != ROLLBACK {
             assert_eq!(total, Duration::from_secs(3), "{file}: dev soak");
         }
@@ -115,7 +138,7 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
 
 #[test]
 fn omitted_fields_take_the_documented_defaults() {
-    let yaml = "steps:\n  - {kind: snapshot}\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {kind: down}\n  - {kind: up}\n  - {kind: wait_health}\n  - {kind: wait_logs}\n  - {kind: soak}\n";
+    let yaml = "steps:\n  - {kind: snapshot}\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {kind: down}\n  - {kind: up}\n  - {kind: wait_health}\n  - {kind: wait_logs}\n  - {kind: soak}\n  - {kind: smoke, model: m, prompt: p}\n";
     let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     let m = |n: u64| Duration::from_secs(n * 60);
     let expected = vec![
@@ -142,6 +165,14 @@ fn omitted_fields_take_the_documented_defaults() {
             max_misses: 3,
             forbid: vec![],
             max_log_failures: 3,
+        },
+        StepKind::Smoke {
+            model: "m".into(),
+            prompt: "p".into(),
+            max_tokens: 16,
+            expect: vec![],
+            repeat: 1,
+            timeout: m(2),
         },
     ];
     let got: Vec<StepKind> = runbook.steps.iter().map(|s| s.kind.clone()).collect();
@@ -182,6 +213,15 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
         ("an unknown top-level key", "description: x\nname: y\nsteps: []\n".into(), "r.yaml:2: unknown field `name`"),
         ("broken YAML", "steps: [\n".into(), "r.yaml:2: did not find expected node content"),
         ("an empty file", "\n".into(), "r.yaml: empty runbook"),
+        ("a smoke step without a model", "steps:\n  - {name: s, kind: smoke, prompt: hi}\n".into(), "r.yaml:2: step 1 \"s\": missing field `model` (the model id the engine serves, e.g. `z-ai/glm-5.3-flash`)"),
+        ("a smoke step without a prompt", "steps:\n  - name: s\n    kind: smoke\n    model: m\n".into(), "r.yaml:2: step 1 \"s\": missing field `prompt` (the message sent to the engine)"),
+        ("a blank smoke prompt", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: \"  \"\n".into(), "r.yaml:5: step 1 \"s\": `prompt` must be a non-empty string (the message sent to the engine), got \"  \""),
+        ("a smoke model that is a list", "steps:\n  - {name: s, kind: smoke, model: [a], prompt: p}\n".into(), "r.yaml:2: step 1 \"s\": `model` must be a non-empty string (the model id the engine serves, e.g. `z-ai/glm-5.3-flash`), got a list"),
+        ("zero smoke repeats", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: p\n    repeat: 0\n".into(), "r.yaml:6: step 1 \"s\": `repeat` must be a whole number of at least 1, got `0`"),
+        ("negative max_tokens", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, max_tokens: -1}\n".into(), "step 1 \"s\": `max_tokens` must be a whole number of at least 1, got `-1`"),
+        ("a bad smoke regex", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: p\n    expect: [\"re:[\"]\n".into(), "r.yaml:6: step 1 \"s\": `expect[0]`: invalid regular expression in `re:[`"),
+        ("a smoke timeout without a unit", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, timeout: 120}\n".into(), "step 1 \"s\": `timeout` must be a duration such as `5s` or `45m`, got `120`"),
+        ("a field smoke does not take", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, interval: 5s}\n".into(), "step 1 \"s\": unknown field `interval` (a `smoke` step takes: model, prompt, max_tokens, expect, repeat, timeout)"),
         ("a duplicate key", "steps:\n  - {name: a, kind: snapshot, kind: up}\n".into(), "r.yaml:2: steps[0]: duplicate entry with key \"kind\""),
     ];
     for (case, yaml, expected) in cases {
@@ -191,6 +231,39 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
             "{case}:\n  got:      {err}\n  expected: {expected}"
         );
     }
+}
+
+#[test]
+fn a_smoke_step_reads_every_field() {
+    let yaml = "steps:\n  - name: smoke\n    kind: smoke\n    model: z-ai/glm-5.3-flash\n    prompt: Reply with the word ready.\n    max_tokens: 8\n    expect: [\"re:(?i)ready\", \"Ready\"]\n    repeat: 3\n    timeout: 90s\n";
+    let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let StepKind::Smoke {
+        model,
+        prompt,
+        max_tokens,
+        expect,
+        repeat,
+        timeout,
+    } = &runbook.steps[0].kind
+    else {
+        panic!("{:?}", runbook.steps[0].kind);
+    };
+    assert_eq!(model, "z-ai/glm-5.3-flash");
+    assert_eq!(prompt, "Reply with the word ready.");
+    assert_eq!((*max_tokens, *repeat), (8, 3));
+    assert_eq!(*timeout, Duration::from_secs(90));
+    let expect: Vec<&str> = expect.iter().map(LogPattern::as_str).collect();
+    assert_eq!(expect, ["re:(?i)ready", "Ready"]);
+    assert!(!runbook.steps[0].kind.touches_replica());
+    let json = serde_json::to_value(&runbook.steps[0]).expect("serialises");
+    assert_eq!(
+        json,
+        serde_json::json!({"name": "smoke", "kind": "smoke", "model": "z-ai/glm-5.3-flash",
+            "prompt": "Reply with the word ready.", "max_tokens": 8,
+            "expect": ["re:(?i)ready", "Ready"], "repeat": 3, "timeout": "90s"})
+    );
+    let back: Step = serde_json::from_value(json).expect("deserialises");
+    assert_eq!(back, runbook.steps[0]);
 }
 
 #[test]

@@ -136,7 +136,7 @@ pub(super) fn fail(name: &str, detail: impl Into<String>) -> DoctorCheck {
 }
 
 /// `text` with every secret of at least [`MASK_MIN_CHARS`] characters replaced by `***`.
-pub(super) fn mask(text: &str, secrets: &[String]) -> String {
+pub(crate) fn mask(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
     let mut secrets: Vec<&String> = secrets
         .iter()
