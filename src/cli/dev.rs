@@ -141,6 +141,8 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         .unwrap_or(SocketAddr::from(([127, 0, 0, 1], default_port)));
     let config = dev_config(&sim, listen, db.clone(), env);
     let app = App::build(config, dev_runbooks()?).await?;
+    // Installed before the banner: a SIGTERM right after it still removes the temp folder.
+    let stop = shutdown_signal();
     let addr = app.local_addr()?;
     let url = format!("http://{addr}");
     println!(
@@ -154,7 +156,7 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         command_name()
     );
     if !args.demo {
-        app.run_until_stopped(shutdown_signal()).await?;
+        app.run_until_stopped(stop).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
