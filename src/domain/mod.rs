@@ -1,5 +1,6 @@
 //! Pure domain model. No tokio, sqlx, axum or reqwest here, and no clock reads: callers pass `now`.
 
+pub mod audit;
 pub mod compose_file;
 pub mod duration;
 #[cfg(test)]

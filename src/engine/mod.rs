@@ -24,6 +24,7 @@ use tokio::task::AbortHandle;
 
 use crate::compose::{ClientOptions, ComposeClient};
 use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
+use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
@@ -300,7 +301,7 @@ impl Engine {
                 None => serde_json::json!({"step": null}),
             };
             let status = rollout.status.as_str();
-            let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, "rollout_resumed")
+            let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, AuditKind::RolloutResumed)
                 .rollout(&rollout.id)
                 .states(Some(status), Some(status))
                 .detail(detail);

@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::{Actor, ApiError, AppState};
+use crate::domain::state::RolloutStatus;
 use crate::store::{AuditEvent, Store, StoreError};
 
 pub(super) fn router() -> Router<AppState> {
@@ -84,18 +85,16 @@ async fn rollout_events(
 /// Whether an event ends its rollout (the rollout's own move to a terminal status).
 fn is_terminal(e: &AuditEvent) -> bool {
     e.step.is_none()
-        && e.kind.starts_with("rollout_")
-        && matches!(
-            e.to_state.as_deref(),
-            Some("succeeded" | "failed" | "aborted")
-        )
+        && e.kind
+            .rollout_status()
+            .is_some_and(RolloutStatus::is_terminal)
 }
 
 fn to_sse(e: &AuditEvent) -> Event {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".to_owned());
     Event::default()
         .id(e.seq.to_string())
-        .event(e.kind.clone())
+        .event(e.kind.as_str())
         .data(data)
 }
 
@@ -169,6 +168,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
+    use crate::domain::audit::AuditKind;
     use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind};
     use crate::store::{new_id, AuditEntry, NewRollout, RolloutChange};
 
@@ -215,7 +215,7 @@ mod tests {
             tokio::spawn(async move { pump(&store, &id, 0, bus, &tx).await })
         };
         for n in 0..1500 {
-            let note = AuditEntry::new(Utc::now(), "ops", "note")
+            let note = AuditEntry::new(Utc::now(), "ops", AuditKind::RolloutResumed)
                 .rollout(&id)
                 .detail(serde_json::json!({"n": n}));
             store.audit(&note).await.expect("appended");
@@ -243,7 +243,7 @@ mod tests {
         pumping.await.expect("join").expect("pump ends cleanly");
         assert_eq!(seqs.len(), 1 + 1500 + 2, "every event once");
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order");
-        assert_eq!(kinds.first().map(String::as_str), Some("rollout_created"));
-        assert_eq!(kinds.last().map(String::as_str), Some("rollout_succeeded"));
+        assert_eq!(kinds.first(), Some(&AuditKind::RolloutCreated));
+        assert_eq!(kinds.last(), Some(&AuditKind::RolloutSucceeded));
     }
 }

@@ -34,7 +34,7 @@ async fn abort_reaction(app: &TestApp, id: &str) -> chrono::Duration {
     let at = |kind: &str| {
         events
             .iter()
-            .find(|e| e.kind == kind)
+            .find(|e| e.kind.as_str() == kind)
             .unwrap_or_else(|| panic!("no {kind} event"))
             .occurred_at
     };

@@ -319,7 +319,7 @@ impl TestApp {
             .await
             .expect("audit events")
             .into_iter()
-            .map(|e| e.kind)
+            .map(|e| e.kind.as_str().to_owned())
             .collect()
     }
 
