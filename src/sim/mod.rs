@@ -16,6 +16,7 @@
 //! - Engine ports are not recorded in [`SimHost::calls`]; every compose-manager request is
 //!   (the latest 50 000).
 
+mod checks;
 mod down;
 mod dry_run;
 mod engine;

@@ -18,6 +18,8 @@ use crate::domain::compose_file::ComposeFile;
 pub(crate) const LOG_CAP: usize = 5_000;
 /// The compose project every call uses (WORK_DIR `/app/work`).
 pub(crate) const PROJECT: &str = "work";
+/// The HuggingFace cache volume of project `work`.
+pub(crate) const HF_VOLUME: &str = "work_huggingface_cache";
 
 /// Everything the handlers, engines and the `SimHost` handle share.
 pub(crate) struct Shared {
