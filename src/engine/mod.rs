@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::compose::{ClientOptions, ComposeClient};
+use crate::compose::{ClientOptions, ComposeClient, ComposeObserver};
 use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
 use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
@@ -133,15 +133,16 @@ impl Engine {
         config: &ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
     ) -> Result<Self, crate::compose::ComposeError> {
-        Self::with_metrics(store, config, runbooks, None)
+        Self::with_observers(store, config, runbooks, None)
     }
 
-    /// Like `new`, with every compose-manager request counted in `metrics`.
-    pub fn with_metrics(
+    /// Like `new`, with every compose-manager request of host `h` reported to
+    /// `observer(h)` (the metrics count them).
+    pub fn with_observers(
         store: Store,
         config: &ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
-        metrics: Option<&Arc<crate::metrics::Metrics>>,
+        observer: Option<&dyn Fn(&str) -> ComposeObserver>,
     ) -> Result<Self, crate::compose::ComposeError> {
         let mut hosts = BTreeMap::new();
         for (name, host) in &config.hosts {
@@ -154,8 +155,8 @@ impl Engine {
             };
             let mut client =
                 ComposeClient::new(&host.compose_manager_url, host.token.expose(), opts)?;
-            if let Some(metrics) = metrics {
-                client = client.with_observer(metrics.compose_observer(name));
+            if let Some(observer) = observer {
+                client = client.with_observer(observer(name));
             }
             hosts.insert(
                 name.clone(),

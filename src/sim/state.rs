@@ -10,9 +10,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::compose_file::ComposeFile;
 use super::faults::FaultState;
 use super::{RecordedCall, SimContainer, SimTag};
-use crate::domain::compose_file::ComposeFile;
 
 /// Lines kept per container log; older lines fall off, as with a rotated json-file log.
 pub(crate) const LOG_CAP: usize = 5_000;

@@ -1,5 +1,5 @@
 //! The notification outbox (migration 0006). `enqueue` runs inside the transaction of the audit
-//! event that causes a notification; the notifier (`crate::notify`) routes each row to the
+//! event that causes a notification; the notifier (`notify/`) routes each row to the
 //! webhooks subscribed to it and delivers it, claiming every attempt before it is sent.
 
 use chrono::{DateTime, Utc};
@@ -8,8 +8,8 @@ use sqlx::{Sqlite, Transaction};
 
 use super::audit::AuditEntry;
 use super::{fmt_time, Store, StoreError};
+use crate::domain::notification::{text, NotifyEvent, Subject};
 use crate::domain::state::RolloutKind;
-use crate::notify::event::{text, NotifyEvent, Subject};
 
 /// A notification waiting to be routed to webhooks.
 #[derive(Debug, Clone)]

@@ -1,10 +1,11 @@
-//! Which audit events are notified, under which name, and the text a human reads. Pure.
+//! Which audit events are notified, under which name, and the text a human reads. Pure: the
+//! config names these events, the store writes them to the outbox, `notify` delivers them.
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::domain::audit::AuditKind;
-use crate::domain::state::RolloutKind;
+use super::audit::AuditKind;
+use super::state::RolloutKind;
 
 /// A notification a webhook may subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
