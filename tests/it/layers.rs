@@ -21,6 +21,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("cli", 4),
     ("app", 4),
     ("sim", 4),
+    ("testing", 4),
 ];
 
 /// What the simulator may name: the pure model and compose-manager's wire types.
