@@ -640,3 +640,6 @@ fn outcome_name(o: &StreamOutcome) -> AttemptOutcome {
         StreamOutcome::Unknown => AttemptOutcome::Unknown,
     }
 }
+
+#[cfg(test)]
+mod tests;
