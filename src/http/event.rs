@@ -163,49 +163,21 @@ async fn pump(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use chrono::Utc;
 
     use super::*;
     use crate::domain::audit::AuditKind;
-    use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind};
-    use crate::store::{new_id, AuditEntry, NewRollout, RolloutChange};
-
-    fn change(event: RolloutEvent) -> RolloutChange {
-        RolloutChange {
-            event,
-            actor: "canaryd".into(),
-            error: None,
-            detail: serde_json::json!({}),
-            at: Utc::now(),
-        }
-    }
+    use crate::domain::state::RolloutEvent;
+    use crate::store::tests::{change, rollout};
+    use crate::store::{new_id, AuditEntry};
 
     #[tokio::test]
     async fn a_client_that_falls_behind_the_bus_still_gets_every_event_once_in_order() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Store::open(&dir.path().join("e.db")).await.expect("store");
         let id = new_id("ro");
-        let new = NewRollout {
-            id: id.clone(),
-            kind: RolloutKind::Canary,
-            host: "h".into(),
-            file: "prod/x.yaml".into(),
-            service: "s".into(),
-            tag: "v1".into(),
-            runbook: "r".into(),
-            actor: "ops".into(),
-            reason: "test".into(),
-            env_overrides: BTreeMap::new(),
-            env_sha256: String::new(),
-            require_logs: Vec::new(),
-            on_failure: OnFailure::Halt,
-            rollback_of: None,
-            expect_commit: None,
-            expect_file_sha256: None,
-            created_at: Utc::now(),
-        };
+        let new = rollout(&id, "h", "s", 0);
         store.create_rollout(&new, &[]).await.expect("created");
         // A reader that does not read yet: 64 events fill its channel, the bus (1024) overflows.
         let (tx, mut rx) = mpsc::channel::<AuditEvent>(64);
@@ -221,11 +193,11 @@ mod tests {
             store.audit(&note).await.expect("appended");
         }
         store
-            .transition_rollout(&id, &change(RolloutEvent::Start))
+            .transition_rollout(&id, &change(RolloutEvent::Start, 1))
             .await
             .expect("running");
         store
-            .transition_rollout(&id, &change(RolloutEvent::Succeed))
+            .transition_rollout(&id, &change(RolloutEvent::Succeed, 2))
             .await
             .expect("succeeded");
         let mut seqs = Vec::new();

@@ -14,7 +14,7 @@ mod retention;
 mod rollout;
 mod step;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::path::Path;
 use std::str::FromStr;

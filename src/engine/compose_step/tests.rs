@@ -17,10 +17,10 @@ use crate::compose::ComposeError;
 use crate::config::{
     ComposeTuning, EnvMap, HostConfig, HttpTuning, NotificationsConfig, ResolvedConfig, Secret,
 };
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind};
+use crate::domain::state::AttemptOutcome;
 use crate::engine::steps::{pause, poll_interval, StepRun};
 use crate::engine::Engine;
-use crate::store::{NewRollout, NewStep, Store};
+use crate::store::{NewStep, Store};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -58,25 +58,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
     };
     let config = config(dir, tuning);
     let store = Store::open(&config.database).await.expect("store");
-    let rollout = NewRollout {
-        id: "ro_1".into(),
-        kind: RolloutKind::Canary,
-        host: "h1".into(),
-        file: "prod/a.yaml".into(),
-        service: "r2".into(),
-        tag: "v2".into(),
-        runbook: "r".into(),
-        actor: "alice".into(),
-        reason: "test".into(),
-        env_overrides: BTreeMap::new(),
-        env_sha256: String::new(),
-        require_logs: Vec::new(),
-        on_failure: OnFailure::Halt,
-        rollback_of: None,
-        expect_commit: None,
-        expect_file_sha256: None,
-        created_at: Utc::now(),
-    };
+    let rollout = crate::store::tests::rollout("ro_1", "h1", "r2", 0);
     let step = NewStep {
         name: "down".into(),
         kind: "down".into(),
@@ -95,14 +77,24 @@ fn busy() -> ComposeError {
     }
 }
 
-/// Runs `call` for the rollout's down step; `answer(n)` is the n-th (0-based) answer. Returns
-/// what `call` ended with and the instant of every send.
+/// What one `call` did: how it ended, the instant of every send, and the engine (with its
+/// database folder) to read the attempts from.
+struct Ran {
+    result: Call<()>,
+    sent: Vec<Instant>,
+    engine: Engine,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `call` for the down step of a fresh rollout, with `deadline` left; `answer(n, abort)`
+/// is the n-th (0-based) answer, and may send the abort.
 async fn run_call(
-    engine: &Engine,
     deadline: chrono::Duration,
-    abort: (&watch::Sender<bool>, &mut watch::Receiver<bool>),
     answer: impl Fn(usize, &watch::Sender<bool>) -> Result<(), ComposeError>,
-) -> (Call<()>, Vec<Instant>) {
+) -> Ran {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = engine(dir.path()).await;
+    let (tx, mut rx) = watch::channel(false);
     let store = &engine.inner.store;
     let rollout = store
         .get_rollout("ro_1")
@@ -110,46 +102,49 @@ async fn run_call(
         .expect("read")
         .expect("found");
     let step = store.steps("ro_1").await.expect("steps").remove(0);
-    let run = StepRun::new(engine, &rollout);
+    let run = StepRun::new(&engine, &rollout);
     let sent = RefCell::new(Vec::new());
-    let (tx, rx) = abort;
     let result = call(
         &run,
         &step,
         "compose/down",
         Utc::now() + deadline,
-        rx,
+        &mut rx,
         || {
             let n = {
                 let mut sent = sent.borrow_mut();
                 sent.push(Instant::now());
                 sent.len() - 1
             };
-            let answer = answer(n, tx);
+            let answer = answer(n, &tx);
             async move { answer }
         },
     )
     .await;
-    (result, sent.into_inner())
+    drop(run);
+    Ran {
+        result,
+        sent: sent.into_inner(),
+        engine,
+        _dir: dir,
+    }
 }
 
 #[tokio::test]
 async fn a_busy_host_is_retried_with_a_doubling_backoff_up_to_its_cap() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let engine = engine(dir.path()).await;
-    let (tx, mut rx) = watch::channel(false);
-    let (result, sent) = run_call(
-        &engine,
-        chrono::Duration::hours(1),
-        (&tx, &mut rx),
-        |n, _| if n < 5 { Err(busy()) } else { Ok(()) },
-    )
+    let ran = run_call(chrono::Duration::hours(1), |n, _| {
+        if n < 5 {
+            Err(busy())
+        } else {
+            Ok(())
+        }
+    })
     .await;
     assert!(
-        matches!(result, Call::Done { .. }),
+        matches!(ran.result, Call::Done { .. }),
         "the sixth send is answered"
     );
-    let gaps: Vec<Duration> = sent.windows(2).map(|w| w[1] - w[0]).collect();
+    let gaps: Vec<Duration> = ran.sent.windows(2).map(|w| w[1] - w[0]).collect();
     assert_eq!(gaps.len(), 5);
     for (gap, least) in gaps.iter().zip([20, 40, 80, 80, 80]) {
         assert!(*gap >= MS * least, "a backoff is never shorter: {gaps:?}");
@@ -159,7 +154,8 @@ async fn a_busy_host_is_retried_with_a_doubling_backoff_up_to_its_cap() {
         gaps[4] < MS * 300,
         "the backoff stops doubling at its cap: {gaps:?}"
     );
-    let outcomes: Vec<Option<AttemptOutcome>> = engine
+    let outcomes: Vec<Option<AttemptOutcome>> = ran
+        .engine
         .inner
         .store
         .attempts("ro_1")
@@ -178,22 +174,13 @@ async fn a_busy_host_is_retried_with_a_doubling_backoff_up_to_its_cap() {
 
 #[tokio::test]
 async fn a_busy_host_is_not_retried_past_the_step_deadline() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let engine = engine(dir.path()).await;
-    let (tx, mut rx) = watch::channel(false);
-    let (result, sent) = run_call(
-        &engine,
-        chrono::Duration::milliseconds(10),
-        (&tx, &mut rx),
-        |_, _| Err(busy()),
-    )
-    .await;
-    let Call::OutOfTime { last_error } = result else {
+    let ran = run_call(chrono::Duration::milliseconds(10), |_, _| Err(busy())).await;
+    let Call::OutOfTime { last_error } = ran.result else {
         panic!("not out of time")
     };
     assert!(last_error.contains("compose_up"), "{last_error}");
     assert_eq!(
-        sent.len(),
+        ran.sent.len(),
         1,
         "a backoff longer than the time left is not waited"
     );
@@ -201,41 +188,25 @@ async fn a_busy_host_is_not_retried_past_the_step_deadline() {
 
 #[tokio::test]
 async fn an_abort_during_the_backoff_stops_the_retries() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let engine = engine(dir.path()).await;
-    let (tx, mut rx) = watch::channel(false);
-    let (result, sent) = run_call(
-        &engine,
-        chrono::Duration::hours(1),
-        (&tx, &mut rx),
-        |_, abort| {
-            abort.send_replace(true);
-            Err(busy())
-        },
-    )
+    let ran = run_call(chrono::Duration::hours(1), |_, abort| {
+        abort.send_replace(true);
+        Err(busy())
+    })
     .await;
-    assert!(matches!(result, Call::Aborted));
-    assert_eq!(sent.len(), 1);
+    assert!(matches!(ran.result, Call::Aborted));
+    assert_eq!(ran.sent.len(), 1);
 }
 
 #[tokio::test]
 async fn an_error_that_is_not_transient_is_not_retried() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let engine = engine(dir.path()).await;
-    let (tx, mut rx) = watch::channel(false);
-    let (result, sent) = run_call(
-        &engine,
-        chrono::Duration::hours(1),
-        (&tx, &mut rx),
-        |_, _| {
-            Err(ComposeError::InvalidRequest {
-                message: "bad".into(),
-            })
-        },
-    )
+    let ran = run_call(chrono::Duration::hours(1), |_, _| {
+        Err(ComposeError::InvalidRequest {
+            message: "bad".into(),
+        })
+    })
     .await;
-    assert!(matches!(result, Call::Error { .. }));
-    assert_eq!(sent.len(), 1);
+    assert!(matches!(ran.result, Call::Error { .. }));
+    assert_eq!(ran.sent.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

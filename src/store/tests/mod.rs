@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::json;
 
-use super::{NewRollout, NewStep, RolloutChange, Store, StoreError};
+use super::{NewRollout, NewStep, Rollout, RolloutChange, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{
     AttemptOutcome, OnFailure, RolloutEvent, RolloutKind, RolloutStatus, StepEvent, StepStatus,
@@ -31,7 +31,9 @@ pub(super) fn at(s: i64) -> DateTime<Utc> {
         + Duration::seconds(s)
 }
 
-pub(super) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewRollout {
+/// A pending canary of `host`/`service` created at `at(created)` (also the fixture of the
+/// engine and HTTP unit tests).
+pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewRollout {
     NewRollout {
         id: id.into(),
         kind: RolloutKind::Canary,
@@ -63,7 +65,7 @@ pub(super) fn steps() -> Vec<NewStep> {
         .collect()
 }
 
-pub(super) fn change(event: RolloutEvent, s: i64) -> RolloutChange {
+pub(crate) fn change(event: RolloutEvent, s: i64) -> RolloutChange {
     RolloutChange {
         event,
         actor: "canaryd".into(),
@@ -71,6 +73,19 @@ pub(super) fn change(event: RolloutEvent, s: i64) -> RolloutChange {
         detail: json!({}),
         at: at(s),
     }
+}
+
+/// Creates `new` with the three steps.
+pub(super) async fn create(store: &Store, new: &NewRollout) {
+    store.create_rollout(new, &steps()).await.expect("created");
+}
+
+/// Moves rollout `id` by `event` at `at(s)`.
+pub(super) async fn apply(store: &Store, id: &str, event: RolloutEvent, s: i64) -> Rollout {
+    store
+        .transition_rollout(id, &change(event, s))
+        .await
+        .unwrap_or_else(|e| panic!("{id} {event}: {e}"))
 }
 
 async fn kinds(store: &Store, id: &str) -> Vec<AuditKind> {
@@ -81,10 +96,7 @@ async fn kinds(store: &Store, id: &str) -> Vec<AuditKind> {
 #[tokio::test]
 async fn a_created_rollout_is_pending_with_its_steps_in_order_and_one_audit_event() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     let r = store
         .get_rollout("ro_1")
         .await
@@ -115,10 +127,7 @@ async fn a_created_rollout_is_pending_with_its_steps_in_order_and_one_audit_even
 #[tokio::test]
 async fn a_host_holds_one_active_rollout_until_it_ends() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     let busy = store
         .create_rollout(&rollout("ro_2", "h1", "r1", 1), &steps())
         .await;
@@ -126,21 +135,12 @@ async fn a_host_holds_one_active_rollout_until_it_ends() {
         matches!(busy, Err(StoreError::HostBusy { ref rollout_id, .. }) if rollout_id == "ro_1"),
         "{busy:?}"
     );
-    store
-        .create_rollout(&rollout("ro_3", "h2", "r2", 1), &steps())
-        .await
-        .expect("another host is free");
+    create(&store, &rollout("ro_3", "h2", "r2", 1)).await;
     let active = store.active_rollout_on("h1").await.expect("read");
     assert_eq!(active.map(|r| r.id).as_deref(), Some("ro_1"));
-    store
-        .transition_rollout("ro_1", &change(RolloutEvent::Fail, 2))
-        .await
-        .expect("failed");
+    apply(&store, "ro_1", RolloutEvent::Fail, 2).await;
     assert!(store.active_rollout_on("h1").await.expect("read").is_none());
-    store
-        .create_rollout(&rollout("ro_2", "h1", "r1", 3), &steps())
-        .await
-        .expect("the host is free again");
+    create(&store, &rollout("ro_2", "h1", "r1", 3)).await;
     let unfinished: Vec<String> = store
         .unfinished_rollouts()
         .await
@@ -169,10 +169,7 @@ async fn rollout_transitions_follow_the_state_machine_and_write_their_event() {
     ];
     for (events, expected) in cases {
         let (_dir, store) = temp_store().await;
-        store
-            .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-            .await
-            .expect("created");
+        create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
         let mut got = Ok(RolloutStatus::Pending);
         for (n, event) in events.iter().enumerate() {
             got = match store
@@ -210,10 +207,7 @@ async fn rollout_transitions_follow_the_state_machine_and_write_their_event() {
 #[tokio::test]
 async fn an_abort_request_is_audited_with_its_actor_and_refused_once_terminal() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     store
         .request_abort("ro_1", "bob", "wrong tag", at(1))
         .await
@@ -239,14 +233,8 @@ async fn an_abort_request_is_audited_with_its_actor_and_refused_once_terminal() 
 #[tokio::test]
 async fn a_failed_canary_and_its_rollback_are_created_and_linked_in_one_step() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_c", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
-    store
-        .transition_rollout("ro_c", &change(RolloutEvent::Start, 1))
-        .await
-        .expect("running");
+    create(&store, &rollout("ro_c", "h1", "r2", 0)).await;
+    apply(&store, "ro_c", RolloutEvent::Start, 1).await;
     let mut back = rollout("ro_b", "h1", "r2", 2);
     back.kind = RolloutKind::Rollback;
     back.rollback_of = Some("ro_c".into());
@@ -276,14 +264,8 @@ async fn a_failed_canary_and_its_rollback_are_created_and_linked_in_one_step() {
 #[tokio::test]
 async fn a_manual_rollback_is_linked_once_with_its_reason() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_c", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
-    store
-        .transition_rollout("ro_c", &change(RolloutEvent::Fail, 1))
-        .await
-        .expect("failed");
+    create(&store, &rollout("ro_c", "h1", "r2", 0)).await;
+    apply(&store, "ro_c", RolloutEvent::Fail, 1).await;
     let mut back = rollout("ro_b", "h1", "r2", 2);
     back.kind = RolloutKind::Rollback;
     back.reason = "pager".into();
@@ -312,17 +294,11 @@ async fn a_manual_rollback_is_linked_once_with_its_reason() {
 async fn the_last_touching_rollout_is_the_newest_that_sent_a_down_or_up() {
     let (_dir, store) = temp_store().await;
     for (id, s) in [("ro_1", 0), ("ro_2", 10), ("ro_3", 20)] {
-        store
-            .create_rollout(&rollout(id, "h1", "r2", s), &steps())
-            .await
-            .expect("created");
+        create(&store, &rollout(id, "h1", "r2", s)).await;
         if id != "ro_3" {
             store.mark_touched(id).await.expect("touched");
         }
-        store
-            .transition_rollout(id, &change(RolloutEvent::Fail, s + 1))
-            .await
-            .expect("failed");
+        apply(&store, id, RolloutEvent::Fail, s + 1).await;
     }
     let last = store.last_touching_rollout("h1", "r2").await.expect("read");
     assert_eq!(last.map(|r| r.id).as_deref(), Some("ro_2"));
@@ -336,10 +312,7 @@ async fn the_last_touching_rollout_is_the_newest_that_sent_a_down_or_up() {
 #[tokio::test]
 async fn step_transitions_count_attempts_keep_the_first_deadline_and_audit_failures() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     let step = store.steps("ro_1").await.expect("steps").remove(1);
     let deadline = Some(at(100));
     let next = store
@@ -390,10 +363,7 @@ async fn step_transitions_count_attempts_keep_the_first_deadline_and_audit_failu
 #[tokio::test]
 async fn attempts_are_written_ahead_numbered_per_step_and_read_in_order() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     let all = store.steps("ro_1").await.expect("steps");
     let (down, up) = (&all[1], &all[2]);
     let a1 = store

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::Duration;
 
-use super::{at, change, rollout, steps, temp_store};
+use super::{apply, at, change, create, rollout, temp_store};
 use crate::domain::state::{RolloutEvent, RolloutStatus};
 use crate::store::{fmt_time, NewDeployment, RolloutFilter, RunningState, Store};
 
@@ -31,14 +31,8 @@ fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
 
 /// A rollout of h1/r2 that succeeds at `s + 1` and records `tag`.
 async fn deploy(store: &Store, id: &str, tag: &str, s: i64) {
-    store
-        .create_rollout(&rollout(id, "h1", "r2", s), &steps())
-        .await
-        .expect("created");
-    store
-        .transition_rollout(id, &change(RolloutEvent::Start, s))
-        .await
-        .expect("running");
+    create(store, &rollout(id, "h1", "r2", s)).await;
+    apply(store, id, RolloutEvent::Start, s).await;
     store
         .succeed_rollout(
             id,
@@ -138,14 +132,8 @@ async fn the_history_filters_and_pages_newest_first_without_repeats() {
     for n in 0..5 {
         let id = format!("ro_{n}");
         let host = if n % 2 == 0 { "h1" } else { "h2" };
-        store
-            .create_rollout(&rollout(&id, host, "r2", n * 10), &steps())
-            .await
-            .expect("created");
-        store
-            .transition_rollout(&id, &change(RolloutEvent::Fail, n * 10 + 1))
-            .await
-            .expect("failed");
+        create(&store, &rollout(&id, host, "r2", n * 10)).await;
+        apply(&store, &id, RolloutEvent::Fail, n * 10 + 1).await;
     }
     let ids = |rs: Vec<crate::store::Rollout>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
     let all = RolloutFilter {
@@ -193,10 +181,7 @@ async fn the_history_filters_and_pages_newest_first_without_repeats() {
 #[tokio::test]
 async fn a_notification_is_enqueued_with_its_event_routed_to_each_webhook_and_delivered() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
     assert!(
         store
             .unrouted_notifications(10)
@@ -205,10 +190,7 @@ async fn a_notification_is_enqueued_with_its_event_routed_to_each_webhook_and_de
             .is_empty(),
         "created notifies nothing"
     );
-    store
-        .transition_rollout("ro_1", &change(RolloutEvent::Start, 1))
-        .await
-        .expect("running");
+    apply(&store, "ro_1", RolloutEvent::Start, 1).await;
     let unrouted = store.unrouted_notifications(10).await.expect("read");
     assert_eq!(unrouted.len(), 1);
     assert_eq!(unrouted[0].event, "started");
@@ -267,10 +249,7 @@ async fn a_notification_is_enqueued_with_its_event_routed_to_each_webhook_and_de
 async fn retention_purges_old_terminal_rollouts_but_keeps_their_deployments_and_active_ones() {
     let (_dir, store) = temp_store().await;
     deploy(&store, "ro_old", "v1", 0).await;
-    store
-        .create_rollout(&rollout("ro_live", "h1", "r2", 5), &steps())
-        .await
-        .expect("created");
+    create(&store, &rollout("ro_live", "h1", "r2", 5)).await;
     let now = at(1) + Duration::days(8);
     let purged = store.purge_finished(now, 7).await.expect("purged");
     assert_eq!((purged.rollouts, purged.steps), (1, 3));
@@ -286,14 +265,8 @@ async fn retention_purges_old_terminal_rollouts_but_keeps_their_deployments_and_
 #[tokio::test]
 async fn a_replica_left_down_stays_listed_until_a_later_rollout_of_it_succeeds() {
     let (_dir, store) = temp_store().await;
-    store
-        .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps())
-        .await
-        .expect("created");
-    store
-        .transition_rollout("ro_1", &change(RolloutEvent::Start, 1))
-        .await
-        .expect("running");
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    apply(&store, "ro_1", RolloutEvent::Start, 1).await;
     let mut down = change(RolloutEvent::Fail, 2);
     down.error = Some(("replica_left_down".into(), "no container".into()));
     let r = store
