@@ -6,7 +6,7 @@ pub mod audit;
 pub use crate::sim::compose_file;
 pub mod duration;
 #[cfg(test)]
-mod fuzz;
+pub(crate) mod fuzz;
 pub mod log_watch;
 pub mod notification;
 pub mod pattern;
