@@ -34,8 +34,9 @@ use anyhow::{bail, ensure, Context};
 use canaryd::cli::ApiClient;
 use canaryd::http::RolloutOut;
 use canaryd::sim::{SimConfig, SimHost};
+use canaryd::testing::{self, Timings};
 use chrono::{DateTime, Utc};
-use common::{env_ms, env_usize, ms_between, pct, rb};
+use common::{env_ms, env_usize, ms_between, pct};
 use serde_json::{json, Value};
 
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
@@ -85,43 +86,30 @@ impl Settings {
 
 /// The shipped canary sequence with benchmark timings; `consecutive: 1` so that the health
 /// lag is the detection lag alone (N consecutive samples add N-1 intervals by design).
+fn timings(interval: Duration, soak: Duration) -> Timings {
+    Timings {
+        peers: Duration::from_secs(60),
+        compose: Duration::from_secs(120),
+        wait: Duration::from_secs(600),
+        interval,
+        consecutive: 1,
+        soak,
+    }
+}
+
 fn canary_runbook(interval: Duration, soak: Duration) -> String {
-    let i = rb(interval);
-    format!(
-        r#"description: benchmark canary (shipped steps, benchmark timings)
-steps:
-  - {{name: snapshot, kind: snapshot}}
-  - {{name: peers, kind: peers_healthy, timeout: 60s}}
-  - {{name: preflight, kind: plan, allow: [model-downloader]}}
-  - {{name: down, kind: down, timeout: 120s}}
-  - {{name: plan, kind: plan, allow: [model-downloader]}}
-  - {{name: up, kind: up, timeout: 120s}}
-  - {{name: neighbours, kind: verify_neighbours}}
-  - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}
-  - {{name: startup-logs, kind: wait_logs, timeout: 10m, interval: {i},
-     require: ["event-loop stall dump armed"],
-     forbid: ["CUDA error 801", "Traceback (most recent call last)", "out of memory"]}}
-  - {{name: soak, kind: soak, duration: {s}, interval: {i}, max_misses: 3,
-     forbid: ["[event-loop-stall]", "CUDA error"]}}
-"#,
-        s = rb(soak)
+    testing::canary(
+        "benchmark canary (shipped steps, benchmark timings)",
+        &timings(interval, soak),
     )
 }
 
+/// The rollback: the canary's steps up to its health wait.
 fn rollback_runbook(interval: Duration) -> String {
-    let i = rb(interval);
-    format!(
-        r#"description: benchmark rollback
-steps:
-  - {{name: snapshot, kind: snapshot}}
-  - {{name: peers, kind: peers_healthy, timeout: 60s}}
-  - {{name: preflight, kind: plan, allow: [model-downloader]}}
-  - {{name: down, kind: down, timeout: 120s}}
-  - {{name: plan, kind: plan, allow: [model-downloader]}}
-  - {{name: up, kind: up, timeout: 120s}}
-  - {{name: neighbours, kind: verify_neighbours}}
-  - {{name: health, kind: wait_health, timeout: 10m, interval: {i}, consecutive: 1}}
-"#
+    testing::canary_until(
+        "benchmark rollback",
+        &timings(interval, Duration::ZERO),
+        "health",
     )
 }
 

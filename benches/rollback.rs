@@ -25,6 +25,7 @@ use canaryd::cli::dev_config;
 use canaryd::domain::runbook::{self, Runbook};
 use canaryd::sim::{SimConfig, SimHost};
 use canaryd::store::{BulkSpec, Store};
+use canaryd::testing::{self, Timings};
 use chrono::Utc;
 use common::{env_usize, ms_between, pct};
 use serde_json::json;
@@ -35,45 +36,33 @@ const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
 const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
 const TARGET_P99_MS: f64 = 50.0;
 
-const CANARY: &str = r#"
-description: benchmark canary (millisecond timings)
-steps:
-  - {name: snapshot, kind: snapshot}
-  - {name: peers, kind: peers_healthy, timeout: 5s}
-  - {name: preflight, kind: plan, allow: [model-downloader]}
-  - {name: down, kind: down, timeout: 10s}
-  - {name: plan, kind: plan, allow: [model-downloader]}
-  - {name: up, kind: up, timeout: 10s}
-  - {name: neighbours, kind: verify_neighbours}
-  - {name: health, kind: wait_health, timeout: 10s, interval: 10ms, consecutive: 1}
-  - {name: startup-logs, kind: wait_logs, timeout: 10s, interval: 10ms,
-     require: ["event-loop stall dump armed"], forbid: ["CUDA error 801"]}
-  - {name: soak, kind: soak, duration: 50ms, interval: 10ms, max_misses: 3, forbid: ["CUDA error"]}
-"#;
-
-/// The shipped rollback sequence (no soak) with millisecond timings.
-const ROLLBACK: &str = r#"
-description: benchmark rollback (millisecond timings)
-steps:
-  - {name: snapshot, kind: snapshot}
-  - {name: peers, kind: peers_healthy, timeout: 5s}
-  - {name: preflight, kind: plan, allow: [model-downloader]}
-  - {name: down, kind: down, timeout: 10s}
-  - {name: plan, kind: plan, allow: [model-downloader]}
-  - {name: up, kind: up, timeout: 10s}
-  - {name: neighbours, kind: verify_neighbours}
-  - {name: health, kind: wait_health, timeout: 10s, interval: 10ms, consecutive: 1}
-  - {name: startup-logs, kind: wait_logs, timeout: 10s, interval: 10ms,
-     require: ["event-loop stall dump armed"], forbid: ["CUDA error 801"]}
-"#;
+/// The shipped canary and rollback sequences with millisecond timings.
+const TIMINGS: Timings = Timings {
+    peers: Duration::from_secs(5),
+    compose: Duration::from_secs(10),
+    wait: Duration::from_secs(10),
+    interval: Duration::from_millis(10),
+    consecutive: 1,
+    soak: Duration::from_millis(50),
+};
 
 fn runbooks() -> anyhow::Result<BTreeMap<String, Runbook>> {
     let mut out = BTreeMap::new();
     for (name, text) in [
-        ("single-replica-canary", CANARY),
-        ("single-replica-rollback", ROLLBACK),
+        (
+            "single-replica-canary",
+            testing::canary("benchmark canary (millisecond timings)", &TIMINGS),
+        ),
+        (
+            "single-replica-rollback",
+            testing::canary_until(
+                "benchmark rollback (millisecond timings)",
+                &TIMINGS,
+                "startup-logs",
+            ),
+        ),
     ] {
-        out.insert(name.to_owned(), runbook::parse(name, name, text)?);
+        out.insert(name.to_owned(), runbook::parse(name, name, &text)?);
     }
     Ok(out)
 }

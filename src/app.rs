@@ -45,7 +45,8 @@ impl App {
         let names: BTreeSet<String> = runbooks.keys().cloned().collect();
         let metrics = crate::metrics::Metrics::new();
         tokio::spawn(Arc::clone(&metrics).follow(store.clone()));
-        let engine = Engine::with_metrics(store, &config, runbooks, Some(&metrics))
+        let observer = |host: &str| metrics.compose_observer(host);
+        let engine = Engine::with_observers(store, &config, runbooks, Some(&observer))
             .context("building compose-manager clients")?;
         let resumed = engine
             .recover()

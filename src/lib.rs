@@ -28,3 +28,6 @@ pub mod sim;
 pub mod store;
 /// Logging set-up.
 pub mod telemetry;
+/// What the tests and benches share (the `testing` feature only).
+#[cfg(feature = "testing")]
+pub mod testing;

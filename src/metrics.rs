@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::compose::ComposeObserver;
+use crate::domain::state::{RolloutKind, RolloutStatus, StepStatus};
 use crate::store::{AuditEvent, Store};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,50 +160,67 @@ impl Metrics {
         let Some(rollout_id) = &event.rollout_id else {
             return;
         };
-        let Some((what, outcome)) = event.kind.split_once('_') else {
+        if let Some(status) = event.kind.rollout_status() {
+            if status.is_terminal() {
+                self.on_rollout_end(store, rollout_id, status).await;
+            }
+        } else if let Some(status) = event.kind.step_status() {
+            self.on_step(store, rollout_id, event, status).await;
+        }
+    }
+
+    /// A rollout ended: count it and observe its duration.
+    async fn on_rollout_end(&self, store: &Store, rollout_id: &str, outcome: RolloutStatus) {
+        let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
             return;
         };
-        match (what, outcome) {
-            ("rollout", "succeeded" | "failed" | "aborted") => {
-                let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
-                    return;
-                };
-                let labels = KindOutcome {
-                    kind: r.kind.as_str().to_owned(),
-                    outcome: outcome.to_owned(),
-                };
-                self.rollouts.get_or_create(&labels).inc();
-                if let Some(secs) = seconds(r.started_at.unwrap_or(r.created_at), r.finished_at) {
-                    self.rollout_duration.get_or_create(&labels).observe(secs);
-                }
+        let labels = KindOutcome {
+            kind: r.kind.as_str().to_owned(),
+            outcome: outcome.as_str().to_owned(),
+        };
+        self.rollouts.get_or_create(&labels).inc();
+        if let Some(secs) = seconds(r.started_at.unwrap_or(r.created_at), r.finished_at) {
+            self.rollout_duration.get_or_create(&labels).observe(secs);
+        }
+    }
+
+    /// A step started (the first one of a rollback marks its initiation) or ended.
+    async fn on_step(
+        &self,
+        store: &Store,
+        rollout_id: &str,
+        event: &AuditEvent,
+        outcome: StepStatus,
+    ) {
+        if !matches!(
+            outcome,
+            StepStatus::Running | StepStatus::Succeeded | StepStatus::Failed | StepStatus::Aborted
+        ) {
+            return;
+        }
+        let Some(name) = &event.step else { return };
+        let Ok(steps) = store.steps(rollout_id).await else {
+            return;
+        };
+        let Some(step) = steps.iter().find(|s| &s.name == name) else {
+            return;
+        };
+        if outcome == StepStatus::Running {
+            if step.position == 0 {
+                self.observe_initiation(store, rollout_id, event.occurred_at)
+                    .await;
             }
-            ("step", "succeeded" | "failed" | "aborted" | "running") => {
-                let Some(name) = &event.step else { return };
-                let Ok(steps) = store.steps(rollout_id).await else {
-                    return;
-                };
-                let Some(step) = steps.iter().find(|s| &s.name == name) else {
-                    return;
-                };
-                if outcome == "running" {
-                    if step.position == 0 {
-                        self.observe_initiation(store, rollout_id, event.occurred_at)
-                            .await;
-                    }
-                    return;
-                }
-                let labels = KindOutcome {
-                    kind: step.kind.clone(),
-                    outcome: outcome.to_owned(),
-                };
-                if let Some(secs) = seconds(
-                    step.started_at.unwrap_or(event.occurred_at),
-                    step.finished_at,
-                ) {
-                    self.step_duration.get_or_create(&labels).observe(secs);
-                }
-            }
-            _ => {}
+            return;
+        }
+        let labels = KindOutcome {
+            kind: step.kind.clone(),
+            outcome: outcome.as_str().to_owned(),
+        };
+        if let Some(secs) = seconds(
+            step.started_at.unwrap_or(event.occurred_at),
+            step.finished_at,
+        ) {
+            self.step_duration.get_or_create(&labels).observe(secs);
         }
     }
 
@@ -211,7 +229,7 @@ impl Metrics {
         let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
             return;
         };
-        if r.kind == crate::domain::state::RolloutKind::Rollback {
+        if r.kind == RolloutKind::Rollback {
             if let Some(secs) = seconds(r.created_at, Some(at)) {
                 self.rollback_initiation.observe(secs);
             }

@@ -1,5 +1,5 @@
-//! Helpers shared by the benchmarks: process accounting from `/proc`, percentiles, env knobs,
-//! and the fast runbooks the simulated hosts need.
+//! Helpers shared by the benchmarks: process accounting from `/proc`, percentiles, env knobs.
+//! Their runbooks come from `canaryd::testing`.
 
 #![allow(dead_code)]
 
@@ -21,11 +21,6 @@ pub fn env_ms(name: &str, default_ms: u64) -> Duration {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(default_ms),
     )
-}
-
-/// A runbook duration (`250ms`) for a `Duration`.
-pub fn rb(d: Duration) -> String {
-    format!("{}ms", d.as_millis().max(1))
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`, 100 on Linux by default).

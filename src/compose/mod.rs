@@ -25,7 +25,7 @@ use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 
 pub use error::ComposeError;
-pub use request::{DownRequest, LogsRequest, UpRequest};
+pub use request::{ComposeRequest, LogsRequest};
 pub use stream::{DryRunResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
 pub use wire::{DeployedRecord, HostStatus, InFlight, ProjectDeployments, PsEntry, VersionInfo};
 
@@ -150,7 +150,7 @@ impl ComposeClient {
     }
 
     /// A real scoped `compose/up` of `req.service` (never `dry_run`, never `force_recreate`).
-    pub async fn up(&self, req: &UpRequest) -> Result<StreamResult, ComposeError> {
+    pub async fn up(&self, req: &ComposeRequest) -> Result<StreamResult, ComposeError> {
         let body = ComposeBody::up(req)?;
         self.log_compose_call(UP, &body, req.env.len(), &req.tag);
         Ok(self.stream(UP, &body).await?.result)
@@ -158,7 +158,7 @@ impl ComposeClient {
 
     /// The same `compose/up` with `"dry_run": true`. Probe [`Self::supports_dry_run`] first:
     /// an older compose-manager ignores the flag and deploys for real.
-    pub async fn dry_run(&self, req: &UpRequest) -> Result<DryRunResult, ComposeError> {
+    pub async fn dry_run(&self, req: &ComposeRequest) -> Result<DryRunResult, ComposeError> {
         let body = ComposeBody::dry_run(req)?;
         self.log_compose_call("/compose/up (dry run)", &body, req.env.len(), &req.tag);
         let streamed = self.stream(UP, &body).await?;
@@ -177,7 +177,7 @@ impl ComposeClient {
     }
 
     /// A scoped `compose/down` of `req.service` (never `volumes`).
-    pub async fn down(&self, req: &DownRequest) -> Result<StreamResult, ComposeError> {
+    pub async fn down(&self, req: &ComposeRequest) -> Result<StreamResult, ComposeError> {
         let body = ComposeBody::down(req)?;
         self.log_compose_call(DOWN, &body, req.env.len(), &req.tag);
         Ok(self.stream(DOWN, &body).await?.result)

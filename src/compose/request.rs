@@ -12,27 +12,17 @@ use serde::Serialize;
 
 use super::error::ComposeError;
 
-/// A scoped `compose/up` (or its dry run) of one service.
+/// A scoped compose call of one service: what `up`, its dry run and `down` send. The same
+/// value serves both calls of a rollout (same tag, file, service and env), so what is taken
+/// down is what is brought up.
 #[derive(Clone, PartialEq, Eq)]
-pub struct UpRequest {
-    /// Git ref of the compose repo, e.g. `v0.0.452`.
+pub struct ComposeRequest {
+    /// Git ref of the compose repo, e.g. `v0.0.452` (compose-manager checks it, including its
+    /// age, on `down` too).
     pub tag: String,
     /// Compose file path in the repo, e.g. `prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml`.
     pub file: String,
-    /// The one compose service to bring up.
-    pub service: String,
-    /// The host's full env map merged with the plan's overrides. Values are secret.
-    pub env: BTreeMap<String, String>,
-}
-
-/// A scoped `compose/down` of one service.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DownRequest {
-    /// Git ref of the compose repo (compose-manager checks it, including its age).
-    pub tag: String,
-    /// Compose file path in the repo.
-    pub file: String,
-    /// The one compose service to take down.
+    /// The one compose service to bring up or take down.
     pub service: String,
     /// The host's full env map merged with the plan's overrides. Values are secret.
     pub env: BTreeMap<String, String>,
@@ -49,20 +39,9 @@ pub struct LogsRequest {
     pub tail: u32,
 }
 
-impl fmt::Debug for UpRequest {
+impl fmt::Debug for ComposeRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UpRequest")
-            .field("tag", &self.tag)
-            .field("file", &self.file)
-            .field("service", &self.service)
-            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl fmt::Debug for DownRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DownRequest")
+        f.debug_struct("ComposeRequest")
             .field("tag", &self.tag)
             .field("file", &self.file)
             .field("service", &self.service)
@@ -84,36 +63,30 @@ pub(crate) struct ComposeBody<'a> {
 
 impl<'a> ComposeBody<'a> {
     /// A real `compose/up`: never carries `dry_run`.
-    pub(crate) fn up(req: &'a UpRequest) -> Result<Self, ComposeError> {
-        Self::checked(&req.tag, &req.file, &req.service, &req.env, false)
+    pub(crate) fn up(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
+        Self::checked(req, false)
     }
 
     /// A `compose/up` with `"dry_run": true`.
-    pub(crate) fn dry_run(req: &'a UpRequest) -> Result<Self, ComposeError> {
-        Self::checked(&req.tag, &req.file, &req.service, &req.env, true)
+    pub(crate) fn dry_run(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
+        Self::checked(req, true)
     }
 
     /// A scoped `compose/down` (never `volumes`, never `dry_run`: down ignores it).
-    pub(crate) fn down(req: &'a DownRequest) -> Result<Self, ComposeError> {
-        Self::checked(&req.tag, &req.file, &req.service, &req.env, false)
+    pub(crate) fn down(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
+        Self::checked(req, false)
     }
 
-    fn checked(
-        tag: &'a str,
-        file: &'a str,
-        service: &'a str,
-        env: &'a BTreeMap<String, String>,
-        dry_run: bool,
-    ) -> Result<Self, ComposeError> {
-        check_tag(tag)?;
-        check_file(file)?;
-        check_service(service)?;
-        check_env(env)?;
+    fn checked(req: &'a ComposeRequest, dry_run: bool) -> Result<Self, ComposeError> {
+        check_tag(&req.tag)?;
+        check_file(&req.file)?;
+        check_service(&req.service)?;
+        check_env(&req.env)?;
         Ok(Self {
-            tag,
-            file,
-            services: [service],
-            env,
+            tag: &req.tag,
+            file: &req.file,
+            services: [&req.service],
+            env: &req.env,
             dry_run,
         })
     }
@@ -227,8 +200,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn up(service: &str) -> UpRequest {
-        UpRequest {
+    fn up(service: &str) -> ComposeRequest {
+        ComposeRequest {
             tag: "v0.0.452".into(),
             file: "prod/a.yaml".into(),
             service: service.into(),

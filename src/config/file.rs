@@ -13,9 +13,9 @@ use super::{
     NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
+use crate::domain::notification::NotifyEvent;
 use crate::domain::plan::is_env_key;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
-use crate::notify::NotifyEvent;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

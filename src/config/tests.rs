@@ -400,7 +400,7 @@ fn load_notify(extra: &str) -> Result<ResolvedConfig, ConfigError> {
 
 #[test]
 fn webhooks_are_read_with_their_url_from_env_their_format_and_their_events() {
-    use crate::notify::NotifyEvent;
+    use crate::domain::notification::NotifyEvent;
     let none = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(none.notifications, NotificationsConfig::default());
     let config = load_notify(NOTIFY).unwrap_or_else(|e| panic!("{e}"));

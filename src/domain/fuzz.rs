@@ -22,8 +22,9 @@ fn known() -> KnownTargets {
     }
 }
 
-/// 256 cases per property (CI has 2 cores); `PROPTEST_CASES=N` runs longer sessions.
-fn config() -> ProptestConfig {
+/// 256 cases per property (CI has 2 cores); `PROPTEST_CASES=N` runs longer sessions. The
+/// compose client's properties use it too.
+pub(crate) fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::steps::{pause, poll_interval, StepEnd, StepRun};
 use super::Checkpoint;
-use crate::compose::{ComposeError, DownRequest, StreamOutcome, StreamResult, UpRequest};
+use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
 use crate::domain::plan_gate;
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
@@ -33,8 +33,9 @@ enum Call<T> {
     },
 }
 
-fn up_request(run: &StepRun<'_>) -> UpRequest {
-    UpRequest {
+/// The one request of a rollout's compose calls: its target, tag, file and env.
+fn compose_request(run: &StepRun<'_>) -> ComposeRequest {
+    ComposeRequest {
         tag: run.rollout.tag.clone(),
         file: run.rollout.file.clone(),
         service: run.rollout.service.clone(),
@@ -71,7 +72,7 @@ pub(super) async fn plan(
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    let req = up_request(run);
+    let req = compose_request(run);
     let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
         client.dry_run(&req)
     })
@@ -127,12 +128,7 @@ pub(super) async fn down(
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
-    let req = DownRequest {
-        tag: run.rollout.tag.clone(),
-        file: run.rollout.file.clone(),
-        service: run.rollout.service.clone(),
-        env: run.env.clone(),
-    };
+    let req = compose_request(run);
     let client = &run.host.client;
     mutate(run, step, "compose/down", deadline, abort, || {
         client.down(&req)
@@ -147,7 +143,7 @@ pub(super) async fn up(
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
-    let req = up_request(run);
+    let req = compose_request(run);
     let client = &run.host.client;
     let end = mutate(run, step, "compose/up", deadline, abort, || client.up(&req)).await;
     match end {
@@ -644,3 +640,6 @@ fn outcome_name(o: &StreamOutcome) -> AttemptOutcome {
         StreamOutcome::Unknown => AttemptOutcome::Unknown,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -23,8 +23,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::compose::{ClientOptions, ComposeClient};
+use crate::compose::{ClientOptions, ComposeClient, ComposeObserver};
 use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
+use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
@@ -136,15 +137,16 @@ impl Engine {
         config: &ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
     ) -> Result<Self, crate::compose::ComposeError> {
-        Self::with_metrics(store, config, runbooks, None)
+        Self::with_observers(store, config, runbooks, None)
     }
 
-    /// Like `new`, with every compose-manager request counted in `metrics`.
-    pub fn with_metrics(
+    /// Like `new`, with every compose-manager request of host `h` reported to
+    /// `observer(h)` (the metrics count them).
+    pub fn with_observers(
         store: Store,
         config: &ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
-        metrics: Option<&Arc<crate::metrics::Metrics>>,
+        observer: Option<&dyn Fn(&str) -> ComposeObserver>,
     ) -> Result<Self, crate::compose::ComposeError> {
         let mut hosts = BTreeMap::new();
         for (name, host) in &config.hosts {
@@ -157,8 +159,8 @@ impl Engine {
             };
             let mut client =
                 ComposeClient::new(&host.compose_manager_url, host.token.expose(), opts)?;
-            if let Some(metrics) = metrics {
-                client = client.with_observer(metrics.compose_observer(name));
+            if let Some(observer) = observer {
+                client = client.with_observer(observer(name));
             }
             hosts.insert(
                 name.clone(),
@@ -305,7 +307,7 @@ impl Engine {
                 None => serde_json::json!({"step": null}),
             };
             let status = rollout.status.as_str();
-            let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, "rollout_resumed")
+            let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, AuditKind::RolloutResumed)
                 .rollout(&rollout.id)
                 .states(Some(status), Some(status))
                 .detail(detail);

@@ -17,6 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::{Actor, ApiError, AppState};
+use crate::domain::state::RolloutStatus;
 use crate::store::{AuditEvent, Store, StoreError};
 
 pub(super) fn router() -> Router<AppState> {
@@ -84,18 +85,16 @@ async fn rollout_events(
 /// Whether an event ends its rollout (the rollout's own move to a terminal status).
 fn is_terminal(e: &AuditEvent) -> bool {
     e.step.is_none()
-        && e.kind.starts_with("rollout_")
-        && matches!(
-            e.to_state.as_deref(),
-            Some("succeeded" | "failed" | "aborted")
-        )
+        && e.kind
+            .rollout_status()
+            .is_some_and(RolloutStatus::is_terminal)
 }
 
 fn to_sse(e: &AuditEvent) -> Event {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".to_owned());
     Event::default()
         .id(e.seq.to_string())
-        .event(e.kind.clone())
+        .event(e.kind.as_str())
         .data(data)
 }
 
@@ -164,48 +163,21 @@ async fn pump(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use chrono::Utc;
 
     use super::*;
-    use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind};
-    use crate::store::{new_id, AuditEntry, NewRollout, RolloutChange};
-
-    fn change(event: RolloutEvent) -> RolloutChange {
-        RolloutChange {
-            event,
-            actor: "canaryd".into(),
-            error: None,
-            detail: serde_json::json!({}),
-            at: Utc::now(),
-        }
-    }
+    use crate::domain::audit::AuditKind;
+    use crate::domain::state::RolloutEvent;
+    use crate::store::tests::{change, rollout};
+    use crate::store::{new_id, AuditEntry};
 
     #[tokio::test]
     async fn a_client_that_falls_behind_the_bus_still_gets_every_event_once_in_order() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = Store::open(&dir.path().join("e.db")).await.expect("store");
         let id = new_id("ro");
-        let new = NewRollout {
-            id: id.clone(),
-            kind: RolloutKind::Canary,
-            host: "h".into(),
-            file: "prod/x.yaml".into(),
-            service: "s".into(),
-            tag: "v1".into(),
-            runbook: "r".into(),
-            actor: "ops".into(),
-            reason: "test".into(),
-            env_overrides: BTreeMap::new(),
-            env_sha256: String::new(),
-            require_logs: Vec::new(),
-            on_failure: OnFailure::Halt,
-            rollback_of: None,
-            expect_commit: None,
-            expect_file_sha256: None,
-            created_at: Utc::now(),
-        };
+        let new = rollout(&id, "h", "s", 0);
         store.create_rollout(&new, &[]).await.expect("created");
         // A reader that does not read yet: 64 events fill its channel, the bus (1024) overflows.
         let (tx, mut rx) = mpsc::channel::<AuditEvent>(64);
@@ -215,17 +187,17 @@ mod tests {
             tokio::spawn(async move { pump(&store, &id, 0, bus, &tx).await })
         };
         for n in 0..1500 {
-            let note = AuditEntry::new(Utc::now(), "ops", "note")
+            let note = AuditEntry::new(Utc::now(), "ops", AuditKind::RolloutResumed)
                 .rollout(&id)
                 .detail(serde_json::json!({"n": n}));
             store.audit(&note).await.expect("appended");
         }
         store
-            .transition_rollout(&id, &change(RolloutEvent::Start))
+            .transition_rollout(&id, &change(RolloutEvent::Start, 1))
             .await
             .expect("running");
         store
-            .transition_rollout(&id, &change(RolloutEvent::Succeed))
+            .transition_rollout(&id, &change(RolloutEvent::Succeed, 2))
             .await
             .expect("succeeded");
         let mut seqs = Vec::new();
@@ -243,7 +215,7 @@ mod tests {
         pumping.await.expect("join").expect("pump ends cleanly");
         assert_eq!(seqs.len(), 1 + 1500 + 2, "every event once");
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order");
-        assert_eq!(kinds.first().map(String::as_str), Some("rollout_created"));
-        assert_eq!(kinds.last().map(String::as_str), Some("rollout_succeeded"));
+        assert_eq!(kinds.first(), Some(&AuditKind::RolloutCreated));
+        assert_eq!(kinds.last(), Some(&AuditKind::RolloutSucceeded));
     }
 }

@@ -10,13 +10,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 
+use super::checks::{authorize, check_env, check_project, check_tag, Refusal};
+use super::compose_file::ComposeFile;
 use super::dry_run::{scope, unset_variable_warnings};
 use super::faults::SimOp;
-use super::routes::{authorize, check_env, check_project, check_tag, Refusal, HF_VOLUME};
-use super::state::Shared;
+use super::state::{Shared, HF_VOLUME};
 use super::stream::{respond, Emitter, Gone};
 use super::up::{default_file, take_lock};
-use crate::domain::compose_file::ComposeFile;
 
 /// The body of `POST /compose/down`.
 #[derive(Deserialize)]

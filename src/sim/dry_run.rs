@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::compose_file::{interpolate, ComposeFile, ServiceDef};
 use super::state::sha256_hex;
-use crate::domain::compose_file::{interpolate, ComposeFile, ServiceDef};
 
 /// The configuration compose would give a service's container at a tag with an env map.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,7 +320,7 @@ pub(crate) fn missing_required_variable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::compose_file::parse;
+    use crate::sim::compose_file::parse;
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()

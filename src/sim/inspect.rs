@@ -12,9 +12,9 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::checks::{authorize, error};
 use super::dry_run::missing_required_variable;
-use super::routes::{authorize, error, HF_VOLUME};
-use super::state::{Container, Shared, PROJECT};
+use super::state::{Container, Shared, HF_VOLUME, PROJECT};
 
 /// docker's `units.HumanDuration`, as in `Up 3 minutes`.
 pub(crate) fn human_duration(d: chrono::Duration) -> String {

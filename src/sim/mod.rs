@@ -17,6 +17,8 @@
 //!   (the latest 50 000); engine API calls are, apart ([`SimHost::api_calls`]).
 
 mod api_fault;
+mod checks;
+pub mod compose_file;
 mod down;
 mod dry_run;
 mod engine;
@@ -40,8 +42,6 @@ use tokio::task::JoinHandle;
 pub use api_fault::ApiFault;
 pub use faults::{SimFaults, SimOp};
 use state::{sha256_hex, Shared, State, TagEntry};
-
-use crate::domain::compose_file;
 
 /// Path of the example compose file in the repo, and in the simulated compose repo.
 pub const EXAMPLE_FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";

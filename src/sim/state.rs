@@ -10,9 +10,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::compose_file::ComposeFile;
 use super::faults::FaultState;
 use super::{RecordedCall, SimApiCall, SimContainer, SimTag};
-use crate::domain::compose_file::ComposeFile;
 
 /// Lines kept per container log; older lines fall off, as with a rotated json-file log.
 pub(crate) const LOG_CAP: usize = 5_000;
@@ -20,6 +20,8 @@ pub(crate) const LOG_CAP: usize = 5_000;
 pub(crate) const CALLS_CAP: usize = 10_000;
 /// The compose project every call uses (WORK_DIR `/app/work`).
 pub(crate) const PROJECT: &str = "work";
+/// The HuggingFace cache volume of project `work`.
+pub(crate) const HF_VOLUME: &str = "work_huggingface_cache";
 
 /// Everything the handlers, engines and the `SimHost` handle share.
 pub(crate) struct Shared {

@@ -12,13 +12,13 @@ use axum::Json;
 use chrono::Utc;
 use serde::Deserialize;
 
+use super::checks::{authorize, busy, check_env, check_project, check_tag, error, Refusal};
 use super::dry_run::{
     desired, parse_plan, plan, scope, unset_variable_warnings, up_lines, Change, Desired, Existing,
     PlanBody, Step as DryStep,
 };
 use super::engine::{apply_steps, is_one_shot, StartMode};
 use super::faults::SimOp;
-use super::routes::{authorize, busy, check_env, check_project, check_tag, error, Refusal};
 use super::state::{sha256_hex, DeployRecord, HeldLock, InFlight, Shared};
 use super::stream::{respond, Emitter, Gone, StagedEvent};
 

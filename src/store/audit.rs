@@ -7,13 +7,14 @@ use sqlx::{Sqlite, Transaction};
 
 use super::record::AuditEvent;
 use super::{fmt_time, parse_time, Store, StoreError};
+use crate::domain::audit::AuditKind;
 
 /// An audit entry being built.
 #[derive(Debug, Clone)]
 pub struct AuditEntry {
     pub(super) at: DateTime<Utc>,
     pub(super) actor: String,
-    pub(super) kind: String,
+    pub(super) kind: AuditKind,
     pub(super) rollout_id: Option<String>,
     pub(super) step: Option<String>,
     pub(super) from_state: Option<String>,
@@ -22,11 +23,11 @@ pub struct AuditEntry {
 }
 
 impl AuditEntry {
-    pub fn new(at: DateTime<Utc>, actor: &str, kind: &str) -> Self {
+    pub fn new(at: DateTime<Utc>, actor: &str, kind: AuditKind) -> Self {
         Self {
             at,
             actor: actor.to_owned(),
-            kind: kind.to_owned(),
+            kind,
             rollout_id: None,
             step: None,
             from_state: None,
@@ -65,7 +66,7 @@ pub(super) async fn append(
     .bind(&e.rollout_id)
     .bind(&e.step)
     .bind(&e.actor)
-    .bind(&e.kind)
+    .bind(e.kind.as_str())
     .bind(&e.from_state)
     .bind(&e.to_state)
     .bind(e.detail.to_string())
@@ -136,7 +137,10 @@ fn to_events(rows: Vec<AuditRow>) -> Result<Vec<AuditEvent>, StoreError> {
                 rollout_id: r.rollout_id,
                 step: r.step_name,
                 actor: r.actor,
-                kind: r.kind,
+                kind: r.kind.parse().map_err(|message| StoreError::Corrupt {
+                    table: "audit_event",
+                    message,
+                })?,
                 from_state: r.from_state,
                 to_state: r.to_state,
                 detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),

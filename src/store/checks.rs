@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 
 use super::MIGRATOR;
+use crate::domain::notification::NotifyEvent;
 use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
-use crate::notify::NotifyEvent;
 
 /// The values of `column text ... check (column in (...))` in the newest migration that
 /// creates `table` (or `table_new`, renamed to it).

@@ -9,6 +9,7 @@ use super::audit::{append, AuditEntry};
 use super::record::{Deployment, Rollout};
 use super::rollout::RolloutChange;
 use super::{fmt_time, new_id, parse_time, Store, StoreError};
+use crate::domain::audit::AuditKind;
 
 /// A deployment to record.
 #[derive(Debug, Clone)]
@@ -276,7 +277,7 @@ async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(
     .bind(fmt_time(d.deployed_at))
     .execute(&mut **tx)
     .await?;
-    let entry = AuditEntry::new(d.deployed_at, "canaryd", "deployment_recorded").detail(
+    let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
             "host": d.host, "service": d.service, "tag": d.tag, "file": d.file,
             "source": d.source, "rollout_id": d.rollout_id,

@@ -13,6 +13,8 @@ mod record;
 mod retention;
 mod rollout;
 mod step;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -1,5 +1,5 @@
 //! The notification outbox (migration 0006). `enqueue` runs inside the transaction of the audit
-//! event that causes a notification; the notifier (`crate::notify`) routes each row to the
+//! event that causes a notification; the notifier (`notify/`) routes each row to the
 //! webhooks subscribed to it and delivers it, claiming every attempt before it is sent.
 
 use chrono::{DateTime, Utc};
@@ -8,7 +8,8 @@ use sqlx::{Sqlite, Transaction};
 
 use super::audit::AuditEntry;
 use super::{fmt_time, Store, StoreError};
-use crate::notify::event::{text, NotifyEvent, Subject};
+use crate::domain::notification::{text, NotifyEvent, Subject};
+use crate::domain::state::RolloutKind;
 
 /// A notification waiting to be routed to webhooks.
 #[derive(Debug, Clone)]
@@ -39,7 +40,7 @@ pub(super) async fn enqueue(
     };
     // Whether the event notifies at all does not depend on the rollout's kind (only its
     // name does): skip the read for the events that never notify.
-    if NotifyEvent::from_audit(&entry.kind, "").is_none() {
+    if NotifyEvent::from_audit(entry.kind, RolloutKind::Canary).is_none() {
         return Ok(());
     }
     type Row = (
@@ -65,7 +66,8 @@ pub(super) async fn enqueue(
     else {
         return Ok(());
     };
-    let Some(event) = NotifyEvent::from_audit(&entry.kind, &kind) else {
+    let rollout_kind: RolloutKind = kind.parse().map_err(super::rollout::corrupt)?;
+    let Some(event) = NotifyEvent::from_audit(entry.kind, rollout_kind) else {
         return Ok(());
     };
     let error = if event == NotifyEvent::StepFailed {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
 
 /// One rollout as stored.
@@ -93,7 +94,7 @@ pub struct AuditEvent {
     pub rollout_id: Option<String>,
     pub step: Option<String>,
     pub actor: String,
-    pub kind: String,
+    pub kind: AuditKind,
     pub from_state: Option<String>,
     pub to_state: Option<String>,
     pub detail: serde_json::Value,

@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 
 use super::audit::{append, AuditEntry};
 use super::{fmt_time, Store, StoreError};
+use crate::domain::audit::AuditKind;
 
 /// Rollouts deleted per transaction: short transactions keep the engine's writes flowing.
 /// Each takes the write lock up front (`BEGIN IMMEDIATE`): it reads, then deletes.
@@ -77,7 +78,7 @@ impl Store {
         }
         if total.rollouts > 0 {
             let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-            let entry = AuditEntry::new(now, "canaryd", "retention_purged").detail(serde_json::json!({
+            let entry = AuditEntry::new(now, "canaryd", AuditKind::RetentionPurged).detail(serde_json::json!({
                 "finished_before": cutoff, "retention_days": days, "rollouts": total.rollouts,
                 "steps": total.steps, "attempts": total.attempts, "audit_events": total.audit_events,
             }));

@@ -8,6 +8,7 @@ use sqlx::{Sqlite, Transaction};
 use super::audit::{append, AuditEntry};
 use super::record::Rollout;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
+use crate::domain::audit::AuditKind;
 use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind, RolloutStatus};
 
 /// A rollout to create, with everything validated already.
@@ -162,7 +163,7 @@ impl Store {
     ) -> Result<Rollout, StoreError> {
         let mut tx = self.begin_write().await?;
         transition(&mut tx, id, change).await?;
-        let entry = AuditEntry::new(change.at, &change.actor, "replica_left_down")
+        let entry = AuditEntry::new(change.at, &change.actor, AuditKind::ReplicaLeftDown)
             .rollout(id)
             .detail(evidence.clone());
         append(&mut tx, &entry).await?;
@@ -222,7 +223,7 @@ impl Store {
         .await?;
         if done.rows_affected() > 0 {
             let by = get_in(&mut tx, rollback).await?;
-            let entry = AuditEntry::new(by.created_at, &by.actor, "rollback_linked")
+            let entry = AuditEntry::new(by.created_at, &by.actor, AuditKind::RollbackLinked)
                 .rollout(rolled_back)
                 .detail(serde_json::json!({"rolled_back_by": rollback, "reason": by.reason}));
             append(&mut tx, &entry).await?;
@@ -285,7 +286,7 @@ impl Store {
                 message: "rollout is already terminal".into(),
             });
         }
-        let entry = AuditEntry::new(at, actor, "abort_requested")
+        let entry = AuditEntry::new(at, actor, AuditKind::AbortRequested)
             .rollout(id)
             .detail(serde_json::json!({"reason": reason}));
         append(&mut tx, &entry).await?;
@@ -396,7 +397,7 @@ async fn insert_rollout(
         "tag": new.tag, "runbook": new.runbook, "reason": new.reason,
         "env_overrides": new.env_overrides.keys().collect::<Vec<_>>(), "rollback_of": new.rollback_of,
     });
-    let entry = AuditEntry::new(new.created_at, &new.actor, "rollout_created")
+    let entry = AuditEntry::new(new.created_at, &new.actor, AuditKind::RolloutCreated)
         .rollout(&new.id)
         .states(None, Some(RolloutStatus::Pending.as_str()))
         .detail(detail);
@@ -458,7 +459,7 @@ pub(super) async fn transition(
                 .or_insert_with(|| serde_json::json!(reason));
         }
     }
-    let entry = AuditEntry::new(change.at, &actor, &format!("rollout_{}", next.as_str()))
+    let entry = AuditEntry::new(change.at, &actor, AuditKind::rollout(next))
         .rollout(id)
         .states(Some(current.status.as_str()), Some(next.as_str()))
         .detail(detail);

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use super::audit::{append, AuditEntry};
 use super::record::{Step, StepAttempt};
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
+use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
 
 #[derive(sqlx::FromRow, serde::Deserialize)]
@@ -155,7 +156,7 @@ impl Store {
             StepStatus::Failed | StepStatus::Aborted => detail.clone(),
             _ => serde_json::json!({}),
         };
-        let entry = AuditEntry::new(at, "canaryd", &format!("step_{}", next.as_str()))
+        let entry = AuditEntry::new(at, "canaryd", AuditKind::step(next))
             .rollout(&step.rollout_id)
             .step(&step.name)
             .states(Some(current.as_str()), Some(next.as_str()))

@@ -34,7 +34,7 @@ async fn abort_reaction(app: &TestApp, id: &str) -> chrono::Duration {
     let at = |kind: &str| {
         events
             .iter()
-            .find(|e| e.kind == kind)
+            .find(|e| e.kind.as_str() == kind)
             .unwrap_or_else(|| panic!("no {kind} event"))
             .occurred_at
     };
@@ -214,7 +214,7 @@ fn slow_runbooks(step: &str) -> BTreeMap<String, Runbook> {
             }
         },
     );
-    assert_ne!(text, crate::helpers::FAST_CANARY, "the step was replaced");
+    assert_ne!(text, *crate::helpers::FAST_CANARY, "the step was replaced");
     let rb = runbook::parse("single-replica-canary", "slow", &text).expect("slow runbook");
     books.insert("single-replica-canary".to_owned(), rb);
     books

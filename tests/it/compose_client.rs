@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use canaryd::compose::{
-    ClientOptions, ComposeClient, ComposeError, DownRequest, LogsRequest, StreamOutcome, UpRequest,
+    ClientOptions, ComposeClient, ComposeError, ComposeRequest, LogsRequest, StreamOutcome,
 };
 use canaryd::sim::{SimConfig, SimHost, SimOp, EXAMPLE_FILE};
 use serde_json::json;
@@ -37,8 +37,8 @@ async fn fixture() -> Fixture {
 }
 
 impl Fixture {
-    fn up(&self, tag: &str, service: &str) -> UpRequest {
-        UpRequest {
+    fn up(&self, tag: &str, service: &str) -> ComposeRequest {
+        ComposeRequest {
             tag: tag.into(),
             file: EXAMPLE_FILE.into(),
             service: service.into(),
@@ -46,8 +46,8 @@ impl Fixture {
         }
     }
 
-    fn down(&self, tag: &str, service: &str) -> DownRequest {
-        DownRequest {
+    fn down(&self, tag: &str, service: &str) -> ComposeRequest {
+        ComposeRequest {
             tag: tag.into(),
             file: EXAMPLE_FILE.into(),
             service: service.into(),

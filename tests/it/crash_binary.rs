@@ -22,8 +22,8 @@ fn write_config(dir: &Path, sim: &SimHost, port: u16) -> std::path::PathBuf {
     let runbooks = dir.join("runbooks");
     std::fs::create_dir_all(&runbooks).expect("runbooks dir");
     for (name, text) in [
-        ("single-replica-canary", FAST_CANARY),
-        ("single-replica-rollback", FAST_ROLLBACK),
+        ("single-replica-canary", FAST_CANARY.as_str()),
+        ("single-replica-rollback", FAST_ROLLBACK.as_str()),
         ("recreate-in-place", FAST_RECREATE),
     ] {
         std::fs::write(runbooks.join(format!("{name}.yaml")), text).expect("runbook");

@@ -251,7 +251,7 @@ impl Daemon {
             "kind: wait_health, timeout: 3s",
             "kind: wait_health, timeout: 60s",
         );
-        assert_ne!(patient, FAST_CANARY, "the health timeout was patched");
+        assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
         runbooks.insert(
             "single-replica-canary".into(),
             runbook::parse("single-replica-canary", "test", &patient).expect("runbook"),

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use canaryd::app::App;
@@ -11,6 +12,7 @@ use canaryd::domain::runbook::{self, Runbook};
 use canaryd::engine::Engine;
 use canaryd::http::RolloutOut;
 use canaryd::sim::{RecordedCall, SimConfig, SimHost};
+use canaryd::testing::{self, Timings};
 use serde_json::{json, Value};
 
 pub const HOST: &str = "gpu02";
@@ -19,37 +21,12 @@ pub const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
 pub const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
 
 /// The shipped canary sequence with millisecond timings.
-pub const FAST_CANARY: &str = r#"
-description: test canary
-steps:
-  - {name: snapshot, kind: snapshot}
-  - {name: peers, kind: peers_healthy, timeout: 3s}
-  - {name: preflight, kind: plan, allow: [model-downloader]}
-  - {name: down, kind: down, timeout: 5s}
-  - {name: plan, kind: plan, allow: [model-downloader]}
-  - {name: up, kind: up, timeout: 5s}
-  - {name: neighbours, kind: verify_neighbours}
-  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
-  - {name: startup-logs, kind: wait_logs, timeout: 3s, interval: 50ms,
-     require: ["event-loop stall dump armed"],
-     forbid: ["CUDA error 801", "Traceback (most recent call last)", "out of memory"]}
-  - {name: soak, kind: soak, duration: 300ms, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]", "CUDA error"]}
-"#;
+pub static FAST_CANARY: LazyLock<String> =
+    LazyLock::new(|| testing::canary("test canary", &Timings::TESTS));
 
-pub const FAST_ROLLBACK: &str = r#"
-description: test rollback
-steps:
-  - {name: snapshot, kind: snapshot}
-  - {name: peers, kind: peers_healthy, timeout: 3s}
-  - {name: preflight, kind: plan, allow: [model-downloader]}
-  - {name: down, kind: down, timeout: 5s}
-  - {name: plan, kind: plan, allow: [model-downloader]}
-  - {name: up, kind: up, timeout: 5s}
-  - {name: neighbours, kind: verify_neighbours}
-  - {name: health, kind: wait_health, timeout: 3s, interval: 50ms, consecutive: 2}
-  - {name: startup-logs, kind: wait_logs, timeout: 3s, interval: 50ms,
-     require: ["event-loop stall dump armed"], forbid: ["CUDA error 801"]}
-"#;
+/// The shipped rollback sequence (the canary without its soak) with millisecond timings.
+pub static FAST_ROLLBACK: LazyLock<String> =
+    LazyLock::new(|| testing::canary_until("test rollback", &Timings::TESTS, "startup-logs"));
 
 pub const FAST_RECREATE: &str = r#"
 description: test recreate in place
@@ -82,8 +59,12 @@ pub fn with_smoke(canary_smoke: &str) -> BTreeMap<String, Runbook> {
     };
     let mut books = fast_runbooks();
     for (name, text, smoke) in [
-        ("single-replica-canary", FAST_CANARY, canary_smoke),
-        ("single-replica-rollback", FAST_ROLLBACK, FAST_SMOKE),
+        ("single-replica-canary", FAST_CANARY.as_str(), canary_smoke),
+        (
+            "single-replica-rollback",
+            FAST_ROLLBACK.as_str(),
+            FAST_SMOKE,
+        ),
     ] {
         let rb = runbook::parse(name, "with smoke", &add(text, smoke)).expect("runbook with smoke");
         books.insert(name.to_owned(), rb);
@@ -94,7 +75,7 @@ pub fn with_smoke(canary_smoke: &str) -> BTreeMap<String, Runbook> {
 /// The fast runbooks, with the canary's text edited (`from` → `to`, each must match).
 #[allow(dead_code)]
 pub fn canary_with(edits: &[(&str, &str)]) -> BTreeMap<String, Runbook> {
-    let mut text = FAST_CANARY.to_owned();
+    let mut text = FAST_CANARY.clone();
     for (from, to) in edits {
         assert!(text.contains(from), "FAST_CANARY has {from}");
         text = text.replace(from, to);
@@ -107,8 +88,8 @@ pub fn canary_with(edits: &[(&str, &str)]) -> BTreeMap<String, Runbook> {
 
 pub fn fast_runbooks() -> BTreeMap<String, Runbook> {
     [
-        ("single-replica-canary", FAST_CANARY),
-        ("single-replica-rollback", FAST_ROLLBACK),
+        ("single-replica-canary", FAST_CANARY.as_str()),
+        ("single-replica-rollback", FAST_ROLLBACK.as_str()),
         ("recreate-in-place", FAST_RECREATE),
     ]
     .into_iter()
@@ -356,7 +337,7 @@ impl TestApp {
             .await
             .expect("audit events")
             .into_iter()
-            .map(|e| e.kind)
+            .map(|e| e.kind.as_str().to_owned())
             .collect()
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use canaryd::compose::{ClientOptions, ComposeClient, StreamOutcome, UpRequest};
+use canaryd::compose::{ClientOptions, ComposeClient, ComposeRequest, StreamOutcome};
 use canaryd::config::ComposeTuning;
 use canaryd::http::RolloutOut;
 use canaryd::sim::{SimHost, SimOp};
@@ -171,7 +171,7 @@ async fn garbage_in_the_dry_run_stream_fails_the_gate_compose_protocol() {
 
 /// The output lines of a scoped up of r2 once it runs that tag (a repeat up changes nothing,
 /// so every repeat has the same stream).
-async fn up_stream_len(client: &ComposeClient, req: &UpRequest) -> usize {
+async fn up_stream_len(client: &ComposeClient, req: &ComposeRequest) -> usize {
     for _ in 0..2 {
         let normal = client.up(req).await.expect("a normal up");
         assert!(normal.succeeded());
@@ -189,7 +189,7 @@ async fn an_up_or_down_stream_cut_at_any_line_is_never_taken_for_a_success() {
         ..ClientOptions::default()
     };
     let client = ComposeClient::new(&sim.url(), sim.token(), opts).expect("client");
-    let req = UpRequest {
+    let req = ComposeRequest {
         tag: "v0.0.452".into(),
         file: FILE.into(),
         service: R2.into(),
@@ -206,7 +206,7 @@ async fn an_up_or_down_stream_cut_at_any_line_is_never_taken_for_a_success() {
             Err(e) => panic!("cut after {cut}: {e}"),
         }
     }
-    let down = canaryd::compose::DownRequest {
+    let down = canaryd::compose::ComposeRequest {
         tag: req.tag.clone(),
         file: req.file.clone(),
         service: req.service.clone(),

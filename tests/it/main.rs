@@ -15,6 +15,7 @@ mod doctor;
 mod helpers;
 mod hostile;
 mod http_errors;
+mod layers;
 mod logging;
 mod metrics;
 mod notify;

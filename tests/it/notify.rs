@@ -15,8 +15,8 @@ use axum::{Json, Router};
 use canaryd::app::App;
 use canaryd::cli::dev_config;
 use canaryd::config::{DeliveryTuning, NotificationsConfig, Secret, WebhookConfig, WebhookFormat};
+use canaryd::domain::notification::NotifyEvent;
 use canaryd::engine::Engine;
-use canaryd::notify::NotifyEvent;
 use canaryd::sim::SimHost;
 use serde_json::Value;
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use canaryd::domain::audit::AuditKind;
 use canaryd::http::RolloutOut;
 use canaryd::sim::SimOp;
 use serde_json::json;
@@ -72,7 +73,7 @@ async fn assert_audit_complete(app: &TestApp, r: &RolloutOut) {
     let has = |kind: &str, step: Option<&str>| {
         events
             .iter()
-            .any(|e| e.kind == kind && (step.is_none() || e.step.as_deref() == step))
+            .any(|e| e.kind.as_str() == kind && (step.is_none() || e.step.as_deref() == step))
     };
     assert!(has("rollout_created", None), "{:?}", kinds(&events));
     assert!(
@@ -116,7 +117,7 @@ async fn crash_at(point: &str) -> (TestApp, String) {
         .await
         .expect("audit");
     assert!(
-        events.iter().any(|e| e.kind == "rollout_resumed"),
+        events.iter().any(|e| e.kind == AuditKind::RolloutResumed),
         "the restart is in the audit trail"
     );
     (app, id)

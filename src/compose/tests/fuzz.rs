@@ -8,20 +8,8 @@ use serde_json::{json, Value};
 use crate::compose::lines::LineSplitter;
 use crate::compose::plan::{normalise_plan, raw_plan_from_event, RawPlan};
 use crate::compose::stream::{StreamOutcome, Transcript};
+use crate::domain::fuzz::config;
 use crate::domain::plan_gate;
-
-/// 256 cases per property (CI has 2 cores); `PROPTEST_CASES=N` runs longer sessions.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// NDJSON lines as compose-manager sends them, and as a broken one might.
 fn line() -> impl Strategy<Value = Vec<u8>> {

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use wiremock::{MockServer, ResponseTemplate};
 
-use super::{ClientOptions, ComposeClient, DownRequest, UpRequest};
+use super::{ClientOptions, ComposeClient, ComposeRequest};
 
 pub(super) const TOKEN: &str = "cm-secret-token";
 pub(super) const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
@@ -43,8 +43,8 @@ pub(super) fn env() -> BTreeMap<String, String> {
     ])
 }
 
-pub(super) fn up_req(service: &str) -> UpRequest {
-    UpRequest {
+pub(super) fn up_req(service: &str) -> ComposeRequest {
+    ComposeRequest {
         tag: "v0.0.452".into(),
         file: FILE.into(),
         service: service.into(),
@@ -52,8 +52,8 @@ pub(super) fn up_req(service: &str) -> UpRequest {
     }
 }
 
-pub(super) fn down_req(service: &str) -> DownRequest {
-    DownRequest {
+pub(super) fn down_req(service: &str) -> ComposeRequest {
+    ComposeRequest {
         tag: "v0.0.451".into(),
         file: FILE.into(),
         service: service.into(),

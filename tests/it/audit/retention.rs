@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use canaryd::domain::audit::AuditKind;
 use canaryd::domain::state::RolloutEvent;
 use canaryd::store::{NewDeployment, RolloutChange, Store};
 use serde_json::json;
@@ -117,7 +118,7 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
     let all = store.audit_events_after(0).await.expect("read");
     let note = all
         .iter()
-        .find(|e| e.kind == "retention_purged")
+        .find(|e| e.kind == AuditKind::RetentionPurged)
         .expect("purge audited");
     assert_eq!(note.detail["rollouts"], 2);
 

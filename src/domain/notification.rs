@@ -1,7 +1,11 @@
-//! Which audit events are notified, under which name, and the text a human reads. Pure.
+//! Which audit events are notified, under which name, and the text a human reads. Pure: the
+//! config names these events, the store writes them to the outbox, `notify` delivers them.
 
 use std::fmt;
 use std::str::FromStr;
+
+use super::audit::AuditKind;
+use super::state::RolloutKind;
 
 /// A notification a webhook may subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,18 +51,31 @@ impl NotifyEvent {
         }
     }
 
-    /// The notification an audit event causes, if any. `rollout_kind` is `canary` or
-    /// `rollback`: a rollback that succeeds is `rolled_back`, not `succeeded`.
-    pub fn from_audit(audit_kind: &str, rollout_kind: &str) -> Option<NotifyEvent> {
+    /// The notification an audit event causes, if any: a rollback that succeeds is
+    /// `rolled_back`, not `succeeded`.
+    pub fn from_audit(audit_kind: AuditKind, rollout_kind: RolloutKind) -> Option<NotifyEvent> {
         match audit_kind {
-            "rollout_running" => Some(Self::Started),
-            "step_failed" => Some(Self::StepFailed),
-            "rollout_succeeded" if rollout_kind == "rollback" => Some(Self::RolledBack),
-            "rollout_succeeded" => Some(Self::Succeeded),
-            "rollout_failed" => Some(Self::Failed),
-            "rollout_aborted" => Some(Self::Aborted),
-            "replica_left_down" => Some(Self::ReplicaLeftDown),
-            _ => None,
+            AuditKind::RolloutRunning => Some(Self::Started),
+            AuditKind::StepFailed => Some(Self::StepFailed),
+            AuditKind::RolloutSucceeded => Some(match rollout_kind {
+                RolloutKind::Rollback => Self::RolledBack,
+                RolloutKind::Canary => Self::Succeeded,
+            }),
+            AuditKind::RolloutFailed => Some(Self::Failed),
+            AuditKind::RolloutAborted => Some(Self::Aborted),
+            AuditKind::ReplicaLeftDown => Some(Self::ReplicaLeftDown),
+            AuditKind::RolloutCreated
+            | AuditKind::RolloutPending
+            | AuditKind::RolloutResumed
+            | AuditKind::StepPending
+            | AuditKind::StepRunning
+            | AuditKind::StepSucceeded
+            | AuditKind::StepSkipped
+            | AuditKind::StepAborted
+            | AuditKind::AbortRequested
+            | AuditKind::RollbackLinked
+            | AuditKind::DeploymentRecorded
+            | AuditKind::RetentionPurged => None,
         }
     }
 }
@@ -128,27 +145,25 @@ mod tests {
 
     #[test]
     fn audit_events_map_to_notifications_and_a_successful_rollback_is_rolled_back() {
+        use AuditKind as A;
+        use RolloutKind::{Canary, Rollback};
         let cases = [
-            ("rollout_created", "canary", None),
-            ("rollout_running", "canary", Some(NotifyEvent::Started)),
-            ("rollout_running", "rollback", Some(NotifyEvent::Started)),
-            ("step_running", "canary", None),
-            ("step_succeeded", "canary", None),
-            ("step_failed", "canary", Some(NotifyEvent::StepFailed)),
-            ("rollout_succeeded", "canary", Some(NotifyEvent::Succeeded)),
+            (A::RolloutCreated, Canary, None),
+            (A::RolloutRunning, Canary, Some(NotifyEvent::Started)),
+            (A::RolloutRunning, Rollback, Some(NotifyEvent::Started)),
+            (A::StepRunning, Canary, None),
+            (A::StepSucceeded, Canary, None),
+            (A::StepFailed, Canary, Some(NotifyEvent::StepFailed)),
+            (A::RolloutSucceeded, Canary, Some(NotifyEvent::Succeeded)),
+            (A::RolloutSucceeded, Rollback, Some(NotifyEvent::RolledBack)),
+            (A::RolloutFailed, Rollback, Some(NotifyEvent::Failed)),
+            (A::RolloutAborted, Canary, Some(NotifyEvent::Aborted)),
             (
-                "rollout_succeeded",
-                "rollback",
-                Some(NotifyEvent::RolledBack),
-            ),
-            ("rollout_failed", "rollback", Some(NotifyEvent::Failed)),
-            ("rollout_aborted", "canary", Some(NotifyEvent::Aborted)),
-            (
-                "replica_left_down",
-                "rollback",
+                A::ReplicaLeftDown,
+                Rollback,
                 Some(NotifyEvent::ReplicaLeftDown),
             ),
-            ("abort_requested", "canary", None),
+            (A::AbortRequested, Canary, None),
         ];
         for (audit, kind, expected) in cases {
             assert_eq!(

@@ -1,0 +1,264 @@
+//! The waits of a compose call: the 409 backoff of `call`, the abortable `pause` and the poll
+//! interval of a wait. `pause` runs on tokio's paused clock (ten seconds in no time). `call`
+//! writes its attempts to SQLite, whose pool times out on a paused clock (tokio jumps to the
+//! pool's acquire deadline while the database thread works), so its backoff runs on the real
+//! clock in milliseconds, asserting the lower bounds a sleep guarantees and the cap.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{call, Call};
+use crate::compose::ComposeError;
+use crate::config::{
+    ComposeTuning, EnvMap, HostConfig, HttpTuning, NotificationsConfig, ResolvedConfig, Secret,
+};
+use crate::domain::state::AttemptOutcome;
+use crate::engine::steps::{pause, poll_interval, StepRun};
+use crate::engine::Engine;
+use crate::store::{NewStep, Store};
+
+const SECOND: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+
+fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
+    let host = HostConfig {
+        name: "h1".into(),
+        // Never called: the tests hand `call` the compose answers themselves.
+        compose_manager_url: "http://127.0.0.1:9".into(),
+        token: Secret::new("t"),
+        env: EnvMap::new(BTreeMap::new()),
+        project: "work".into(),
+        replicas: BTreeMap::new(),
+    };
+    ResolvedConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        database: dir.join("canaryd.db"),
+        runbooks_dir: dir.to_path_buf(),
+        tokens: Vec::new(),
+        hosts: BTreeMap::from([("h1".to_owned(), host)]),
+        compose: tuning,
+        http: HttpTuning::default(),
+        retention_days: None,
+        notifications: NotificationsConfig::default(),
+    }
+}
+
+/// An engine whose 409 backoff starts at 20 ms and stops doubling at 80 ms, and a rollout of
+/// h1 with one `down` step.
+async fn engine(dir: &std::path::Path) -> Engine {
+    let tuning = ComposeTuning {
+        busy_retry_initial: MS * 20,
+        busy_retry_max: MS * 80,
+        ..ComposeTuning::default()
+    };
+    let config = config(dir, tuning);
+    let store = Store::open(&config.database).await.expect("store");
+    let rollout = crate::store::tests::rollout("ro_1", "h1", "r2", 0);
+    let step = NewStep {
+        name: "down".into(),
+        kind: "down".into(),
+    };
+    store
+        .create_rollout(&rollout, &[step])
+        .await
+        .expect("created");
+    Engine::new(store, &config, BTreeMap::new()).expect("engine")
+}
+
+fn busy() -> ComposeError {
+    ComposeError::Busy {
+        endpoint: "compose/down".into(),
+        in_flight: "compose_up".into(),
+    }
+}
+
+/// What one `call` did: how it ended, the instant of every send, and the engine (with its
+/// database folder) to read the attempts from.
+struct Ran {
+    result: Call<()>,
+    sent: Vec<Instant>,
+    engine: Engine,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `call` for the down step of a fresh rollout, with `deadline` left; `answer(n, abort)`
+/// is the n-th (0-based) answer, and may send the abort.
+async fn run_call(
+    deadline: chrono::Duration,
+    answer: impl Fn(usize, &watch::Sender<bool>) -> Result<(), ComposeError>,
+) -> Ran {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let engine = engine(dir.path()).await;
+    let (tx, mut rx) = watch::channel(false);
+    let store = &engine.inner.store;
+    let rollout = store
+        .get_rollout("ro_1")
+        .await
+        .expect("read")
+        .expect("found");
+    let step = store.steps("ro_1").await.expect("steps").remove(0);
+    let run = StepRun::new(&engine, &rollout);
+    let sent = RefCell::new(Vec::new());
+    let result = call(
+        &run,
+        &step,
+        "compose/down",
+        Utc::now() + deadline,
+        &mut rx,
+        || {
+            let n = {
+                let mut sent = sent.borrow_mut();
+                sent.push(Instant::now());
+                sent.len() - 1
+            };
+            let answer = answer(n, &tx);
+            async move { answer }
+        },
+    )
+    .await;
+    drop(run);
+    Ran {
+        result,
+        sent: sent.into_inner(),
+        engine,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn a_busy_host_is_retried_with_a_doubling_backoff_up_to_its_cap() {
+    let ran = run_call(chrono::Duration::hours(1), |n, _| {
+        if n < 5 {
+            Err(busy())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    assert!(
+        matches!(ran.result, Call::Done { .. }),
+        "the sixth send is answered"
+    );
+    let gaps: Vec<Duration> = ran.sent.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(gaps.len(), 5);
+    for (gap, least) in gaps.iter().zip([20, 40, 80, 80, 80]) {
+        assert!(*gap >= MS * least, "a backoff is never shorter: {gaps:?}");
+    }
+    // Without the cap the last wait would be 320 ms.
+    assert!(
+        gaps[4] < MS * 300,
+        "the backoff stops doubling at its cap: {gaps:?}"
+    );
+    let outcomes: Vec<Option<AttemptOutcome>> = ran
+        .engine
+        .inner
+        .store
+        .attempts("ro_1")
+        .await
+        .expect("attempts")
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    let mut expected = vec![Some(AttemptOutcome::Busy); 5];
+    expected.push(None);
+    assert_eq!(
+        outcomes, expected,
+        "every try is written ahead; the caller records the last"
+    );
+}
+
+#[tokio::test]
+async fn a_busy_host_is_not_retried_past_the_step_deadline() {
+    let ran = run_call(chrono::Duration::milliseconds(10), |_, _| Err(busy())).await;
+    let Call::OutOfTime { last_error } = ran.result else {
+        panic!("not out of time")
+    };
+    assert!(last_error.contains("compose_up"), "{last_error}");
+    assert_eq!(
+        ran.sent.len(),
+        1,
+        "a backoff longer than the time left is not waited"
+    );
+}
+
+#[tokio::test]
+async fn an_abort_during_the_backoff_stops_the_retries() {
+    let ran = run_call(chrono::Duration::hours(1), |_, abort| {
+        abort.send_replace(true);
+        Err(busy())
+    })
+    .await;
+    assert!(matches!(ran.result, Call::Aborted));
+    assert_eq!(ran.sent.len(), 1);
+}
+
+#[tokio::test]
+async fn an_error_that_is_not_transient_is_not_retried() {
+    let ran = run_call(chrono::Duration::hours(1), |_, _| {
+        Err(ComposeError::InvalidRequest {
+            message: "bad".into(),
+        })
+    })
+    .await;
+    assert!(matches!(ran.result, Call::Error { .. }));
+    assert_eq!(ran.sent.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_sleeps_its_whole_length_unless_an_abort_comes_first() {
+    let (tx, mut rx) = watch::channel(false);
+    let start = Instant::now();
+    assert!(!pause(10 * SECOND, &mut rx).await, "not aborted");
+    assert_eq!(start.elapsed(), 10 * SECOND);
+
+    let start = Instant::now();
+    let aborter = tokio::spawn(async move {
+        tokio::time::sleep(3 * SECOND).await;
+        tx.send_replace(true);
+        tx
+    });
+    assert!(pause(10 * SECOND, &mut rx).await, "aborted");
+    assert_eq!(
+        start.elapsed(),
+        3 * SECOND,
+        "the abort cuts the pause short"
+    );
+    let _tx = aborter.await.expect("joined");
+
+    let start = Instant::now();
+    assert!(pause(10 * SECOND, &mut rx).await, "an abort already sent");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_whose_abort_sender_is_gone_still_sleeps_its_length() {
+    let (tx, mut rx) = watch::channel(false);
+    drop(tx);
+    let start = Instant::now();
+    assert!(!pause(2 * SECOND, &mut rx).await);
+    assert_eq!(start.elapsed(), 2 * SECOND);
+}
+
+#[test]
+fn a_wait_polls_a_tenth_of_the_time_left_between_50ms_and_1s() {
+    let cases = [
+        (chrono::Duration::hours(1), SECOND),
+        (chrono::Duration::seconds(5), Duration::from_millis(500)),
+        (
+            chrono::Duration::milliseconds(100),
+            Duration::from_millis(50),
+        ),
+        (chrono::Duration::seconds(-5), Duration::from_millis(50)),
+    ];
+    for (left, expected) in cases {
+        let got = poll_interval(Utc::now() + left);
+        // The clock moves between `now` here and in poll_interval: allow a few ms.
+        let close = got <= expected && expected - got < Duration::from_millis(5);
+        assert!(close, "{left}: {got:?} vs {expected:?}");
+    }
+}

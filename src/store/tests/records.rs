@@ -1,0 +1,294 @@
+//! Deployments, the history query, the outbox, retention and replicas left down.
+
+use std::collections::BTreeMap;
+
+use chrono::Duration;
+
+use super::{apply, at, change, create, rollout, temp_store};
+use crate::domain::state::{RolloutEvent, RolloutStatus};
+use crate::store::{fmt_time, NewDeployment, RolloutFilter, RunningState, Store};
+
+fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
+    NewDeployment {
+        host: "h1".into(),
+        service: "r2".into(),
+        file: "prod/a.yaml".into(),
+        tag: tag.into(),
+        env_overrides: BTreeMap::new(),
+        env_sha256: None,
+        commit: None,
+        file_sha256: None,
+        image: None,
+        source: if rollout_id.is_some() {
+            "rollout"
+        } else {
+            "baseline"
+        },
+        rollout_id: rollout_id.map(str::to_owned),
+        deployed_at: at(s),
+    }
+}
+
+/// A rollout of h1/r2 that succeeds at `s + 1` and records `tag`.
+async fn deploy(store: &Store, id: &str, tag: &str, s: i64) {
+    create(store, &rollout(id, "h1", "r2", s)).await;
+    apply(store, id, RolloutEvent::Start, s).await;
+    store
+        .succeed_rollout(
+            id,
+            &change(RolloutEvent::Succeed, s + 1),
+            &deployment(tag, s + 1, Some(id)),
+        )
+        .await
+        .expect("succeeded");
+}
+
+fn running(tag: &str) -> RunningState {
+    RunningState {
+        file: "prod/a.yaml".into(),
+        tag: tag.into(),
+        env_overrides: BTreeMap::new(),
+    }
+}
+
+#[tokio::test]
+async fn deployments_are_recorded_newest_first_and_a_baseline_only_once() {
+    let (_dir, store) = temp_store().await;
+    store
+        .record_baseline(&deployment("v0", 0, None))
+        .await
+        .expect("baseline");
+    store
+        .record_baseline(&deployment("v00", 1, None))
+        .await
+        .expect("ignored");
+    deploy(&store, "ro_1", "v1", 10).await;
+    deploy(&store, "ro_2", "v2", 20).await;
+    let tags: Vec<String> = store
+        .deployments("h1", "r2")
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|d| d.tag)
+        .collect();
+    assert_eq!(tags, ["v2", "v1", "v0"]);
+    let recent = store.recent_deployments("h1", "r2", 2).await.expect("read");
+    assert_eq!(recent.len(), 2);
+    assert_eq!(
+        store
+            .get_rollout("ro_2")
+            .await
+            .expect("read")
+            .map(|r| r.status),
+        Some(RolloutStatus::Succeeded)
+    );
+    let of = store
+        .deployment_of("ro_1")
+        .await
+        .expect("read")
+        .expect("found");
+    assert_eq!(of.tag, "v1");
+    assert!(store.deployment_of("ro_x").await.expect("read").is_none());
+    let v1 = store
+        .deployment_with_tag("h1", "r2", "v1")
+        .await
+        .expect("read");
+    assert_eq!(v1.map(|d| d.rollout_id), Some(Some("ro_1".to_owned())));
+    assert!(store
+        .deployment_with_tag("h1", "r1", "v1")
+        .await
+        .expect("read")
+        .is_none());
+}
+
+#[tokio::test]
+async fn the_prior_deployment_is_the_newest_that_differs_from_what_runs() {
+    let (_dir, store) = temp_store().await;
+    store
+        .record_baseline(&deployment("v0", 0, None))
+        .await
+        .expect("baseline");
+    deploy(&store, "ro_1", "v1", 10).await;
+    deploy(&store, "ro_2", "v2", 20).await;
+    let cases = [
+        (running("v2"), None, Some("v1")),
+        (running("v1"), None, Some("v2")),
+        (running("v2"), Some("v0"), Some("v0")),
+        (running("v2"), Some("v2"), None),
+        (running("v9"), Some("v7"), None),
+    ];
+    for (now, tag, expected) in cases {
+        let prior = store
+            .prior_deployment("h1", "r2", &now, tag)
+            .await
+            .expect("read");
+        assert_eq!(prior.map(|d| d.tag).as_deref(), expected, "{now:?} {tag:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_history_filters_and_pages_newest_first_without_repeats() {
+    let (_dir, store) = temp_store().await;
+    for n in 0..5 {
+        let id = format!("ro_{n}");
+        let host = if n % 2 == 0 { "h1" } else { "h2" };
+        create(&store, &rollout(&id, host, "r2", n * 10)).await;
+        apply(&store, &id, RolloutEvent::Fail, n * 10 + 1).await;
+    }
+    let ids = |rs: Vec<crate::store::Rollout>| rs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = RolloutFilter {
+        limit: 100,
+        ..RolloutFilter::default()
+    };
+    assert_eq!(
+        ids(store.list_rollouts(&all).await.expect("list")),
+        ["ro_4", "ro_3", "ro_2", "ro_1", "ro_0"]
+    );
+    let h1 = RolloutFilter {
+        host: Some("h1".into()),
+        ..all.clone()
+    };
+    assert_eq!(
+        ids(store.list_rollouts(&h1).await.expect("list")),
+        ["ro_4", "ro_2", "ro_0"]
+    );
+    let running = RolloutFilter {
+        status: Some(RolloutStatus::Running),
+        ..all.clone()
+    };
+    assert!(store
+        .list_rollouts(&running)
+        .await
+        .expect("list")
+        .is_empty());
+    let mut seen = Vec::new();
+    let mut page = RolloutFilter {
+        limit: 2,
+        ..all.clone()
+    };
+    loop {
+        let items = store.list_rollouts(&page).await.expect("page");
+        let Some(last) = items.last() else { break };
+        page.before = Some((fmt_time(last.created_at), last.id.clone()));
+        seen.extend(ids(items));
+    }
+    assert_eq!(seen, ["ro_4", "ro_3", "ro_2", "ro_1", "ro_0"]);
+    let csv = store.export_csv_page(&h1).await.expect("csv");
+    assert_eq!(csv.rows, 3);
+    assert_eq!(csv.text.lines().count(), 3, "{}", csv.text);
+}
+
+#[tokio::test]
+async fn a_notification_is_enqueued_with_its_event_routed_to_each_webhook_and_delivered() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    assert!(
+        store
+            .unrouted_notifications(10)
+            .await
+            .expect("read")
+            .is_empty(),
+        "created notifies nothing"
+    );
+    apply(&store, "ro_1", RolloutEvent::Start, 1).await;
+    let unrouted = store.unrouted_notifications(10).await.expect("read");
+    assert_eq!(unrouted.len(), 1);
+    assert_eq!(unrouted[0].event, "started");
+    let id = unrouted[0].outbox_id.clone();
+    store
+        .route_notification(&id, &["ops", "chat"], at(2))
+        .await
+        .expect("routed");
+    assert!(store
+        .unrouted_notifications(10)
+        .await
+        .expect("read")
+        .is_empty());
+    assert_eq!(store.next_delivery_at().await.expect("read"), Some(at(2)));
+    let due = store.due_deliveries(at(2), 10).await.expect("due");
+    assert_eq!(due.len(), 2);
+    let payload: serde_json::Value = serde_json::from_str(&due[0].payload).expect("json");
+    assert_eq!(payload["event"], "started");
+    assert_eq!(payload["rollout"]["id"], "ro_1");
+    for d in &due {
+        store
+            .claim_delivery(&d.outbox_id, &d.webhook, at(3), at(60))
+            .await
+            .expect("claimed");
+    }
+    assert!(
+        store
+            .due_deliveries(at(3), 10)
+            .await
+            .expect("due")
+            .is_empty(),
+        "claimed until the retry"
+    );
+    store
+        .finish_delivery(&id, "ops", at(4), Ok(()))
+        .await
+        .expect("delivered");
+    store
+        .finish_delivery(&id, "chat", at(4), Err(("503".into(), false)))
+        .await
+        .expect("retry later");
+    let retry = store.due_deliveries(at(60), 10).await.expect("due");
+    assert_eq!(retry.len(), 1);
+    assert_eq!((retry[0].webhook.as_str(), retry[0].attempts), ("chat", 1));
+    store
+        .finish_delivery(&id, "chat", at(61), Err(("503".into(), true)))
+        .await
+        .expect("given up");
+    assert_eq!(
+        store.delivery_counts().await.expect("counts"),
+        [("delivered".to_owned(), 1), ("failed".to_owned(), 1)]
+    );
+}
+
+#[tokio::test]
+async fn retention_purges_old_terminal_rollouts_but_keeps_their_deployments_and_active_ones() {
+    let (_dir, store) = temp_store().await;
+    deploy(&store, "ro_old", "v1", 0).await;
+    create(&store, &rollout("ro_live", "h1", "r2", 5)).await;
+    let now = at(1) + Duration::days(8);
+    let purged = store.purge_finished(now, 7).await.expect("purged");
+    assert_eq!((purged.rollouts, purged.steps), (1, 3));
+    assert!(store.get_rollout("ro_old").await.expect("read").is_none());
+    assert!(store.get_rollout("ro_live").await.expect("read").is_some());
+    let kept = store.deployments("h1", "r2").await.expect("read");
+    assert_eq!(kept.len(), 1, "deployments are history");
+    assert_eq!(kept[0].rollout_id, None, "only the link is lost");
+    let again = store.purge_finished(now, 7).await.expect("purged");
+    assert_eq!(again.rollouts, 0);
+}
+
+#[tokio::test]
+async fn a_replica_left_down_stays_listed_until_a_later_rollout_of_it_succeeds() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    apply(&store, "ro_1", RolloutEvent::Start, 1).await;
+    let mut down = change(RolloutEvent::Fail, 2);
+    down.error = Some(("replica_left_down".into(), "no container".into()));
+    let r = store
+        .end_with_replica_left_down("ro_1", &down, &serde_json::json!({"ps": []}))
+        .await
+        .expect("ended");
+    assert_eq!(r.status, RolloutStatus::Failed);
+    let kinds: Vec<_> = store
+        .audit_events("ro_1", 0)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.contains(&crate::domain::audit::AuditKind::ReplicaLeftDown),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        store.replicas_left_down().await.expect("read"),
+        [("h1".to_owned(), "r2".to_owned())]
+    );
+    deploy(&store, "ro_2", "v2", 10).await;
+    assert!(store.replicas_left_down().await.expect("read").is_empty());
+}
