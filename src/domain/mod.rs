@@ -2,6 +2,7 @@
 
 pub mod compose_file;
 pub mod duration;
+pub mod exposition;
 #[cfg(test)]
 mod fuzz;
 pub mod log_watch;

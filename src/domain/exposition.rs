@@ -1,0 +1,267 @@
+//! Prometheus text exposition: one scraped page reduced to what an analysis reads, and the
+//! maths over two pages of the same replica (counter deltas, histogram bucket deltas,
+//! quantiles from bucket deltas like PromQL's `histogram_quantile`).
+//!
+//! The page is parsed by `prom_text_format_parser` (names with `:` such as SGLang's
+//! `sglang:time_to_first_token_seconds`, `+Inf`, escaped label values). `prometheus-parse`
+//! was not used: its name pattern has no `:`, so every SGLang line would be dropped.
+//!
+//! The engine's label quirk: counters and histograms are split by `priority`, and the series
+//! with `priority=""` is a stale placeholder that must never be read. [`Page::histogram`] and
+//! [`Page::counter`] leave it out and keep every other series apart; the deltas are taken per
+//! series and summed afterwards, so a reset of one priority does not hide the others.
+
+use std::collections::BTreeMap;
+
+use prom_text_format_parser::{parse_scrape, ScrapeParseError, Type, ValueType};
+
+/// The label the engine splits its counters and histograms by.
+pub const PRIORITY_LABEL: &str = "priority";
+/// The placeholder series' label pair, as it appears in a [`SeriesKey`].
+const STALE_KEY: &str = "priority=\"\"";
+
+/// A page that is not valid exposition text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not Prometheus text exposition: {0}")]
+pub struct ExpositionError(String);
+
+/// A series' identity: its labels (without `le`), sorted, as `k="v",…`.
+pub type SeriesKey = String;
+
+/// One histogram series: cumulative bucket counts by upper bound, and `_count`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// `(le, cumulative count)`, sorted by `le`; the last is `+Inf` on a well-formed page.
+    pub buckets: Vec<(f64, f64)>,
+    /// `_count` (observations; one per request for the latency histograms).
+    pub count: f64,
+}
+
+/// The families of one page that an analysis may read.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    histograms: BTreeMap<String, BTreeMap<SeriesKey, Histogram>>,
+    scalars: BTreeMap<String, BTreeMap<SeriesKey, f64>>,
+}
+
+fn series_key(labels: &[(String, String)]) -> SeriesKey {
+    let mut pairs: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| k != "le")
+        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+impl Page {
+    /// Parses one page. Text that is not exposition format is refused; a family whose
+    /// lines do not assemble (e.g. a histogram without `le`) is left out, as are summaries.
+    pub fn parse(text: &str) -> Result<Page, ExpositionError> {
+        let (metrics, error) = parse_scrape(text);
+        if let Some(ScrapeParseError::Parse(e)) = error {
+            return Err(ExpositionError(e));
+        }
+        let mut page = Page::default();
+        for metric in metrics {
+            match metric.kind {
+                Type::Histogram => {
+                    let family = page.histograms.entry(metric.name).or_default();
+                    for sample in metric.samples {
+                        let labels: Vec<(String, String)> = sample
+                            .labels
+                            .iter()
+                            .map(|l| (l.key.clone(), l.value.clone()))
+                            .collect();
+                        let value = sample.value.value.as_f64();
+                        let series = family.entry(series_key(&labels)).or_default();
+                        match sample.value.value_type {
+                            ValueType::Count => series.count = value,
+                            ValueType::Sum => {}
+                            ValueType::Sample => {
+                                let le = labels
+                                    .iter()
+                                    .find(|(k, _)| k == "le")
+                                    .and_then(|(_, v)| v.parse::<f64>().ok());
+                                if let Some(le) = le {
+                                    series.buckets.push((le, value));
+                                }
+                            }
+                        }
+                    }
+                }
+                Type::Counter | Type::Gauge | Type::Untyped => {
+                    let family = page.scalars.entry(metric.name).or_default();
+                    for sample in metric.samples {
+                        let labels: Vec<(String, String)> = sample
+                            .labels
+                            .iter()
+                            .map(|l| (l.key.clone(), l.value.clone()))
+                            .collect();
+                        family.insert(series_key(&labels), sample.value.value.as_f64());
+                    }
+                }
+                Type::Summary => {}
+            }
+        }
+        for family in page.histograms.values_mut() {
+            for series in family.values_mut() {
+                series.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+        }
+        Ok(page)
+    }
+
+    /// Number of series on the page (a histogram series counts once).
+    pub fn series_count(&self) -> usize {
+        self.histograms.values().map(BTreeMap::len).sum::<usize>()
+            + self.scalars.values().map(BTreeMap::len).sum::<usize>()
+    }
+
+    /// The live series of histogram `name`, by series key: the `priority=""` placeholder
+    /// is left out. Empty when the page has no such histogram.
+    pub fn histogram(&self, name: &str) -> BTreeMap<SeriesKey, Histogram> {
+        self.histograms
+            .get(name)
+            .map(|family| {
+                family
+                    .iter()
+                    .filter(|(key, _)| !key_is_stale(key))
+                    .map(|(k, h)| (k.clone(), h.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The live series of counter (or gauge) `name`, without the `priority=""` placeholder.
+    pub fn counter(&self, name: &str) -> BTreeMap<SeriesKey, f64> {
+        self.scalars
+            .get(name)
+            .map(|family| {
+                family
+                    .iter()
+                    .filter(|(key, _)| !key_is_stale(key))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn key_is_stale(key: &str) -> bool {
+    // Keys are built by `series_key`: `priority=""` appears exactly so, between commas.
+    key.split(',').any(|pair| pair == STALE_KEY)
+}
+
+/// The increase of a counter between two reads. A value lower than before means the
+/// counter was reset (the engine restarted): everything it counted since is the later value.
+pub fn counter_delta(before: f64, after: f64) -> f64 {
+    if after < before {
+        after
+    } else {
+        after - before
+    }
+}
+
+/// The increase of every series of a counter between two pages, summed. A series missing
+/// before counts from zero.
+pub fn counter_series_delta(
+    before: &BTreeMap<SeriesKey, f64>,
+    after: &BTreeMap<SeriesKey, f64>,
+) -> f64 {
+    after
+        .iter()
+        .map(|(key, v)| counter_delta(before.get(key).copied().unwrap_or(0.0), *v))
+        .sum()
+}
+
+/// The observations of one histogram series between two reads: per-bucket and `_count`
+/// deltas. A reset (the count went down) makes the later read the delta.
+pub fn histogram_delta(before: Option<&Histogram>, after: &Histogram) -> Histogram {
+    let Some(before) = before.filter(|b| after.count >= b.count) else {
+        return after.clone();
+    };
+    let buckets = after
+        .buckets
+        .iter()
+        .map(|(le, v)| {
+            let old = before
+                .buckets
+                .iter()
+                .find(|(ble, _)| ble == le)
+                .map_or(0.0, |(_, c)| *c);
+            (*le, counter_delta(old, *v))
+        })
+        .collect();
+    Histogram {
+        buckets,
+        count: after.count - before.count,
+    }
+}
+
+/// Adds `delta` into `total`, bucket by bucket (buckets are matched by upper bound).
+pub fn add_histogram(total: &mut Histogram, delta: &Histogram) {
+    total.count += delta.count;
+    for (le, v) in &delta.buckets {
+        match total.buckets.iter_mut().find(|(tle, _)| tle == le) {
+            Some((_, c)) => *c += v,
+            None => total.buckets.push((*le, *v)),
+        }
+    }
+    total.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+}
+
+/// The deltas of every live series of a histogram between two pages, summed into one.
+pub fn histogram_series_delta(
+    before: &BTreeMap<SeriesKey, Histogram>,
+    after: &BTreeMap<SeriesKey, Histogram>,
+) -> Histogram {
+    let mut total = Histogram::default();
+    for (key, h) in after {
+        add_histogram(&mut total, &histogram_delta(before.get(key), h));
+    }
+    total
+}
+
+/// The `q` quantile (0 < q ≤ 1) of the observations in `h`, as PromQL's
+/// `histogram_quantile`: linear interpolation inside the bucket that holds rank `q·total`
+/// (the first bucket starts at 0); a rank in the `+Inf` bucket answers the highest finite
+/// bound. `None` without observations or without a `+Inf` bucket.
+pub fn quantile(q: f64, h: &Histogram) -> Option<f64> {
+    if !(q > 0.0 && q <= 1.0) {
+        return None;
+    }
+    let (last_le, total) = *h.buckets.last()?;
+    if last_le != f64::INFINITY || total <= 0.0 || h.buckets.len() < 2 {
+        return None;
+    }
+    // Cumulative counts may dip after per-series resets: make them monotonic.
+    let mut cumulative = Vec::with_capacity(h.buckets.len());
+    let mut high = 0.0f64;
+    for (le, c) in &h.buckets {
+        high = high.max(*c);
+        cumulative.push((*le, high));
+    }
+    let rank = q * total;
+    let i = cumulative.iter().position(|(_, c)| *c >= rank)?;
+    if i == cumulative.len() - 1 {
+        return Some(cumulative[i - 1].0);
+    }
+    let (upper, count) = cumulative[i];
+    let (lower, below) = if i == 0 {
+        (0.0f64.min(upper), 0.0)
+    } else {
+        cumulative[i - 1]
+    };
+    if i == 0 && upper <= 0.0 {
+        return Some(upper);
+    }
+    let in_bucket = count - below;
+    if in_bucket <= 0.0 {
+        return Some(upper);
+    }
+    Some(lower + (upper - lower) * (rank - below) / in_bucket)
+}
+
+#[cfg(test)]
+mod tests;
