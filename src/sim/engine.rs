@@ -327,9 +327,9 @@ pub(crate) fn engine_ready(shared: &Shared, service: &str) -> bool {
 }
 
 #[derive(Clone)]
-struct EngineCtx {
-    shared: Arc<Shared>,
-    service: String,
+pub(super) struct EngineCtx {
+    pub shared: Arc<Shared>,
+    pub service: String,
 }
 
 async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
@@ -372,6 +372,7 @@ pub(crate) fn serve_engine(
     let app = Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
+        .route("/metrics", get(super::metrics::serve))
         .with_state(EngineCtx { shared, service });
     tokio::spawn(async move {
         let signal = async move {

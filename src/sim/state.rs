@@ -77,6 +77,8 @@ pub(crate) struct State {
     /// The host's own env files (`.env`, `.env.host`): what `/compose/logs` interpolates the
     /// file with, since logs run without the request's env.
     pub host_env: BTreeMap<String, String>,
+    /// The simulated requests every engine serves (its `/metrics`).
+    pub traffic: super::metrics::Traffic,
 }
 
 /// The operation holding the lock, as `/status` shows it.
