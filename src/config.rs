@@ -181,6 +181,23 @@ pub struct ReplicaConfig {
     pub group: String,
     /// The replica's `/health` URL.
     pub health_url: String,
+    /// The engine's Prometheus page, when not the origin of `health_url` + `/metrics`.
+    pub metrics_url: Option<String>,
+}
+
+impl ReplicaConfig {
+    /// The engine's Prometheus page: `metrics_url`, or the origin of `health_url` +
+    /// `/metrics`.
+    pub fn metrics_url(&self) -> String {
+        if let Some(url) = &self.metrics_url {
+            return url.clone();
+        }
+        let after_scheme = self.health_url.find("://").map_or(0, |i| i + 3);
+        let origin_end = self.health_url[after_scheme..]
+            .find('/')
+            .map_or(self.health_url.len(), |i| after_scheme + i);
+        format!("{}/metrics", &self.health_url[..origin_end])
+    }
 }
 
 impl HostConfig {

@@ -82,6 +82,7 @@ pub fn dev_config(
             ReplicaConfig {
                 group: "glm53-long".to_owned(),
                 health_url,
+                metrics_url: None,
             },
         );
     }

@@ -66,8 +66,37 @@ pub fn evidence(s: &StepOut) -> String {
         "verify_neighbours" => format!("{} neighbours unchanged", d["checked"]),
         "down" | "up" => format!("{} stream lines", d["lines"]),
         "peers_healthy" => format!("peers healthy: {}", d["peers"]),
+        "analyze" => analysis_summary(d),
         _ => String::new(),
     }
+}
+
+/// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
+fn analysis_summary(d: &serde_json::Value) -> String {
+    let number = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
+    d["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let mut line = format!(
+                "{} {} {}",
+                c["name"].as_str().unwrap_or("?"),
+                c["verdict"].as_str().unwrap_or("?"),
+                number(&c["target"]["value"])
+            );
+            if !c["max_ratio_to_peers"].is_null() {
+                line.push_str(&format!(
+                    " vs peers {} ({}×, limit {}×)",
+                    number(&c["peer_median"]),
+                    number(&c["ratio"]),
+                    number(&c["max_ratio_to_peers"])
+                ));
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A progress line for a step.

@@ -91,6 +91,8 @@ struct HostFile {
 struct ReplicaFile {
     group: String,
     health_url: String,
+    #[serde(default)]
+    metrics_url: Option<String>,
 }
 
 /// Durations stay text here and are parsed in `resolve_compose`, so errors name the key.
@@ -318,11 +320,18 @@ fn resolve_host(
         }
         let health_url =
             check_url(&r.health_url, true).map_err(|e| src.error(&field("health_url"), e))?;
+        let metrics_url = match &r.metrics_url {
+            Some(url) => {
+                Some(check_url(url, true).map_err(|e| src.error(&field("metrics_url"), e))?)
+            }
+            None => None,
+        };
         replicas.insert(
             service,
             ReplicaConfig {
                 group: r.group,
                 health_url,
+                metrics_url,
             },
         );
     }

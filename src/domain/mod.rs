@@ -1,5 +1,6 @@
 //! Pure domain model. No tokio, sqlx, axum or reqwest here, and no clock reads: callers pass `now`.
 
+pub mod analysis;
 pub mod compose_file;
 pub mod duration;
 pub mod exposition;
@@ -11,4 +12,5 @@ pub mod plan;
 pub mod plan_gate;
 pub mod runbook;
 pub mod state;
+pub mod uptime;
 pub mod yaml_line;

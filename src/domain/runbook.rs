@@ -52,6 +52,14 @@ pub mod defaults {
     /// a row before the step fails `logs_unavailable` (a step that watches logs never
     /// succeeds blind).
     pub const MAX_LOG_FAILURES: u32 = 3;
+    /// `analyze.warmup`: the fleet runbooks exclude the first 10 minutes after ready.
+    pub const ANALYZE_WARMUP: Duration = Duration::from_secs(10 * 60);
+    /// `analyze.duration`: the judged window.
+    pub const ANALYZE_DURATION: Duration = Duration::from_secs(30 * 60);
+    /// `analyze.interval`: between scrapes of the target and its peers.
+    pub const ANALYZE_INTERVAL: Duration = Duration::from_secs(30);
+    /// `min_requests` of a histogram check (a quantile needs observations); counters: 0.
+    pub const ANALYZE_MIN_REQUESTS: u64 = 1;
 }
 
 /// A validated runbook.
@@ -148,6 +156,8 @@ pub enum StepKind {
         /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
         max_log_failures: u32,
     },
+    /// Scrape the target and its peers for `warmup` + `duration`; judge the checks.
+    Analyze(crate::domain::analysis::AnalyzeSpec),
 }
 
 impl StepKind {
@@ -162,6 +172,7 @@ impl StepKind {
         "wait_health",
         "wait_logs",
         "soak",
+        "analyze",
     ];
 
     /// The kind's name as written in runbooks (`wait_health`).
@@ -176,6 +187,7 @@ impl StepKind {
             Self::WaitHealth { .. } => "wait_health",
             Self::WaitLogs { .. } => "wait_logs",
             Self::Soak { .. } => "soak",
+            Self::Analyze(_) => "analyze",
         }
     }
 

@@ -12,6 +12,8 @@ use super::{defaults, Step, StepKind};
 use crate::domain::duration::{format_duration, parse_duration};
 use crate::domain::pattern::LogPattern;
 
+mod analyze;
+
 /// A step refusal: the message (already naming the step) and the field it is about.
 pub(super) struct StepError {
     pub field: Option<String>,
@@ -38,6 +40,7 @@ fn allowed_fields(kind: &str) -> &'static [&'static str] {
             "forbid",
             "max_log_failures",
         ],
+        "analyze" => &["source", "warmup", "duration", "interval", "checks"],
         _ => &[],
     }
 }
@@ -309,6 +312,7 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
                     .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
             }
         }
+        "analyze" => StepKind::Analyze(analyze::parse(&fields)?),
         other => return fields.fail("kind", format!("unknown kind `{other}`")),
     };
     Ok(Step { name, kind })

@@ -52,6 +52,7 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "wait_health",
         "wait_logs",
         "soak",
+        "analyze",
     ];
     let recreate = [
         "snapshot",
