@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// Allowance for clocks and request latency.
-pub const SLACK: Duration = Duration::from_secs(2);
+pub const SLACK: Duration = Duration::from_secs(1);
 
 /// The bounds `[lo, hi)` of the time since start that docker's `Status` text stands for
 /// (docker's `HumanDuration`); `None` when the container is not `Up`.

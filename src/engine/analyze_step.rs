@@ -264,8 +264,14 @@ impl StepRun<'_> {
             d
         };
         loop {
-            if let Some(StepEnd::Failed { code, message, .. }) = restarts.check(self).await {
-                let d = detail(&replicas, &restarts, None);
+            if let Some(StepEnd::Failed {
+                code,
+                message,
+                detail: seen,
+            }) = restarts.check(self).await
+            {
+                let mut d = detail(&replicas, &restarts, None);
+                d["restart"] = seen["restart"].clone();
                 return StepEnd::Failed {
                     code,
                     message,
