@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use prom_text_format_parser::{parse_scrape, ScrapeParseError, Type, ValueType};
+use prom_text_format_parser::{parse_scrape, Labels, Metric, ScrapeParseError, Type, ValueType};
 
 /// The label the engine splits its counters and histograms by.
 pub const PRIORITY_LABEL: &str = "priority";
@@ -37,18 +37,18 @@ pub struct Histogram {
     pub count: f64,
 }
 
-/// The families of one page that an analysis may read.
+/// One parsed page. Families are converted only when asked for: an analysis reads three
+/// of a page's hundreds.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
-    histograms: BTreeMap<String, BTreeMap<SeriesKey, Histogram>>,
-    scalars: BTreeMap<String, BTreeMap<SeriesKey, f64>>,
+    metrics: Vec<Metric>,
 }
 
-fn series_key(labels: &[(String, String)]) -> SeriesKey {
+fn series_key(labels: &Labels) -> SeriesKey {
     let mut pairs: Vec<String> = labels
         .iter()
-        .filter(|(k, _)| k != "le")
-        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .filter(|l| l.key != "le")
+        .map(|l| format!("{}=\"{}\"", l.key, l.value))
         .collect();
     pairs.sort();
     pairs.join(",")
@@ -56,95 +56,83 @@ fn series_key(labels: &[(String, String)]) -> SeriesKey {
 
 impl Page {
     /// Parses one page. Text that is not exposition format is refused; a family whose
-    /// lines do not assemble (e.g. a histogram without `le`) is left out, as are summaries.
+    /// lines do not assemble (e.g. a histogram without `le`) is left out.
     pub fn parse(text: &str) -> Result<Page, ExpositionError> {
         let (metrics, error) = parse_scrape(text);
         if let Some(ScrapeParseError::Parse(e)) = error {
             return Err(ExpositionError(e));
         }
-        let mut page = Page::default();
-        for metric in metrics {
-            match metric.kind {
-                Type::Histogram => {
-                    let family = page.histograms.entry(metric.name).or_default();
-                    for sample in metric.samples {
-                        let labels: Vec<(String, String)> = sample
-                            .labels
-                            .iter()
-                            .map(|l| (l.key.clone(), l.value.clone()))
-                            .collect();
-                        let value = sample.value.value.as_f64();
-                        let series = family.entry(series_key(&labels)).or_default();
-                        match sample.value.value_type {
-                            ValueType::Count => series.count = value,
-                            ValueType::Sum => {}
-                            ValueType::Sample => {
-                                let le = labels
-                                    .iter()
-                                    .find(|(k, _)| k == "le")
-                                    .and_then(|(_, v)| v.parse::<f64>().ok());
-                                if let Some(le) = le {
-                                    series.buckets.push((le, value));
-                                }
-                            }
-                        }
-                    }
-                }
-                Type::Counter | Type::Gauge | Type::Untyped => {
-                    let family = page.scalars.entry(metric.name).or_default();
-                    for sample in metric.samples {
-                        let labels: Vec<(String, String)> = sample
-                            .labels
-                            .iter()
-                            .map(|l| (l.key.clone(), l.value.clone()))
-                            .collect();
-                        family.insert(series_key(&labels), sample.value.value.as_f64());
-                    }
-                }
-                Type::Summary => {}
-            }
-        }
-        for family in page.histograms.values_mut() {
-            for series in family.values_mut() {
-                series.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-            }
-        }
-        Ok(page)
+        Ok(Page { metrics })
     }
 
-    /// Number of series on the page (a histogram series counts once).
+    /// Number of series on the page (a histogram or summary series counts once).
     pub fn series_count(&self) -> usize {
-        self.histograms.values().map(BTreeMap::len).sum::<usize>()
-            + self.scalars.values().map(BTreeMap::len).sum::<usize>()
+        self.metrics
+            .iter()
+            .map(|m| match m.kind {
+                Type::Histogram | Type::Summary => m
+                    .samples
+                    .iter()
+                    .filter(|s| s.value.value_type == ValueType::Count)
+                    .count(),
+                _ => m.samples.len(),
+            })
+            .sum()
+    }
+
+    fn family(&self, name: &str, kinds: &[Type]) -> Option<&Metric> {
+        self.metrics
+            .iter()
+            .find(|m| m.name == name && kinds.contains(&m.kind))
     }
 
     /// The live series of histogram `name`, by series key: the `priority=""` placeholder
     /// is left out. Empty when the page has no such histogram.
     pub fn histogram(&self, name: &str) -> BTreeMap<SeriesKey, Histogram> {
-        self.histograms
-            .get(name)
-            .map(|family| {
-                family
-                    .iter()
-                    .filter(|(key, _)| !key_is_stale(key))
-                    .map(|(k, h)| (k.clone(), h.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+        let mut out: BTreeMap<SeriesKey, Histogram> = BTreeMap::new();
+        let Some(metric) = self.family(name, &[Type::Histogram]) else {
+            return out;
+        };
+        for sample in &metric.samples {
+            let key = series_key(&sample.labels);
+            if key_is_stale(&key) {
+                continue;
+            }
+            let value = sample.value.value.as_f64();
+            let series = out.entry(key).or_default();
+            match sample.value.value_type {
+                ValueType::Count => series.count = value,
+                ValueType::Sum => {}
+                ValueType::Sample => {
+                    let le = sample
+                        .labels
+                        .iter()
+                        .find(|l| l.key == "le")
+                        .and_then(|l| l.value.parse::<f64>().ok());
+                    if let Some(le) = le {
+                        series.buckets.push((le, value));
+                    }
+                }
+            }
+        }
+        for series in out.values_mut() {
+            series.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        out
     }
 
     /// The live series of counter (or gauge) `name`, without the `priority=""` placeholder.
     pub fn counter(&self, name: &str) -> BTreeMap<SeriesKey, f64> {
-        self.scalars
-            .get(name)
-            .map(|family| {
-                family
-                    .iter()
-                    .filter(|(key, _)| !key_is_stale(key))
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect()
-            })
-            .unwrap_or_default()
+        let kinds = [Type::Counter, Type::Gauge, Type::Untyped];
+        let Some(metric) = self.family(name, &kinds) else {
+            return BTreeMap::new();
+        };
+        metric
+            .samples
+            .iter()
+            .map(|s| (series_key(&s.labels), s.value.value.as_f64()))
+            .filter(|(key, _)| !key_is_stale(key))
+            .collect()
     }
 }
 

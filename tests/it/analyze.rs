@@ -253,3 +253,36 @@ async fn an_engine_that_restarts_mid_analysis_fails_engine_restarted() {
     assert!(analysis.detail["restart"]["now"]["id"].is_string());
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_abort_interrupts_the_analysis_between_two_scrapes() {
+    let mut text = FAST_CANARY.to_owned();
+    text.push_str("  - {name: analysis, kind: analyze, warmup: 0s, duration: 10m, interval: 30s, checks: [{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}]}\n");
+    let mut books = fast_runbooks();
+    let rb = runbook::parse("single-replica-canary", "test", &text).expect("test runbook");
+    books.insert("single-replica-canary".to_owned(), rb);
+    let app = app_with(books).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "analysis", "running").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = app
+        .post(
+            &format!("/v1/rollouts/{id}/abort"),
+            &serde_json::json!({"reason": "operator said stop"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "aborted", "{r:#?}");
+    let analysis = step(&r, "analysis");
+    assert_eq!(analysis.status, "aborted");
+    let (started, finished) = (
+        analysis.started_at.expect("started"),
+        analysis.finished_at.expect("finished"),
+    );
+    assert!(
+        (finished - started).num_seconds() < 20,
+        "interrupted long before its next 30 s scrape"
+    );
+    app.stop().await;
+}
