@@ -160,7 +160,7 @@ impl Replica {
     }
 }
 
-async fn scrape(client: &reqwest::Client, url: &str) -> Result<Page, String> {
+async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Result<Page, String> {
     let res = client.get(url).send().await.map_err(|e| {
         if e.is_timeout() {
             "timeout".to_owned()
@@ -174,7 +174,7 @@ async fn scrape(client: &reqwest::Client, url: &str) -> Result<Page, String> {
         return Err(format!("HTTP {}", res.status().as_u16()));
     }
     let text = res.text().await.map_err(|_| "body not read".to_owned())?;
-    Page::parse(&text).map_err(|e| e.to_string())
+    Page::parse_families(&text, families).map_err(|e| e.to_string())
 }
 
 /// Judges every check over the window.
@@ -245,6 +245,7 @@ impl StepRun<'_> {
         let started = step.started_at.unwrap_or_else(Utc::now);
         let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
         let end = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
+        let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
         let mut restarts = RestartWatch::default();
         let mut progress = Progress::default();
         let detail = |replicas: &[Replica],
@@ -280,9 +281,10 @@ impl StepRun<'_> {
             }
             let now = Utc::now();
             let in_window = now >= warm_end;
-            let pages =
-                futures_util::future::join_all(replicas.iter().map(|r| scrape(&client, &r.url)))
-                    .await;
+            let pages = futures_util::future::join_all(
+                replicas.iter().map(|r| scrape(&client, &r.url, &families)),
+            )
+            .await;
             for (replica, page) in replicas.iter_mut().zip(pages) {
                 replica.record(page, in_window, &spec.checks);
             }

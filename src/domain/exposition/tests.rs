@@ -184,3 +184,25 @@ fn text_that_is_not_exposition_is_refused() {
         assert!(Page::parse(text).is_err(), "{text}");
     }
 }
+
+#[test]
+fn parsing_only_the_families_read_gives_the_same_series() {
+    let text = format!(
+        "{}# TYPE other_seconds histogram\nother_seconds_bucket{{le=\"+Inf\"}} 3\nother_seconds_count 3\n",
+        page(&[6.0, 17.0, 27.0, 30.0], &[5.0, 14.0, 20.0, 23.0], (40.0, 25.0))
+    );
+    let whole = Page::parse(&text).expect("parses");
+    let some = Page::parse_families(&text, &[TTFT, "sglang:num_requests_total"]).expect("parses");
+    assert_eq!(some.histogram(TTFT), whole.histogram(TTFT));
+    assert_eq!(
+        some.counter("sglang:num_requests_total"),
+        whole.counter("sglang:num_requests_total")
+    );
+    assert!(some.histogram("other_seconds").is_empty(), "not asked for");
+    assert!(!whole.histogram("other_seconds").is_empty());
+    assert!(Page::parse_families("<html>502</html>", &[TTFT]).is_err());
+    assert!(
+        Page::parse_families("", &[TTFT]).is_ok(),
+        "an empty page has no series"
+    );
+}
