@@ -167,8 +167,10 @@ async fn viewers_read_oncall_aborts_and_rolls_back_operators_start_canaries() {
         );
     }
 
-    // Rollback: not a viewer; on-call may (here nothing is recorded to go back to).
-    let rollback = json!({"host": HOST, "service": R2, "reason": "TTFT regression"});
+    // Rollback: not a viewer; on-call may (to a tag never deployed: whether the aborted canary
+    // got as far as its down or not, the handler finds nothing to go back to).
+    let rollback =
+        json!({"host": HOST, "service": R2, "reason": "TTFT regression", "to_tag": "v0.0.1"});
     let (status, answer) = call(
         &app,
         Method::POST,
