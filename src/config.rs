@@ -63,7 +63,7 @@ pub struct WebhookConfig {
     /// Body shape.
     pub format: WebhookFormat,
     /// The events it receives (every event unless configured).
-    pub events: BTreeSet<crate::notify::NotifyEvent>,
+    pub events: BTreeSet<crate::domain::notification::NotifyEvent>,
 }
 
 /// The body a webhook receives.
@@ -189,6 +189,23 @@ pub struct ReplicaConfig {
     pub api_url: String,
     /// Bearer token for that API (`api_token_env` in the file), if it wants one.
     pub api_token: Option<Secret>,
+    /// The engine's Prometheus page, when not the origin of `health_url` + `/metrics`.
+    pub metrics_url: Option<String>,
+}
+
+impl ReplicaConfig {
+    /// The engine's Prometheus page: `metrics_url`, or the origin of `health_url` +
+    /// `/metrics`.
+    pub fn metrics_url(&self) -> String {
+        if let Some(url) = &self.metrics_url {
+            return url.clone();
+        }
+        let after_scheme = self.health_url.find("://").map_or(0, |i| i + 3);
+        let origin_end = self.health_url[after_scheme..]
+            .find('/')
+            .map_or(self.health_url.len(), |i| after_scheme + i);
+        format!("{}/metrics", &self.health_url[..origin_end])
+    }
 }
 
 impl HostConfig {

@@ -85,6 +85,7 @@ pub fn dev_config(
                 health_url,
                 api_url,
                 api_token: None,
+                metrics_url: None,
             },
         );
     }

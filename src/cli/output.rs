@@ -92,6 +92,7 @@ pub fn evidence(s: &StepOut) -> String {
         "down" | "up" => shown(&d["lines"]).map(|n| format!("{n} stream lines")),
         "peers_healthy" => shown(&d["peers"]).map(|p| format!("peers healthy: {p}")),
         "smoke" => d.get("model").map(|_| smoke_evidence(d)),
+        "analyze" => Some(analysis_summary(d)).filter(|s| !s.is_empty()),
         _ => None,
     };
     summary.unwrap_or_default()
@@ -115,6 +116,34 @@ fn smoke_evidence(d: &serde_json::Value) -> String {
         d["latency_ms_max"],
         d["output"].as_str().unwrap_or("")
     )
+}
+
+/// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
+fn analysis_summary(d: &serde_json::Value) -> String {
+    let number = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
+    d["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let mut line = format!(
+                "{} {} {}",
+                c["name"].as_str().unwrap_or("?"),
+                c["verdict"].as_str().unwrap_or("?"),
+                number(&c["target"]["value"])
+            );
+            if !c["max_ratio_to_peers"].is_null() {
+                line.push_str(&format!(
+                    " vs peers {} ({}×, limit {}×)",
+                    number(&c["peer_median"]),
+                    number(&c["ratio"]),
+                    number(&c["max_ratio_to_peers"])
+                ));
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A progress line for a step.

@@ -97,6 +97,7 @@ struct ReplicaFile {
     api_url: Option<String>,
     #[serde(default)]
     api_token_env: Option<String>,
+    metrics_url: Option<String>,
 }
 
 /// Durations stay text here and are parsed in `resolve_compose`, so errors name the key.
@@ -407,6 +408,12 @@ fn resolve_host(
             Some(var) => Some(src.secret(&field("api_token_env"), var, env)?),
             None => None,
         };
+        let metrics_url = match &r.metrics_url {
+            Some(url) => {
+                Some(check_url(url, true).map_err(|e| src.error(&field("metrics_url"), e))?)
+            }
+            None => None,
+        };
         replicas.insert(
             service,
             ReplicaConfig {
@@ -414,6 +421,7 @@ fn resolve_host(
                 health_url,
                 api_url,
                 api_token,
+                metrics_url,
             },
         );
     }

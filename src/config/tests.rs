@@ -534,3 +534,25 @@ fn every_unset_or_empty_secret_is_named_in_one_error() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_replica_metrics_url_defaults_to_the_origin_of_its_health_url() {
+    let config = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    let host = &config.hosts["gpu02"];
+    assert_eq!(
+        host.replicas[R2].metrics_url(),
+        "http://gpu02.internal:18002/metrics"
+    );
+    let explicit = BASE.replace(
+        "18001/health}",
+        "18001/health, metrics_url: http://gpu02.internal:9100/engine/metrics}",
+    );
+    let config = load_text(&explicit).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config.hosts["gpu02"].replicas[R1].metrics_url(),
+        "http://gpu02.internal:9100/engine/metrics"
+    );
+    let bad = BASE.replace("18001/health}", "18001/health, metrics_url: ftp://x/m}");
+    let err = load_text(&bad).expect_err("a bad metrics_url is refused");
+    assert!(err.to_string().contains("metrics_url"), "{err}");
+}

@@ -1,10 +1,9 @@
 //! Pure domain model. No tokio, sqlx, axum or reqwest here, and no clock reads: callers pass `now`.
 
+pub mod analysis;
 pub mod audit;
-/// Moved to `sim/compose_file.rs`, its only user. This path stays until `sim/engine.rs`
-/// (edited by a branch in flight) imports it from there: see ARCHITECTURE.md, "Layers".
-pub use crate::sim::compose_file;
 pub mod duration;
+pub mod exposition;
 #[cfg(test)]
 pub(crate) mod fuzz;
 pub mod log_watch;
@@ -14,4 +13,5 @@ pub mod plan;
 pub mod plan_gate;
 pub mod runbook;
 pub mod state;
+pub mod uptime;
 pub mod yaml_line;

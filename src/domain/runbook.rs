@@ -58,6 +58,14 @@ pub mod defaults {
     pub const SMOKE_REPEAT: u32 = 1;
     /// `smoke.timeout`: a few short generations on a ready engine take seconds.
     pub const SMOKE_TIMEOUT: Duration = Duration::from_secs(2 * 60);
+    /// `analyze.warmup`: the fleet runbooks exclude the first 10 minutes after ready.
+    pub const ANALYZE_WARMUP: Duration = Duration::from_secs(10 * 60);
+    /// `analyze.duration`: the judged window.
+    pub const ANALYZE_DURATION: Duration = Duration::from_secs(30 * 60);
+    /// `analyze.interval`: between scrapes of the target and its peers.
+    pub const ANALYZE_INTERVAL: Duration = Duration::from_secs(30);
+    /// `min_requests` of a histogram check (a quantile needs observations); counters: 0.
+    pub const ANALYZE_MIN_REQUESTS: u64 = 1;
 }
 
 /// A validated runbook.
@@ -172,6 +180,8 @@ pub enum StepKind {
         #[serde(with = "serde_duration")]
         timeout: Duration,
     },
+    /// Scrape the target and its peers for `warmup` + `duration`; judge the checks.
+    Analyze(crate::domain::analysis::AnalyzeSpec),
 }
 
 impl StepKind {
@@ -187,6 +197,7 @@ impl StepKind {
         "wait_logs",
         "soak",
         "smoke",
+        "analyze",
     ];
 
     /// The kind's name as written in runbooks (`wait_health`).
@@ -202,6 +213,7 @@ impl StepKind {
             Self::WaitLogs { .. } => "wait_logs",
             Self::Soak { .. } => "soak",
             Self::Smoke { .. } => "smoke",
+            Self::Analyze(_) => "analyze",
         }
     }
 

@@ -172,7 +172,11 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::default();
+        let mut restarts = super::restart::RestartWatch::default();
         loop {
+            if let Some(restarted) = restarts.check(self).await {
+                return restarted;
+            }
             let sample = self.engine.inner.prober.sample(&url).await;
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };

@@ -2,12 +2,14 @@
 //! change before and after each side effect. Abort is a persisted request plus a signal that
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
+mod analyze_step;
 mod compose_step;
 mod doctor;
 #[cfg(feature = "testing")]
 mod hooks;
 mod left_down;
 mod log_step;
+mod restart;
 mod rollback;
 mod runner;
 mod smoke_step;

@@ -53,6 +53,10 @@ pub(crate) fn timeout_of(kind: &StepKind) -> Option<chrono::Duration> {
         | StepKind::WaitLogs { timeout, .. }
         | StepKind::Smoke { timeout, .. } => *timeout,
         StepKind::Soak { duration, .. } => *duration,
+        // Scrapes run until warmup + duration; a last slow scrape may end past it.
+        StepKind::Analyze(spec) => {
+            spec.warmup + spec.duration + spec.interval + Duration::from_secs(60)
+        }
         // A dry run, like a snapshot, should take seconds; this bounds 409 retries.
         StepKind::Plan { .. } | StepKind::Snapshot | StepKind::VerifyNeighbours => {
             Duration::from_secs(300)
@@ -72,6 +76,8 @@ pub(crate) struct StepRun<'a> {
     /// Whether the first compose call already checked that an unknown outcome before this
     /// rollout has settled (safety rule 13).
     pub settle_checked: std::sync::atomic::AtomicBool,
+    /// When the target's `up` ended: its engine has run since (restart detection).
+    pub up_done_at: Option<DateTime<Utc>>,
 }
 
 impl<'a> StepRun<'a> {
@@ -96,6 +102,7 @@ impl<'a> StepRun<'a> {
             env,
             snapshot: None,
             settle_checked: std::sync::atomic::AtomicBool::new(false),
+            up_done_at: None,
         }
     }
 
@@ -105,6 +112,9 @@ impl<'a> StepRun<'a> {
     }
 
     pub(crate) fn after_success(&mut self, step: &Step, detail: &serde_json::Value) {
+        if step.kind == "up" {
+            self.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+        }
         if step.kind == "snapshot" {
             self.snapshot = detail
                 .get("ps")
@@ -192,6 +202,7 @@ impl<'a> StepRun<'a> {
                 };
                 self.smoke(deadline, spec, abort).await
             }
+            StepKind::Analyze(spec) => self.analyze(step, spec, abort).await,
         }
     }
 

@@ -26,10 +26,6 @@ use serde_json::json;
 use crate::config::{NotificationsConfig, WebhookConfig, WebhookFormat};
 use crate::store::{DueDelivery, Store};
 
-/// Kept for `config.rs` (edited by a branch in flight), which names `crate::notify::NotifyEvent`;
-/// see ARCHITECTURE.md, "Layers".
-pub use crate::domain::notification::NotifyEvent;
-
 /// Outbox rows handled per pass; a pass repeats while there is more.
 const BATCH: i64 = 100;
 /// Passes per wake-up before waiting again (bounds one wake-up's work).

@@ -17,9 +17,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::compose_file::{is_replica_name, ComposeFile, ServiceDef};
 use super::dry_run::{Change, Desired, Step};
 use super::state::{Container, Shared};
-use crate::domain::compose_file::{is_replica_name, ComposeFile, ServiceDef};
 
 /// How often a ready engine logs a decode batch.
 const DECODE_EVERY: Duration = Duration::from_millis(200);
@@ -350,6 +350,7 @@ pub(crate) fn serve_engine(
     let app = Router::new()
         .route("/health", get(health))
         .merge(super::openai::routes())
+        .route("/metrics", get(super::metrics::serve))
         .with_state(EngineCtx { shared, service });
     tokio::spawn(async move {
         let signal = async move {

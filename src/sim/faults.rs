@@ -16,7 +16,10 @@
 //! - sticky until changed: [`SimFaults::set_host_env`];
 //! - timed: [`SimFaults::busy_for`];
 //! - immediate: [`SimFaults::emit_log_line`], [`SimFaults::restart_engine`],
-//!   [`SimFaults::release_stalls`].
+//!   [`SimFaults::release_stalls`];
+//! - sticky until changed, on the engines' simulated traffic (`metrics.rs`):
+//!   [`SimFaults::set_engine_slowdown`], [`SimFaults::set_engine_traffic`],
+//!   [`SimFaults::set_traffic_rate`], [`SimFaults::set_metrics_padding`].
 //!
 //! The engines' OpenAI-compatible API has its own faults in `api_fault.rs`
 //! ([`SimFaults::set_api_fault`], [`SimFaults::require_api_token`]).

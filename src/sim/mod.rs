@@ -2,7 +2,8 @@
 //! compose-manager's contract (docs/compose-manager.md) (bearer auth, NDJSON streams ending in `done`, the dry
 //! run's `plan` event, the one-operation lock and its 409, tag age, `/version`, `/status`,
 //! `/docker/ps`, `/compose/logs`, `/docker/evict`), driving simulated engines that each answer
-//! `/health` on their own loopback port and write startup logs. Faults are scriptable through
+//! `/health` and `/metrics` (fed by simulated traffic) on their own loopback port and write
+//! startup logs. Faults are scriptable through
 //! [`SimFaults`]. Used by `canaryd dev` and the tests.
 //!
 //! Choices where the contract is silent:
@@ -24,6 +25,7 @@ mod dry_run;
 mod engine;
 mod faults;
 mod inspect;
+mod metrics;
 mod openai;
 mod routes;
 mod state;
@@ -41,6 +43,7 @@ use tokio::task::JoinHandle;
 
 pub use api_fault::ApiFault;
 pub use faults::{SimFaults, SimOp};
+pub use metrics::example_page as example_metrics_page;
 use state::{sha256_hex, Shared, State, TagEntry};
 
 /// Path of the example compose file in the repo, and in the simulated compose repo.
@@ -264,6 +267,7 @@ impl SimHost {
         for (service, listener) in engine_listeners {
             tasks.push(engine::serve_engine(shared.clone(), service, listener));
         }
+        tasks.push(metrics::spawn_traffic(shared.clone()));
         let app = routes::router(shared.clone());
         let mut stop_main = stop_rx;
         tasks.push(tokio::spawn(async move {
@@ -311,6 +315,14 @@ impl SimHost {
             .engine_ports
             .get(service)
             .map(|port| format!("http://127.0.0.1:{port}"))
+    }
+
+    /// `http://127.0.0.1:P/metrics` of an engine service (same port as its health).
+    pub fn metrics_url(&self, service: &str) -> Option<String> {
+        self.shared
+            .engine_ports
+            .get(service)
+            .map(|port| format!("http://127.0.0.1:{port}/metrics"))
     }
 
     /// Every compose-manager request received, oldest first.

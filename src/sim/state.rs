@@ -83,6 +83,8 @@ pub(crate) struct State {
     pub host_env: BTreeMap<String, String>,
     /// Every call of an engine's OpenAI-compatible API (the latest [`CALLS_CAP`]).
     pub api_calls: VecDeque<SimApiCall>,
+    /// The simulated requests every engine serves (its `/metrics`).
+    pub traffic: super::metrics::Traffic,
 }
 
 /// The operation holding the lock, as `/status` shows it.

@@ -331,7 +331,13 @@ async fn an_engine_that_restarts_during_the_soak_fails_soak_health() {
     app.wait_step(&id, "soak", "running").await;
     app.sim.faults().restart_engine(R2, Duration::from_secs(2));
     let r = app.wait_terminal(&id).await;
-    assert_eq!(code(&r), Some("soak_health"), "{r:#?}");
+    // Right after the up, docker's rounded uptime cannot tell a restart from the first
+    // start, so the missed probes fail the soak; on a machine slow enough that the soak
+    // starts seconds after the up, the restart itself is seen first (tests/it/analyze.rs).
+    assert!(
+        matches!(code(&r), Some("soak_health" | "engine_restarted")),
+        "{r:#?}"
+    );
     assert_eq!(step(&r, "soak").status, "failed");
     app.stop().await;
 }

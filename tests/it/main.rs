@@ -1,6 +1,7 @@
 //! The one integration test binary: everything end to end, against the simulated host.
 
 mod abort;
+mod analyze;
 mod audit;
 mod auth;
 mod canary;

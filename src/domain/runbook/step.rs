@@ -12,6 +12,8 @@ use super::{defaults, Step, StepKind};
 use crate::domain::duration::{format_duration, parse_duration};
 use crate::domain::pattern::LogPattern;
 
+mod analyze;
+
 /// A step refusal: the message (already naming the step) and the field it is about.
 pub(super) struct StepError {
     pub field: Option<String>,
@@ -46,6 +48,7 @@ fn allowed_fields(kind: &str) -> &'static [&'static str] {
             "repeat",
             "timeout",
         ],
+        "analyze" => &["source", "warmup", "duration", "interval", "checks"],
         _ => &[],
     }
 }
@@ -346,6 +349,7 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
             repeat: fields.positive("repeat", defaults::SMOKE_REPEAT)?,
             timeout: fields.duration("timeout", defaults::SMOKE_TIMEOUT)?,
         },
+        "analyze" => StepKind::Analyze(analyze::parse(&fields)?),
         other => return fields.fail("kind", format!("unknown kind `{other}`")),
     };
     Ok(Step { name, kind })

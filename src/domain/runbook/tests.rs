@@ -53,6 +53,7 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "smoke",
         "wait_logs",
         "soak",
+        "analyze",
     ];
     let recreate = [
         "snapshot",

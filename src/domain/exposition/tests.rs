@@ -1,0 +1,208 @@
+use super::*;
+
+const TTFT: &str = "sglang:time_to_first_token_seconds";
+
+fn h(buckets: &[(f64, f64)], count: f64) -> Histogram {
+    Histogram {
+        buckets: buckets.to_vec(),
+        count,
+    }
+}
+
+const INF: f64 = f64::INFINITY;
+
+/// 10 requests under 0.1 s, 20 in (0.1, 0.5], 15 in (0.5, 1], 5 above 1 s.
+fn fifty() -> Histogram {
+    h(&[(0.1, 10.0), (0.5, 30.0), (1.0, 45.0), (INF, 50.0)], 50.0)
+}
+
+#[test]
+fn quantiles_interpolate_inside_the_bucket_like_histogram_quantile() {
+    // (q, hand-computed answer)
+    let table = [
+        (0.1, Some(0.05)), // rank 5 in [0, 0.1] holding 10: 0 + 0.1·5/10
+        (0.2, Some(0.1)),  // rank 10: the top of the first bucket
+        (0.5, Some(0.4)),  // rank 25 in (0.1, 0.5] holding 20 from 10: 0.1 + 0.4·15/20
+        (0.9, Some(1.0)),  // rank 45: the top of (0.5, 1]
+        (0.95, Some(1.0)), // rank 47.5 falls in +Inf: the highest finite bound
+        (1.0, Some(1.0)),
+        (0.0, None),
+        (1.5, None),
+    ];
+    for (q, want) in table {
+        let got = quantile(q, &fifty());
+        match (got, want) {
+            (Some(g), Some(w)) => assert!((g - w).abs() < 1e-12, "q={q}: {g} != {w}"),
+            (g, w) => assert_eq!(g, w, "q={q}"),
+        }
+    }
+}
+
+#[test]
+fn a_quantile_needs_observations_and_a_plus_inf_bucket() {
+    let empty = h(&[(0.1, 0.0), (INF, 0.0)], 0.0);
+    let no_inf = h(&[(0.1, 3.0), (0.5, 4.0)], 4.0);
+    let only_inf = h(&[(INF, 4.0)], 4.0);
+    for (what, hist) in [
+        ("empty window", empty),
+        ("no +Inf", no_inf),
+        ("only +Inf", only_inf),
+        ("no buckets", Histogram::default()),
+    ] {
+        assert_eq!(quantile(0.95, &hist), None, "{what}");
+    }
+    // Every observation above the highest finite bound.
+    let all_slow = h(&[(0.1, 0.0), (1.0, 0.0), (INF, 7.0)], 7.0);
+    assert_eq!(quantile(0.5, &all_slow), Some(1.0));
+}
+
+#[test]
+fn counter_deltas_take_the_later_value_after_a_reset() {
+    // (before, after, delta)
+    let table = [
+        (10.0, 25.0, 15.0),
+        (5.0, 5.0, 0.0),
+        (100.0, 7.0, 7.0),
+        (0.0, 0.0, 0.0),
+    ];
+    for (before, after, want) in table {
+        assert_eq!(counter_delta(before, after), want, "{before} -> {after}");
+    }
+}
+
+#[test]
+fn histogram_deltas_subtract_bucket_by_bucket_and_restart_on_a_reset() {
+    let before = h(&[(0.1, 4.0), (0.5, 10.0), (1.0, 12.0), (INF, 12.0)], 12.0);
+    let after = h(&[(0.1, 14.0), (0.5, 40.0), (1.0, 57.0), (INF, 62.0)], 62.0);
+    assert_eq!(histogram_delta(Some(&before), &after), fifty());
+    assert_eq!(
+        quantile(0.5, &histogram_delta(Some(&before), &after)),
+        Some(0.4)
+    );
+    // A reset: the later read is everything since.
+    let reset = h(&[(0.1, 1.0), (0.5, 2.0), (1.0, 2.0), (INF, 3.0)], 3.0);
+    assert_eq!(histogram_delta(Some(&after), &reset), reset);
+    // A series first seen now counts from zero.
+    assert_eq!(histogram_delta(None, &after), after);
+    // No change: an empty window.
+    let none = histogram_delta(Some(&after), &after);
+    assert_eq!(none.count, 0.0);
+    assert_eq!(quantile(0.95, &none), None);
+}
+
+fn page(ttft_p0: &[f64; 4], ttft_p1: &[f64; 4], requests: (f64, f64)) -> String {
+    let mut text = format!(
+        "# HELP {TTFT} Histogram of time to first token in seconds.\n# TYPE {TTFT} histogram\n"
+    );
+    for (priority, counts) in [("", &[9.0, 9.0, 9.0, 9.0]), ("0", ttft_p0), ("1", ttft_p1)] {
+        for (le, c) in ["0.1", "0.5", "1.0", "+Inf"].iter().zip(counts.iter()) {
+            text.push_str(&format!(
+                "{TTFT}_bucket{{le=\"{le}\",model_name=\"z-ai/glm-5.3-flash\",priority=\"{priority}\"}} {c}\n"
+            ));
+        }
+        text.push_str(&format!(
+            "{TTFT}_sum{{model_name=\"z-ai/glm-5.3-flash\",priority=\"{priority}\"}} 1.5\n"
+        ));
+        text.push_str(&format!(
+            "{TTFT}_count{{model_name=\"z-ai/glm-5.3-flash\",priority=\"{priority}\"}} {}\n",
+            counts[3]
+        ));
+    }
+    text.push_str("# HELP sglang:num_requests_total Number of requests.\n# TYPE sglang:num_requests_total counter\n");
+    text.push_str(
+        "sglang:num_requests_total{model_name=\"z-ai/glm-5.3-flash\",priority=\"\"} 1000.0\n",
+    );
+    text.push_str(&format!(
+        "sglang:num_requests_total{{model_name=\"z-ai/glm-5.3-flash\",priority=\"0\"}} {}\n",
+        requests.0
+    ));
+    text.push_str(&format!(
+        "sglang:num_requests_total{{model_name=\"z-ai/glm-5.3-flash\",priority=\"1\"}} {:e}\n",
+        requests.1
+    ));
+    text.push_str("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"z-ai/glm-5.3-flash\",priority=\"\"} 3\n");
+    text
+}
+
+#[test]
+fn a_page_sums_every_priority_but_the_stale_placeholder() {
+    let before = Page::parse(&page(
+        &[1.0, 2.0, 2.0, 2.0],
+        &[0.0, 1.0, 1.0, 1.0],
+        (10.0, 5.0),
+    ))
+    .expect("parses");
+    let after = Page::parse(&page(
+        &[6.0, 17.0, 27.0, 30.0],
+        &[5.0, 14.0, 20.0, 23.0],
+        (40.0, 25.0),
+    ))
+    .expect("parses");
+    assert_eq!(after.histogram(TTFT).len(), 2, "priority \"\" is left out");
+    let window = histogram_series_delta(&before.histogram(TTFT), &after.histogram(TTFT));
+    // p0: +5 +15 +25 +28; p1: +5 +13 +19 +22 → 10, 28, 44, 50 cumulative.
+    assert_eq!(window, fifty_like());
+    assert_eq!(
+        counter_series_delta(
+            &before.counter("sglang:num_requests_total"),
+            &after.counter("sglang:num_requests_total")
+        ),
+        50.0,
+        "30 + 20, never the frozen 1000 of priority \"\""
+    );
+    // The placeholder is the only series of the gauge: nothing live.
+    assert!(after.counter("sglang:num_running_reqs").is_empty());
+    assert!(after.histogram("sglang:missing").is_empty());
+    assert_eq!(after.series_count(), 3 + 3 + 1);
+}
+
+fn fifty_like() -> Histogram {
+    h(&[(0.1, 10.0), (0.5, 28.0), (1.0, 44.0), (INF, 50.0)], 50.0)
+}
+
+#[test]
+fn escaped_label_values_and_special_floats_parse() {
+    let text = "weird{path=\"C:\\\\DIR\",error=\"x:\\n\\\"y\\\"\"} +Inf -3982045\nplain 12.47\n";
+    let page = Page::parse(text).expect("parses");
+    assert_eq!(
+        page.counter("plain").values().copied().collect::<Vec<_>>(),
+        [12.47]
+    );
+    assert_eq!(
+        page.counter("weird").values().copied().collect::<Vec<_>>(),
+        [INF]
+    );
+}
+
+#[test]
+fn text_that_is_not_exposition_is_refused() {
+    for text in [
+        "<html><body>502 Bad Gateway</body></html>",
+        "{\"error\": 1}",
+        "metric{ 1",
+    ] {
+        assert!(Page::parse(text).is_err(), "{text}");
+    }
+}
+
+#[test]
+fn parsing_only_the_families_read_gives_the_same_series() {
+    let text = format!(
+        "{}# TYPE other_seconds histogram\nother_seconds_bucket{{le=\"+Inf\"}} 3\nother_seconds_count 3\n",
+        page(&[6.0, 17.0, 27.0, 30.0], &[5.0, 14.0, 20.0, 23.0], (40.0, 25.0))
+    );
+    let whole = Page::parse(&text).expect("parses");
+    let some = Page::parse_families(&text, &[TTFT, "sglang:num_requests_total"]).expect("parses");
+    assert_eq!(some.histogram(TTFT), whole.histogram(TTFT));
+    assert_eq!(
+        some.counter("sglang:num_requests_total"),
+        whole.counter("sglang:num_requests_total")
+    );
+    assert!(some.histogram("other_seconds").is_empty(), "not asked for");
+    assert!(!whole.histogram("other_seconds").is_empty());
+    assert!(Page::parse_families("<html>502</html>", &[TTFT]).is_err());
+    assert!(
+        Page::parse_families("", &[TTFT]).is_ok(),
+        "an empty page has no series"
+    );
+}

@@ -1,0 +1,355 @@
+//! The `analyze` step: scrape the target's and each peer's Prometheus page every `interval`
+//! for `warmup` + `duration`, then judge every check over the window after the warmup.
+//!
+//! Values come from deltas between consecutive successful scrapes inside the window (never
+//! from lifetime totals): per series, summed over the engine's priorities, a counter reset
+//! counting from zero. The window runs from the step's persisted start, so a step resumed
+//! after a restart keeps its end; its window then starts at the first scrape after the
+//! resume. The target's container is watched for restarts at every interval. A counter check
+//! with `max` that the target already exceeded ends the step early (counters only grow).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::restart::RestartWatch;
+use super::steps::{pause, Progress, StepEnd, StepRun};
+use crate::domain::analysis::{judge, lost_early, AnalyzeSpec, Check, CheckVerdict, Observed};
+use crate::domain::exposition::{
+    add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
+    SeriesKey,
+};
+use crate::store::Step;
+
+/// The longest a scrape may take.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One check's series on one page.
+enum Extract {
+    Histogram(BTreeMap<SeriesKey, Histogram>),
+    Counter(BTreeMap<SeriesKey, f64>),
+}
+
+impl Extract {
+    fn from_page(page: &Page, check: &Check) -> Self {
+        match (&check.histogram, &check.counter) {
+            (Some(name), _) => Extract::Histogram(page.histogram(name)),
+            (None, Some(name)) => Extract::Counter(page.counter(name)),
+            (None, None) => Extract::Counter(BTreeMap::new()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Extract::Histogram(m) => m.is_empty(),
+            Extract::Counter(m) => m.is_empty(),
+        }
+    }
+}
+
+/// One check's window so far, for one replica.
+#[derive(Default)]
+struct Window {
+    histogram: Histogram,
+    counter: f64,
+    /// Whether the family was on a page of the window.
+    seen: bool,
+}
+
+/// A replica being scraped: the target or a peer.
+struct Replica {
+    name: String,
+    url: String,
+    target: bool,
+    previous: Option<Vec<Extract>>,
+    windows: Vec<Window>,
+    /// Whether the window's first scrape (its baseline) was taken.
+    baseline: bool,
+    scrapes: u64,
+    scrape_errors: u64,
+    window_scrapes: u64,
+    last_error: Option<String>,
+}
+
+impl Replica {
+    fn new(name: &str, url: String, target: bool, checks: usize) -> Self {
+        Replica {
+            name: name.to_owned(),
+            url,
+            target,
+            previous: None,
+            windows: (0..checks).map(|_| Window::default()).collect(),
+            baseline: false,
+            scrapes: 0,
+            scrape_errors: 0,
+            window_scrapes: 0,
+            last_error: None,
+        }
+    }
+
+    fn record(&mut self, page: Result<Page, String>, in_window: bool, checks: &[Check]) {
+        let page = match page {
+            Ok(page) => page,
+            Err(e) => {
+                self.scrape_errors += 1;
+                self.last_error = Some(e);
+                return;
+            }
+        };
+        self.scrapes += 1;
+        let current: Vec<Extract> = checks
+            .iter()
+            .map(|c| Extract::from_page(&page, c))
+            .collect();
+        if in_window {
+            self.window_scrapes += 1;
+            for (window, now) in self.windows.iter_mut().zip(&current) {
+                window.seen |= !now.is_empty();
+            }
+            if self.baseline {
+                let before = self.previous.iter().flatten();
+                for ((window, now), before) in self.windows.iter_mut().zip(&current).zip(before) {
+                    match (before, now) {
+                        (Extract::Histogram(b), Extract::Histogram(a)) => {
+                            add_histogram(&mut window.histogram, &histogram_series_delta(b, a));
+                        }
+                        (Extract::Counter(b), Extract::Counter(a)) => {
+                            window.counter += counter_series_delta(b, a);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            self.baseline = true;
+        }
+        self.previous = Some(current);
+    }
+
+    fn observed(&self, i: usize, check: &Check) -> Observed {
+        let window = &self.windows[i];
+        if self.window_scrapes == 0 || !window.seen {
+            return Observed {
+                value: None,
+                requests: 0.0,
+            };
+        }
+        match check.quantile {
+            Some(q) if check.histogram.is_some() => Observed {
+                value: quantile(q, &window.histogram),
+                requests: window.histogram.count,
+            },
+            _ => Observed {
+                value: Some(window.counter),
+                requests: window.counter,
+            },
+        }
+    }
+
+    fn detail(&self) -> serde_json::Value {
+        json!({
+            "role": if self.target { "target" } else { "peer" },
+            "metrics_url": self.url,
+            "scrapes": self.scrapes,
+            "scrape_errors": self.scrape_errors,
+            "window_scrapes": self.window_scrapes,
+            "last_error": self.last_error,
+        })
+    }
+}
+
+async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Result<Page, String> {
+    let res = client.get(url).send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else if e.is_connect() {
+            "connection refused".to_owned()
+        } else {
+            "request failed".to_owned()
+        }
+    })?;
+    if !res.status().is_success() {
+        return Err(format!("HTTP {}", res.status().as_u16()));
+    }
+    let text = res.text().await.map_err(|_| "body not read".to_owned())?;
+    Page::parse_families(&text, families).map_err(|e| e.to_string())
+}
+
+/// Judges every check over the window.
+fn verdicts(spec: &AnalyzeSpec, replicas: &[Replica]) -> Vec<CheckVerdict> {
+    spec.checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let mut target = Observed {
+                value: None,
+                requests: 0.0,
+            };
+            let mut peers = BTreeMap::new();
+            for r in replicas {
+                if r.target {
+                    target = r.observed(i, check);
+                } else {
+                    peers.insert(r.name.clone(), r.observed(i, check));
+                }
+            }
+            judge(check, target, peers)
+        })
+        .collect()
+}
+
+/// `ttft_p95 (2.013× the peers' median …); took_traffic (…)`.
+fn failures(verdicts: &[CheckVerdict]) -> String {
+    verdicts
+        .iter()
+        .filter(|v| v.fails_step)
+        .map(|v| format!("{} ({:?}: {})", v.name, v.verdict, v.reasons.join("; ")).to_lowercase())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl StepRun<'_> {
+    pub(super) async fn analyze(
+        &self,
+        step: &Step,
+        spec: &AnalyzeSpec,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let config = &self.host.config;
+        let Some(target) = config.replicas.get(&self.rollout.service) else {
+            let msg = format!("{} is not a configured replica", self.rollout.service);
+            return StepEnd::failed("no_metrics_url", msg, json!({}));
+        };
+        let mut replicas = vec![Replica::new(
+            &self.rollout.service,
+            target.metrics_url(),
+            true,
+            spec.checks.len(),
+        )];
+        for peer in config.peers(&self.rollout.service) {
+            if let Some(r) = config.replicas.get(peer) {
+                replicas.push(Replica::new(
+                    peer,
+                    r.metrics_url(),
+                    false,
+                    spec.checks.len(),
+                ));
+            }
+        }
+        let client = reqwest::Client::builder()
+            .timeout(spec.interval.min(SCRAPE_TIMEOUT))
+            .build()
+            .unwrap_or_default();
+        let started = step.started_at.unwrap_or_else(Utc::now);
+        let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
+        let end = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
+        let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
+        let mut restarts = RestartWatch::default();
+        let mut progress = Progress::default();
+        let detail = |replicas: &[Replica],
+                      restarts: &RestartWatch,
+                      checks: Option<&[CheckVerdict]>| {
+            let mut d = json!({
+                "source": spec.source,
+                "warmup_ends_at": warm_end,
+                "ends_at": end,
+                "replicas": replicas.iter().map(|r| (r.name.clone(), r.detail())).collect::<serde_json::Map<_, _>>(),
+                "checks": checks,
+            });
+            if let (Some(d), serde_json::Value::Object(r)) = (d.as_object_mut(), restarts.detail())
+            {
+                d.extend(r);
+            }
+            d
+        };
+        loop {
+            if let Some(StepEnd::Failed {
+                code,
+                message,
+                detail: seen,
+            }) = restarts.check(self).await
+            {
+                let mut d = detail(&replicas, &restarts, None);
+                d["restart"] = seen["restart"].clone();
+                return StepEnd::Failed {
+                    code,
+                    message,
+                    detail: d,
+                };
+            }
+            let now = Utc::now();
+            let in_window = now >= warm_end;
+            let pages = futures_util::future::join_all(
+                replicas.iter().map(|r| scrape(&client, &r.url, &families)),
+            )
+            .await;
+            for (replica, page) in replicas.iter_mut().zip(pages) {
+                replica.record(page, in_window, &spec.checks);
+            }
+            if let Some(lost) = self.lost_early(spec, &replicas) {
+                let verdicts = verdicts(spec, &replicas);
+                let msg = format!("analysis failed before the window ended: {lost}");
+                let mut d = detail(&replicas, &restarts, Some(&verdicts));
+                d["ended_early"] = json!(true);
+                return StepEnd::failed("analysis_failed", msg, d);
+            }
+            let now = Utc::now();
+            if now >= end {
+                break;
+            }
+            progress
+                .save(
+                    &self.engine.inner.store,
+                    &step.id,
+                    &detail(&replicas, &restarts, None),
+                )
+                .await;
+            if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
+                return StepEnd::Aborted(detail(&replicas, &restarts, None));
+            }
+        }
+        let verdicts = verdicts(spec, &replicas);
+        let d = detail(&replicas, &restarts, Some(&verdicts));
+        if verdicts.iter().any(|v| v.fails_step) {
+            let msg = format!("analysis failed: {}", failures(&verdicts));
+            return StepEnd::failed("analysis_failed", msg, d);
+        }
+        StepEnd::Succeeded(d)
+    }
+
+    /// A counter check the target has already lost, by name.
+    fn lost_early(&self, spec: &AnalyzeSpec, replicas: &[Replica]) -> Option<String> {
+        let target = replicas.iter().find(|r| r.target)?;
+        spec.checks.iter().enumerate().find_map(|(i, check)| {
+            let so_far = target.observed(i, check).value?;
+            lost_early(check, so_far).then(|| {
+                format!(
+                    "{}: {so_far} is already above max {}",
+                    check.name,
+                    check.max.unwrap_or_default()
+                )
+            })
+        })
+    }
+}
+
+/// Until the next scrape: an interval, but never past the warmup's end (so the window's
+/// baseline is taken when it starts) or the window's end.
+fn next_wait(
+    now: DateTime<Utc>,
+    warm_end: DateTime<Utc>,
+    end: DateTime<Utc>,
+    interval: Duration,
+) -> Duration {
+    let mut next = now + chrono::Duration::from_std(interval).unwrap_or_default();
+    if now < warm_end && next > warm_end {
+        next = warm_end;
+    }
+    next = next.min(end);
+    (next - now)
+        .to_std()
+        .unwrap_or_default()
+        .max(Duration::from_millis(10))
+}

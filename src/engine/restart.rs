@@ -1,0 +1,71 @@
+//! Restart detection during `soak` and `analyze`: the target's container must keep the ID
+//! and the start it had after its `up` (rule: `engine_restarted` at once otherwise). Reads
+//! `GET /docker/ps`; a read that fails is counted and judged nothing (the step's other
+//! probes still watch the engine).
+
+use serde_json::json;
+
+use super::steps::{is_service, StepEnd, StepRun};
+use crate::domain::uptime::{judge_restart, ContainerRead};
+
+/// What a watching step knows about the target's container.
+#[derive(Debug, Default)]
+pub(super) struct RestartWatch {
+    baseline: Option<ContainerRead>,
+    previous: Option<ContainerRead>,
+    reads: u64,
+    failed_reads: u64,
+    last_error: Option<String>,
+}
+
+impl RestartWatch {
+    /// Reads `docker ps` once; the step's failure when the target restarted.
+    pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
+        let at = chrono::Utc::now();
+        let ps = match run.host.client.ps().await {
+            Ok(ps) => ps,
+            Err(e) => {
+                self.failed_reads += 1;
+                self.last_error = Some(e.to_string());
+                return None;
+            }
+        };
+        self.reads += 1;
+        let current = ps
+            .iter()
+            .find(|c| is_service(c, &run.rollout.service))
+            .map(|c| ContainerRead {
+                id: c.id.clone(),
+                status: c.status.clone(),
+                at,
+            });
+        let verdict = judge_restart(
+            self.baseline.as_ref().map(|b| b.id.as_str()),
+            run.up_done_at,
+            self.previous.as_ref(),
+            current.as_ref(),
+        );
+        if let Err(why) = verdict {
+            let mut detail = self.detail();
+            detail["restart"]["now"] = json!(current);
+            let msg = format!("{}: {why}", run.rollout.service);
+            return Some(StepEnd::failed("engine_restarted", msg, detail));
+        }
+        if self.baseline.is_none() {
+            self.baseline.clone_from(&current);
+        }
+        self.previous = current;
+        None
+    }
+
+    /// The evidence: the first and last reads, and how many reads failed.
+    pub(super) fn detail(&self) -> serde_json::Value {
+        json!({"restart": {
+            "first": self.baseline,
+            "last": self.previous,
+            "ps_reads": self.reads,
+            "ps_read_errors": self.failed_reads,
+            "last_ps_error": self.last_error,
+        }})
+    }
+}
