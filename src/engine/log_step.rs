@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::doctor::mask;
 use super::steps::{pause, Progress, StepEnd, StepRun};
 use crate::compose::ComposeError;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
@@ -112,6 +113,45 @@ pub(super) struct LogWait {
 }
 
 impl StepRun<'_> {
+    /// Safety rule 8 for text read from a host: every env value of 8 or more characters in
+    /// the evidence and the message of a log step (matched lines, forbidden lines, the last
+    /// fetch error) is replaced by `***` before it is stored. An engine may print its env.
+    pub(super) fn masked(&self, end: StepEnd) -> StepEnd {
+        match end {
+            StepEnd::Succeeded(d) => StepEnd::Succeeded(self.mask_json(&d)),
+            StepEnd::Aborted(d) => StepEnd::Aborted(self.mask_json(&d)),
+            StepEnd::Failed {
+                code,
+                message,
+                detail,
+            } => StepEnd::Failed {
+                code,
+                message: mask(&message, &self.env_values()),
+                detail: self.mask_json(&detail),
+            },
+        }
+    }
+
+    fn env_values(&self) -> Vec<String> {
+        self.env.values().cloned().collect()
+    }
+
+    /// `value` with every string masked (see [`StepRun::masked`]).
+    pub(super) fn mask_json(&self, value: &serde_json::Value) -> serde_json::Value {
+        fn walk(v: &serde_json::Value, secrets: &[String]) -> serde_json::Value {
+            match v {
+                serde_json::Value::String(s) => serde_json::Value::String(mask(s, secrets)),
+                serde_json::Value::Array(items) => items.iter().map(|i| walk(i, secrets)).collect(),
+                serde_json::Value::Object(map) => map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), walk(v, secrets)))
+                    .collect(),
+                other => other.clone(),
+            }
+        }
+        walk(value, &self.env_values())
+    }
+
     pub(super) async fn wait_logs(
         &self,
         step: &Step,
@@ -148,7 +188,7 @@ impl StepRun<'_> {
                 return StepEnd::failed("logs_timeout", msg, detail);
             }
             progress
-                .save(&self.engine.inner.store, &step.id, &detail)
+                .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
             if pause(spec.interval, abort).await {
                 return StepEnd::Aborted(detail);
@@ -208,7 +248,7 @@ impl StepRun<'_> {
                 return StepEnd::Succeeded(detail);
             }
             progress
-                .save(&self.engine.inner.store, &step.id, &detail)
+                .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
             if pause(spec.interval, abort).await {
                 return StepEnd::Aborted(detail);

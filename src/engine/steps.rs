@@ -168,7 +168,8 @@ impl<'a> StepRun<'a> {
                     forbid: forbid.clone(),
                     max_log_failures: *max_log_failures,
                 };
-                self.wait_logs(step, deadline, spec, abort).await
+                let end = self.wait_logs(step, deadline, spec, abort).await;
+                self.masked(end)
             }
             StepKind::Soak {
                 interval,
@@ -183,7 +184,8 @@ impl<'a> StepRun<'a> {
                     forbid: forbid.clone(),
                     max_log_failures: *max_log_failures,
                 };
-                self.soak(step, deadline, *max_misses, spec, abort).await
+                let end = self.soak(step, deadline, *max_misses, spec, abort).await;
+                self.masked(end)
             }
             StepKind::Smoke {
                 model,

@@ -173,3 +173,61 @@ async fn a_planted_secret_never_reaches_sqlite_the_logs_or_an_answer() {
     assert_clean("the logs", &logged);
     stopped.sim.shutdown().await;
 }
+
+/// An engine that prints an env-file value in a line the canary's log step matches: the line
+/// is stored (it is the evidence) with the value replaced by `***`, in the API's answer and in
+/// the SQLite files.
+#[tokio::test]
+async fn an_env_value_printed_by_the_engine_is_stored_only_as_stars() {
+    const PRINTED: &str = "hf_sim_not_a_real_token";
+    let app = TestApp::spawn().await;
+    assert_eq!(
+        app.env.get("HUGGING_FACE_HUB_TOKEN").map(String::as_str),
+        Some(PRINTED),
+        "the host's env file holds the value the engine prints"
+    );
+    let mut logs_step = app.engine.pause_at("step:startup-logs:started");
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert!(logs_step.reached(Duration::from_secs(20)).await.is_some());
+    app.sim.faults().emit_log_line(
+        R2,
+        &format!("HUGGING_FACE_HUB_TOKEN={PRINTED} CUDA error 801: operation not supported"),
+    );
+    logs_step.release();
+    let canary = app.wait_terminal(&id).await;
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("forbidden_log_line"),
+        "{canary:#?}"
+    );
+    let answer = reqwest::get(format!("{}/v1/rollouts/{id}", app.url))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        answer.contains("HUGGING_FACE_HUB_TOKEN=*** CUDA error 801"),
+        "the forbidden line is kept, masked: {answer}"
+    );
+    assert!(!answer.contains(PRINTED), "{answer}");
+    if let Some(r) = canary.rolled_back_by.as_deref() {
+        app.wait_terminal(r).await;
+    }
+    let engine = app.engine.clone();
+    let stopped = app.stop_gracefully().await;
+    engine.store().close().await;
+    let mut stored = std::fs::read(&stopped.db).expect("database file");
+    for suffix in ["-wal", "-shm"] {
+        let mut path = stopped.db.clone().into_os_string();
+        path.push(suffix);
+        if let Ok(bytes) = std::fs::read(&path) {
+            stored.extend(bytes);
+        }
+    }
+    let found = stored
+        .windows(PRINTED.len())
+        .any(|w| w == PRINTED.as_bytes());
+    assert!(!found, "the printed env value reached the SQLite files");
+    stopped.sim.shutdown().await;
+}
