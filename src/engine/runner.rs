@@ -275,7 +275,12 @@ async fn finish_failed(
     detail: serde_json::Value,
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
-    let step_detail = merge_error(detail, code, message);
+    let mut step_detail = merge_error(detail, code, message);
+    if !failed.status.is_terminal() && rollout.touched_replica {
+        if let Some(lines) = target_logs(engine, rollout).await {
+            step_detail["target_logs"] = lines;
+        }
+    }
     if !failed.status.is_terminal() {
         store
             .transition_step(failed, StepEvent::Fail, &step_detail, None, Utc::now())
@@ -292,6 +297,33 @@ async fn finish_failed(
         json!({"step": failed.name, "code": code}),
     );
     rollback::finish_failed_canary(engine, rollout, ch).await
+}
+
+/// The evidence operators keep when a step fails after the target was touched: the target's
+/// last 500 log lines, every env value of 8+ characters masked. `None` when they cannot be
+/// read (the failure itself may be that).
+async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::Value> {
+    let host = engine.host(&rollout.host).ok()?;
+    let req = crate::compose::LogsRequest {
+        file: rollout.file.clone(),
+        service: rollout.service.clone(),
+        tail: 500,
+    };
+    let text = match host.client.logs(&req).await {
+        Ok(text) => text,
+        Err(e) => {
+            tracing::warn!(rollout.id = %rollout.id, error = %e, "could not keep the target's logs as evidence");
+            return None;
+        }
+    };
+    let secrets: Vec<String> = super::merged_env(&host.config, &rollout.env_overrides)
+        .into_values()
+        .collect();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| super::doctor::mask(l, &secrets))
+        .collect();
+    Some(json!(lines))
 }
 
 async fn finish_aborted(

@@ -538,3 +538,47 @@ async fn a_replica_without_a_peer_in_its_group_is_never_taken_down() {
     );
     app.stop().await;
 }
+
+/// A step that fails after the target was touched keeps the target's last log lines as
+/// evidence ("keep the candidate's logs"); one that fails before keeps none.
+#[tokio::test]
+async fn a_step_failing_after_the_target_was_touched_keeps_its_last_log_lines() {
+    let app = TestApp::spawn().await;
+    app.sim.faults().set_health_never(R2, true);
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["on_failure"] = json!("halt");
+    let id = app.start_canary(&plan).await;
+    let canary = app.wait_terminal(&id).await;
+    let health = canary
+        .steps
+        .iter()
+        .find(|s| s.name == "health")
+        .expect("health step");
+    assert_eq!(health.status, "failed", "{canary:#?}");
+    let lines = health.detail["target_logs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no target_logs: {:#}", health.detail));
+    assert!(
+        lines.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.contains("event-loop stall dump armed"))),
+        "the engine's startup lines are kept: {lines:?}"
+    );
+    app.stop().await;
+
+    let app = TestApp::spawn().await;
+    app.sim.faults().set_health_never(R1, true);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let canary = app.wait_terminal(&id).await;
+    let peers = canary
+        .steps
+        .iter()
+        .find(|s| s.name == "peers")
+        .expect("peers");
+    assert_eq!(peers.status, "failed");
+    assert!(
+        peers.detail.get("target_logs").is_none(),
+        "nothing was touched"
+    );
+    app.stop().await;
+}
