@@ -161,15 +161,11 @@ impl Replica {
 }
 
 async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Result<Page, String> {
-    let res = client.get(url).send().await.map_err(|e| {
-        if e.is_timeout() {
-            "timeout".to_owned()
-        } else if e.is_connect() {
-            "connection refused".to_owned()
-        } else {
-            "request failed".to_owned()
-        }
-    })?;
+    let res = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| crate::probe::short_error(&e))?;
     if !res.status().is_success() {
         return Err(format!("HTTP {}", res.status().as_u16()));
     }

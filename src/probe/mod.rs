@@ -56,7 +56,8 @@ impl HealthProber {
     }
 }
 
-fn short_error(e: &reqwest::Error) -> String {
+/// A request error as one short word a step's evidence can keep.
+pub(crate) fn short_error(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "timeout".to_owned()
     } else if e.is_connect() {
