@@ -93,9 +93,25 @@ pub fn evidence(s: &StepOut) -> String {
         "peers_healthy" => shown(&d["peers"]).map(|p| format!("peers healthy: {p}")),
         "smoke" => d.get("model").map(|_| smoke_evidence(d)),
         "analyze" => Some(analysis_summary(d)).filter(|s| !s.is_empty()),
+        "approve" => approval_summary(d),
         _ => None,
     };
     summary.unwrap_or_default()
+}
+
+/// `approved by alice: "latency looks fine"`, or `waiting for an approval until …`.
+fn approval_summary(d: &serde_json::Value) -> Option<String> {
+    if let Some(by) = d["approved_by"].as_str() {
+        return Some(format!(
+            "approved by {by}: {:?}",
+            d["reason"].as_str().unwrap_or("")
+        ));
+    }
+    d["deadline"].as_str().map(|deadline| {
+        format!(
+            "waiting for an approval until {deadline} (canaryd rollout approve ID --reason ...)"
+        )
+    })
 }
 
 /// `model z-ai/glm-5.3-flash ok, 2 identical outputs, up to 120 ms, 11 tokens: "Ready. …"`.

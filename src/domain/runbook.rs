@@ -66,6 +66,8 @@ pub mod defaults {
     pub const ANALYZE_INTERVAL: Duration = Duration::from_secs(30);
     /// `min_requests` of a histogram check (a quantile needs observations); counters: 0.
     pub const ANALYZE_MIN_REQUESTS: u64 = 1;
+    /// `approve.timeout`: an operator's shift is long enough to look at a canary and decide.
+    pub const APPROVE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
 }
 
 /// A validated runbook.
@@ -182,6 +184,13 @@ pub enum StepKind {
     },
     /// Scrape the target and its peers for `warmup` + `duration`; judge the checks.
     Analyze(crate::domain::analysis::AnalyzeSpec),
+    /// Wait until an operator approves (`POST /v1/rollouts/{id}/approve`), or fail
+    /// `not_approved` at the timeout.
+    Approve {
+        /// How long to wait for the approval.
+        #[serde(with = "serde_duration")]
+        timeout: Duration,
+    },
 }
 
 impl StepKind {
@@ -198,6 +207,7 @@ impl StepKind {
         "soak",
         "smoke",
         "analyze",
+        "approve",
     ];
 
     /// The kind's name as written in runbooks (`wait_health`).
@@ -214,6 +224,7 @@ impl StepKind {
             Self::Soak { .. } => "soak",
             Self::Smoke { .. } => "smoke",
             Self::Analyze(_) => "analyze",
+            Self::Approve { .. } => "approve",
         }
     }
 

@@ -51,7 +51,8 @@ pub(crate) fn timeout_of(kind: &StepKind) -> Option<chrono::Duration> {
         | StepKind::Up { timeout }
         | StepKind::WaitHealth { timeout, .. }
         | StepKind::WaitLogs { timeout, .. }
-        | StepKind::Smoke { timeout, .. } => *timeout,
+        | StepKind::Smoke { timeout, .. }
+        | StepKind::Approve { timeout } => *timeout,
         StepKind::Soak { duration, .. } => *duration,
         // Scrapes run until warmup + duration; a last slow scrape may end past it.
         StepKind::Analyze(spec) => {
@@ -140,6 +141,7 @@ impl<'a> StepRun<'a> {
             StepKind::Down { .. } => compose_step::down(self, step, deadline, abort).await,
             StepKind::Up { .. } => compose_step::up(self, step, deadline, abort).await,
             StepKind::VerifyNeighbours => self.verify_neighbours().await,
+            StepKind::Approve { .. } => self.approve(step, deadline, abort).await,
             StepKind::WaitHealth {
                 interval,
                 consecutive,
@@ -427,6 +429,33 @@ pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
         || c.labels
             .split(',')
             .any(|l| l == format!("com.docker.compose.service={service}"))
+}
+
+impl StepRun<'_> {
+    /// `approve`: waits for an operator's approval until the step's deadline.
+    async fn approve(
+        &self,
+        step: &Step,
+        deadline: DateTime<Utc>,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let since = step.started_at.unwrap_or_else(Utc::now);
+        let base = json!({"waiting_since": since});
+        match super::approval::wait(self, step, base.clone(), deadline, abort).await {
+            super::approval::Waited::Approved(a) => {
+                StepEnd::Succeeded(super::approval::evidence(&a, since))
+            }
+            super::approval::Waited::TimedOut => StepEnd::failed(
+                "not_approved",
+                format!(
+                    "no operator approved step {} before its deadline {deadline}",
+                    step.name
+                ),
+                base,
+            ),
+            super::approval::Waited::Aborted => StepEnd::Aborted(base),
+        }
+    }
 }
 
 /// Poll interval for waits without one of their own: a tenth of the time left, 50 ms to 1 s.

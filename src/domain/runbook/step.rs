@@ -23,7 +23,7 @@ pub(super) struct StepError {
 /// The fields each kind takes besides `name` and `kind`.
 fn allowed_fields(kind: &str) -> &'static [&'static str] {
     match kind {
-        "peers_healthy" | "down" | "up" => &["timeout"],
+        "peers_healthy" | "down" | "up" | "approve" => &["timeout"],
         "plan" => &["allow"],
         "wait_health" => &["timeout", "interval", "consecutive"],
         "wait_logs" => &[
@@ -350,6 +350,9 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
             timeout: fields.duration("timeout", defaults::SMOKE_TIMEOUT)?,
         },
         "analyze" => StepKind::Analyze(analyze::parse(&fields)?),
+        "approve" => StepKind::Approve {
+            timeout: fields.duration("timeout", defaults::APPROVE_TIMEOUT)?,
+        },
         other => return fields.fail("kind", format!("unknown kind `{other}`")),
     };
     Ok(Step { name, kind })
