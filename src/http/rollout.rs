@@ -120,7 +120,7 @@ impl From<Step> for StepOut {
     fn from(s: Step) -> Self {
         Self {
             name: s.name,
-            kind: s.kind,
+            kind: s.kind.as_str().to_owned(),
             status: s.status.as_str().to_owned(),
             attempts: s.attempts,
             started_at: s.started_at,
