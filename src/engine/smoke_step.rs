@@ -146,7 +146,7 @@ impl StepRun<'_> {
             Ok(models) => models,
             Err(why) => return bad_body("GET /v1/models", &why, &answer, detail, &secrets),
         };
-        let listed = models.iter().any(|m| *m == spec.model);
+        let listed = models.contains(&spec.model);
         let models: Vec<String> = models.iter().map(|m| mask(m, &secrets)).collect();
         detail["models"] = json!(models);
         if !listed {

@@ -24,15 +24,8 @@ fn check_list(table: &str, column: &str) -> BTreeSet<String> {
             };
             let body = &sql[start..];
             let body = &body[..body.find(");").unwrap_or(body.len())];
-            let marker = format!("check ({column} in (");
-            if let Some(at) = body.find(&marker) {
-                let list = &body[at + marker.len()..];
-                let list = &list[..list.find(')').expect("closing parenthesis")];
-                found = Some(
-                    list.split(',')
-                        .map(|v| v.trim().trim_matches('\'').to_owned())
-                        .collect(),
-                );
+            if let Some(list) = quoted_list(body, &format!("check ({column} in (")) {
+                found = Some(list);
             }
         }
     }
@@ -50,17 +43,20 @@ fn trigger_list(name: &str, column: &str) -> BTreeSet<String> {
         };
         let body = &sql[start..];
         let body = &body[..body.find("end;").unwrap_or(body.len())];
-        let marker = format!("when new.{column} not in (");
-        let at = body.find(&marker).expect("the trigger's list");
-        let list = &body[at + marker.len()..];
-        let list = &list[..list.find(')').expect("closing parenthesis")];
-        found = Some(
-            list.split(',')
-                .map(|v| v.trim().trim_matches('\'').to_owned())
-                .collect(),
-        );
+        found = quoted_list(body, &format!("when new.{column} not in ("));
     }
-    found.unwrap_or_else(|| panic!("no trigger {name}"))
+    found.unwrap_or_else(|| panic!("no trigger {name} with a list of {column}"))
+}
+
+/// The `'a', 'b'` list that follows `marker` in `body`, up to its closing parenthesis.
+fn quoted_list(body: &str, marker: &str) -> Option<BTreeSet<String>> {
+    let list = &body[body.find(marker)? + marker.len()..];
+    let list = &list[..list.find(')').expect("closing parenthesis")];
+    Some(
+        list.split(',')
+            .map(|v| v.trim().trim_matches('\'').to_owned())
+            .collect(),
+    )
 }
 
 fn names<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
