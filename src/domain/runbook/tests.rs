@@ -433,21 +433,26 @@ fn every_kind_is_registered_once_under_the_name_it_serialises_with() {
 fn budgets_are_the_step_timeouts_and_quick_steps_get_five_minutes() {
     let yaml = include_str!("../../../runbooks/single-replica-canary.yaml");
     let runbook = parse("c", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
-    let budget = |name: &str| runbook.step_named(name).expect(name).kind.budget();
-    let m = |n: u64| Duration::from_secs(n * 60);
-    for step in &runbook.steps {
-        let want = match &step.kind {
-            StepKind::Snapshot(_) | StepKind::Plan(_) | StepKind::VerifyNeighbours(_) => m(5),
-            StepKind::PeersHealthy(k) => k.timeout,
-            StepKind::Down(k) => k.timeout,
-            StepKind::Up(k) => k.timeout,
-            StepKind::WaitHealth(k) => k.timeout,
-            StepKind::WaitLogs(k) => k.timeout,
-            StepKind::Soak(k) => k.duration,
-            StepKind::Smoke(k) => k.timeout,
-            StepKind::Analyze(k) => k.warmup + k.duration + k.interval + Duration::from_secs(60),
-        };
-        assert_eq!(step.kind.budget(), want, "{}", step.name);
-    }
-    assert_eq!(budget("down"), m(10));
+    let (s, m) = (Duration::from_secs, |n: u64| Duration::from_secs(n * 60));
+    let expected = [
+        ("snapshot", m(5)),
+        ("peers", m(2)),
+        ("preflight", m(5)),
+        ("down", m(10)),
+        ("plan", m(5)),
+        ("up", m(30)),
+        ("neighbours", m(5)),
+        ("health", m(60)),
+        ("smoke", m(2)),
+        ("startup-logs", m(60)),
+        ("soak", m(10)),
+        // warmup + duration + interval + a minute for a last slow scrape.
+        ("analysis", m(10) + m(30) + s(30) + s(60)),
+    ];
+    let got: Vec<(&str, Duration)> = runbook
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.kind.budget()))
+        .collect();
+    assert_eq!(got, expected);
 }
