@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::restart::RestartWatch;
-use super::steps::{pause, Progress, StepEnd, StepRun};
+use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
 use crate::domain::analysis::{judge, lost_early, AnalyzeSpec, Check, CheckVerdict, Observed};
 use crate::domain::exposition::{
     add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
@@ -204,6 +204,12 @@ fn failures(verdicts: &[CheckVerdict]) -> String {
         .map(|v| format!("{} ({:?}: {})", v.name, v.verdict, v.reasons.join("; ")).to_lowercase())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+impl Execute for AnalyzeSpec {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        run.analyze(at.step, self, at.abort).await
+    }
 }
 
 impl StepRun<'_> {

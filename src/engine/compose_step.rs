@@ -11,10 +11,11 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::steps::{pause, poll_interval, StepEnd, StepRun};
+use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use super::Checkpoint;
 use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
 use crate::domain::plan_gate;
+use crate::domain::runbook::step::{Down, Plan, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
 
@@ -44,7 +45,7 @@ fn compose_request(run: &StepRun<'_>) -> ComposeRequest {
 }
 
 /// The dry-run gate: probe support (rule 4), dry run, and check the plan.
-pub(super) async fn plan(
+async fn plan(
     run: &StepRun<'_>,
     step: &Step,
     allow: &[String],
@@ -121,37 +122,57 @@ pub(super) async fn plan(
     }
 }
 
-/// Scoped `compose/down` of the target.
-pub(super) async fn down(
-    run: &StepRun<'_>,
-    step: &Step,
-    deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
-) -> StepEnd {
-    let req = compose_request(run);
-    let client = &run.host.client;
-    mutate(run, step, "compose/down", deadline, abort, || {
-        client.down(&req)
-    })
-    .await
+impl Execute for Plan {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        plan(run, at.step, &self.allow, at.deadline, at.abort).await
+    }
 }
 
-/// Scoped `compose/up` of the target; a rollback then checks the tag still means the same.
-pub(super) async fn up(
-    run: &StepRun<'_>,
-    step: &Step,
-    deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
-) -> StepEnd {
+/// The two compose calls that change the target.
+#[derive(Clone, Copy)]
+enum Scoped {
+    Down,
+    Up,
+}
+
+impl Execute for Down {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        scoped(run, at, Scoped::Down).await
+    }
+}
+
+impl Execute for Up {
+    /// A rollback then checks the tag still means the same.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        match scoped(run, at, Scoped::Up).await {
+            StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
+                check_tag(run, detail).await
+            }
+            other => other,
+        }
+    }
+
+    /// The target's engine has run since the `up` ended (restart detection).
+    fn carry(run: &mut StepRun<'_>, step: &Step, _detail: &serde_json::Value) {
+        run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+    }
+}
+
+/// Scoped `compose/down` or `compose/up` of the target.
+async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepEnd {
     let req = compose_request(run);
     let client = &run.host.client;
-    let end = mutate(run, step, "compose/up", deadline, abort, || client.up(&req)).await;
-    match end {
-        StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
-            check_tag(run, detail).await
+    let endpoint = match which {
+        Scoped::Down => "compose/down",
+        Scoped::Up => "compose/up",
+    };
+    let send = || async {
+        match which {
+            Scoped::Down => client.down(&req).await,
+            Scoped::Up => client.up(&req).await,
         }
-        other => other,
-    }
+    };
+    mutate(run, at.step, endpoint, at.deadline, at.abort, send).await
 }
 
 async fn mutate<F, Fut>(
@@ -415,13 +436,13 @@ async fn outcome_unknown(
     let ps = client.ps().await.ok();
     let target = ps.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, &run.rollout.service))
             .cloned()
     });
     // `docker ps` evidence for the human who judges: did the target change since the snapshot?
     let before = run.snapshot.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, &run.rollout.service))
             .cloned()
     });
     let changed = match (&before, &target) {
@@ -486,7 +507,7 @@ async fn settle(
                 out.reads += 1;
                 let now = ps
                     .iter()
-                    .find(|c| super::steps::is_service(c, &run.rollout.service))
+                    .find(|c| is_service(c, &run.rollout.service))
                     .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()));
                 match &last {
                     Some((since, seen)) if *seen == now => {

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::steps::is_service;
+use super::step_run::is_service;
 use super::Engine;
 use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, RolloutChange};

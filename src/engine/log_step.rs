@@ -14,10 +14,11 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::steps::{pause, Progress, StepEnd, StepRun};
+use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
 use crate::compose::ComposeError;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::step::{Soak, WaitLogs};
 use crate::store::Step;
 
 /// What a log-watching step knows about its reads of `compose/logs`.
@@ -110,6 +111,43 @@ pub(super) struct LogWait {
     pub require: Vec<LogPattern>,
     pub forbid: Vec<LogPattern>,
     pub max_log_failures: u32,
+}
+
+impl Execute for WaitLogs {
+    /// The runbook's `require` lines and the plan's `require_logs`.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let mut require = self.require.clone();
+        require.extend(
+            run.rollout
+                .require_logs
+                .iter()
+                .filter_map(|p| LogPattern::parse(p).ok()),
+        );
+        let spec = LogWait {
+            interval: self.interval,
+            require,
+            forbid: self.forbid.clone(),
+            max_log_failures: self.max_log_failures,
+        };
+        let end = run.wait_logs(at.step, at.deadline, spec, at.abort).await;
+        run.masked(end)
+    }
+}
+
+impl Execute for Soak {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let spec = LogWait {
+            interval: self.interval,
+            require: Vec::new(),
+            forbid: self.forbid.clone(),
+            max_log_failures: self.max_log_failures,
+        };
+        let max_misses = self.max_misses;
+        let end = run
+            .soak(at.step, at.deadline, max_misses, spec, at.abort)
+            .await;
+        run.masked(end)
+    }
 }
 
 impl StepRun<'_> {

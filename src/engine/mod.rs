@@ -9,10 +9,12 @@ mod doctor;
 mod hooks;
 mod left_down;
 mod log_step;
+mod observe_step;
 mod restart;
 mod rollback;
 mod runner;
 mod smoke_step;
+mod step_run;
 mod steps;
 
 use std::collections::{BTreeMap, HashMap};
@@ -459,7 +461,7 @@ pub(crate) fn steps_of(runbook: &Runbook) -> Vec<NewStep> {
         .iter()
         .map(|s| NewStep {
             name: s.name.clone(),
-            kind: s.kind.name().to_owned(),
+            kind: s.kind.kind_name(),
         })
         .collect()
 }

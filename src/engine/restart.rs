@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::steps::{is_service, StepEnd, StepRun};
+use super::step_run::{is_service, StepEnd, StepRun};
 use crate::domain::uptime::{judge_restart, ContainerRead};
 
 /// What a watching step knows about the target's container.

@@ -6,7 +6,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::steps::{self, StepEnd, StepRun};
+use super::step_run::{StepEnd, StepRun};
+use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};

@@ -15,20 +15,18 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::steps::{StepEnd, StepRun};
+use super::step_run::{Execute, Running, StepEnd, StepRun};
 use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::step::Smoke;
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};
 
 /// Characters of an output or a body kept in the step's detail.
 const EXCERPT_CHARS: usize = 200;
 
-/// The step's fields, as the runbook gave them.
-pub(super) struct Smoke<'a> {
-    pub model: &'a str,
-    pub prompt: &'a str,
-    pub max_tokens: u32,
-    pub expect: &'a [LogPattern],
-    pub repeat: u32,
+impl Execute for Smoke {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        run.smoke(at.deadline, self, at.abort).await
+    }
 }
 
 /// One chat answer, as far as the step cares.
@@ -110,7 +108,7 @@ impl StepRun<'_> {
     pub(super) async fn smoke(
         &self,
         deadline: DateTime<Utc>,
-        spec: Smoke<'_>,
+        spec: &Smoke,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
         let Some(replica) = self.host.config.replicas.get(&self.rollout.service) else {
@@ -148,7 +146,7 @@ impl StepRun<'_> {
             Ok(models) => models,
             Err(why) => return bad_body("GET /v1/models", &why, &answer, detail, &secrets),
         };
-        let listed = models.iter().any(|m| m == spec.model);
+        let listed = models.contains(&spec.model);
         let models: Vec<String> = models.iter().map(|m| mask(m, &secrets)).collect();
         detail["models"] = json!(models);
         if !listed {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::body::Body;
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
-use crate::domain::state::AttemptOutcome;
+use crate::domain::state::{AttemptOutcome, StepStatus};
 use crate::store::{Rollout, Step};
 
 mod list;
@@ -68,6 +68,10 @@ pub struct StepOut {
     /// When a running wait gives up (kept across restarts).
     pub deadline_at: Option<DateTime<Utc>>,
     pub detail: serde_json::Value,
+    /// One line of a succeeded step's evidence, rendered by its kind
+    /// (`12 stream lines`, `model … ok, 2 identical outputs, …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     /// Every compose-manager call of the step, refused ones (`busy`, retried `error`) too.
     /// Only in a single rollout's answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -118,9 +122,14 @@ impl RolloutOut {
 
 impl From<Step> for StepOut {
     fn from(s: Step) -> Self {
+        let summary = match s.status {
+            StepStatus::Succeeded => s.kind.summary(&s.detail),
+            _ => None,
+        };
         Self {
+            summary,
             name: s.name,
-            kind: s.kind,
+            kind: s.kind.as_str().to_owned(),
             status: s.status.as_str().to_owned(),
             attempts: s.attempts,
             started_at: s.started_at,

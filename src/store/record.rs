@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::domain::audit::AuditKind;
+use crate::domain::runbook::StepKindName;
 use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
 
 /// One rollout as stored.
@@ -45,7 +46,7 @@ pub struct Step {
     pub rollout_id: String,
     pub position: i64,
     pub name: String,
-    pub kind: String,
+    pub kind: StepKindName,
     pub status: StepStatus,
     pub attempts: i64,
     pub started_at: Option<DateTime<Utc>>,

@@ -235,6 +235,55 @@ fn check(fields: &Fields<'_>, i: usize, item: &Value) -> Result<Check, StepError
     })
 }
 
+/// The `analyze` step's settings are the analysis spec of `domain::analysis`.
+pub type Analyze = AnalyzeSpec;
+
+impl super::StepDef for AnalyzeSpec {
+    const NAME: &'static str = "analyze";
+    const DOC: &'static str =
+        "scrapes the target and its peers; after `warmup`, judges each check over `duration`";
+    const FIELDS: &'static [&'static str] = &["source", "warmup", "duration", "interval", "checks"];
+
+    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
+        parse(fields)
+    }
+
+    /// Scrapes run until warmup + duration; a last slow scrape may end past it.
+    fn budget(&self) -> std::time::Duration {
+        self.warmup + self.duration + self.interval + std::time::Duration::from_secs(60)
+    }
+
+    /// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
+    fn summary(d: &serde_json::Value) -> Option<String> {
+        let number =
+            |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
+        let summary = d["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let mut line = format!(
+                    "{} {} {}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["verdict"].as_str().unwrap_or("?"),
+                    number(&c["target"]["value"])
+                );
+                if !c["max_ratio_to_peers"].is_null() {
+                    line.push_str(&format!(
+                        " vs peers {} ({}×, limit {}×)",
+                        number(&c["peer_median"]),
+                        number(&c["ratio"]),
+                        number(&c["max_ratio_to_peers"])
+                    ));
+                }
+                line
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Some(summary).filter(|s| !s.is_empty())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
