@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::steps::{self, StepEnd, StepRun};
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
-use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
+use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
@@ -246,7 +246,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         commit: current.as_ref().and_then(|c| c.commit.clone()),
         file_sha256: current.as_ref().and_then(|c| c.file_sha256.clone()),
         image,
-        source: "rollout",
+        source: DeploymentSource::Rollout,
         rollout_id: Some(rollout.id.clone()),
         deployed_at: Utc::now(),
     };

@@ -4,8 +4,11 @@
 use std::collections::BTreeSet;
 
 use super::MIGRATOR;
-use crate::domain::notification::NotifyEvent;
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::audit::AuditKind;
+use crate::domain::notification::{DeliveryStatus, NotifyEvent};
+use crate::domain::state::{
+    AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
+};
 
 /// The values of `column text ... check (column in (...))` in the newest migration that
 /// creates `table` (or `table_new`, renamed to it).
@@ -73,6 +76,21 @@ fn every_stored_enum_matches_its_column_check() {
             "outbox",
             "event",
             names(NotifyEvent::ALL.iter().map(|v| v.as_str())),
+        ),
+        (
+            "outbox_delivery",
+            "status",
+            names(DeliveryStatus::ALL.iter().map(|v| v.as_str())),
+        ),
+        (
+            "audit_event",
+            "kind",
+            names(AuditKind::ALL.iter().map(|v| v.as_str())),
+        ),
+        (
+            "deployment",
+            "source",
+            names(DeploymentSource::ALL.iter().map(|v| v.as_str())),
         ),
     ];
     for (table, column, values) in cases {
