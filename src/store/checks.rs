@@ -40,58 +40,23 @@ fn check_list(table: &str, column: &str) -> BTreeSet<String> {
     found.unwrap_or_else(|| panic!("no CHECK on {table}.{column}"))
 }
 
-fn names<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
-    values.into_iter().map(str::to_owned).collect()
+/// The names of every value of a stored enum.
+fn names<T: std::fmt::Display>(all: &[T]) -> BTreeSet<String> {
+    all.iter().map(T::to_string).collect()
 }
 
 #[test]
 fn every_stored_enum_matches_its_column_check() {
     let cases = [
-        (
-            "rollout",
-            "kind",
-            names(RolloutKind::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "status",
-            names(RolloutStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "on_failure",
-            names(OnFailure::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step",
-            "status",
-            names(StepStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step_attempt",
-            "outcome",
-            names(AttemptOutcome::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "outbox",
-            "event",
-            names(NotifyEvent::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "outbox_delivery",
-            "status",
-            names(DeliveryStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "audit_event",
-            "kind",
-            names(AuditKind::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "deployment",
-            "source",
-            names(DeploymentSource::ALL.iter().map(|v| v.as_str())),
-        ),
+        ("rollout", "kind", names(RolloutKind::ALL)),
+        ("rollout", "status", names(RolloutStatus::ALL)),
+        ("rollout", "on_failure", names(OnFailure::ALL)),
+        ("step", "status", names(StepStatus::ALL)),
+        ("step_attempt", "outcome", names(AttemptOutcome::ALL)),
+        ("outbox", "event", names(&NotifyEvent::ALL)),
+        ("outbox_delivery", "status", names(DeliveryStatus::ALL)),
+        ("audit_event", "kind", names(AuditKind::ALL)),
+        ("deployment", "source", names(DeploymentSource::ALL)),
     ];
     for (table, column, values) in cases {
         assert_eq!(check_list(table, column), values, "{table}.{column}");

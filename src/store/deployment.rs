@@ -160,14 +160,8 @@ impl Store {
         host: &str,
         service: &str,
     ) -> Result<Vec<Deployment>, StoreError> {
-        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
-            "{SELECT_DEPLOYMENT} where host = ? and service = ? order by deployed_at desc, deployment_id desc"
-        ))
-        .bind(host)
-        .bind(service)
-        .fetch_all(self.pool())
-        .await?;
-        rows.into_iter().map(Deployment::try_from).collect()
+        // A negative limit is no limit to SQLite.
+        self.newest_deployments(host, service, -1).await
     }
 
     /// The replica's newest `limit` deployments, newest first (what a rollback chooses from).
@@ -177,13 +171,23 @@ impl Store {
         service: &str,
         limit: u32,
     ) -> Result<Vec<Deployment>, StoreError> {
+        self.newest_deployments(host, service, i64::from(limit))
+            .await
+    }
+
+    async fn newest_deployments(
+        &self,
+        host: &str,
+        service: &str,
+        limit: i64,
+    ) -> Result<Vec<Deployment>, StoreError> {
         let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
             "{SELECT_DEPLOYMENT} where host = ? and service = ? \
              order by deployed_at desc, deployment_id desc limit ?"
         ))
         .bind(host)
         .bind(service)
-        .bind(i64::from(limit))
+        .bind(limit)
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Deployment::try_from).collect()

@@ -110,6 +110,12 @@ async fn pragma_rows(store: &Store, sql: &str) -> Vec<String> {
     rows.into_iter().map(|(v,)| v).collect()
 }
 
+/// The error of a statement the database must refuse.
+async fn refused(store: &Store, sql: &str) -> String {
+    let e = sqlx::query(sql).execute(store.pool()).await.expect_err(sql);
+    e.to_string()
+}
+
 #[tokio::test]
 async fn a_database_at_migration_7_migrates_with_its_rows_and_audit_counter_kept() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -153,20 +159,26 @@ async fn a_database_at_migration_7_migrates_with_its_rows_and_audit_counter_kept
     assert_eq!(last.iter().map(|e| e.seq).collect::<Vec<_>>(), [11]);
 
     // The kind is checked now; the index and the foreign key are still there.
-    let bogus = sqlx::query(
-        "insert into audit_event (occurred_at, actor, kind) values ('2026-01-01T00:00:00Z', 'x', 'rollout_exploded')",
+    let bogus = refused(
+        &store,
+        "insert into audit_event (occurred_at, actor, kind) \
+         values ('2026-01-01T00:00:00Z', 'x', 'rollout_exploded')",
     )
-    .execute(store.pool())
-    .await
-    .expect_err("an unknown kind is refused");
-    assert!(bogus.to_string().contains("CHECK"), "{bogus}");
-    let orphan = sqlx::query(
-        "insert into audit_event (occurred_at, rollout_id, actor, kind) values ('2026-01-01T00:00:00Z', 'ro_none', 'x', 'rollout_created')",
+    .await;
+    assert!(
+        bogus.contains("CHECK"),
+        "an unknown kind is refused: {bogus}"
+    );
+    let orphan = refused(
+        &store,
+        "insert into audit_event (occurred_at, rollout_id, actor, kind) \
+         values ('2026-01-01T00:00:00Z', 'ro_none', 'x', 'rollout_created')",
     )
-    .execute(store.pool())
-    .await
-    .expect_err("an event of no rollout is refused");
-    assert!(orphan.to_string().contains("FOREIGN KEY"), "{orphan}");
+    .await;
+    assert!(
+        orphan.contains("FOREIGN KEY"),
+        "an event of no rollout is refused: {orphan}"
+    );
     assert!(
         pragma_rows(&store, "select name from pragma_index_list('audit_event')")
             .await
