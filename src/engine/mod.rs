@@ -16,6 +16,7 @@ mod runner;
 mod smoke_step;
 mod step_run;
 mod steps;
+mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -284,14 +285,13 @@ impl Engine {
 
     /// Waits (bounded) until a rollout is terminal; used by preempt and tests.
     pub async fn wait_terminal(&self, id: &str, timeout: Duration) -> Result<Rollout, EngineError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let rollout = self.get(id).await?;
-            if rollout.status.is_terminal() || tokio::time::Instant::now() >= deadline {
-                return Ok(rollout);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait::poll_until(
+            timeout,
+            wait::POLL,
+            || self.get(id),
+            |r| r.status.is_terminal(),
+        )
+        .await
     }
 
     /// Resumes every unfinished rollout (safety rule 9, docs/safety.md). Call before accepting new

@@ -93,7 +93,7 @@ impl StepRun<'_> {
                 .iter()
                 .find(|c| is_service(c, &self.rollout.service))
                 .map(|c| c.image.clone()),
-            source: "baseline",
+            source: crate::domain::state::DeploymentSource::Baseline,
             rollout_id: None,
             deployed_at: Utc::now(),
         };

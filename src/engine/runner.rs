@@ -1,6 +1,9 @@
 //! The task of one rollout: start, run each step in order, finish (succeeded, failed with an
 //! optional automatic rollback, or aborted). Resumes from whatever SQLite says after a restart.
 
+use std::future::Future;
+use std::time::Duration;
+
 use chrono::Utc;
 use serde_json::json;
 use tokio::sync::watch;
@@ -9,34 +12,55 @@ use tracing::Instrument;
 use super::step_run::{StepEnd, StepRun};
 use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
-use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
+use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
+
+/// How many times a rollout's task drives it before it gives up until the next start.
+const TRIES: u32 = 5;
+/// The wait after a drive's first storage error; it doubles after each.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
 ///
 /// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
 /// as after a restart, a few times with backoff, before giving up until next start.
 pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
-    const TRIES: u32 = 5;
-    let mut backoff = std::time::Duration::from_millis(200);
-    for n in 1..=TRIES {
+    let drive_once = || {
         let span = tracing::info_span!(
             "rollout",
             rollout.id = %id,
             host = tracing::field::Empty,
             service = tracing::field::Empty
         );
-        let Err(e) = drive(engine, id, abort.clone()).instrument(span).await else {
-            return;
+        drive(engine, id, abort.clone()).instrument(span)
+    };
+    retry_storage_errors(id, || engine.is_stopping(), drive_once).await;
+}
+
+/// Drives until a drive ends without error: `TRIES` drives at most, `FIRST_BACKOFF` (doubling)
+/// apart, none after `stopping()`. True when a drive ended well.
+async fn retry_storage_errors<Fut>(
+    id: &str,
+    stopping: impl Fn() -> bool,
+    mut drive: impl FnMut() -> Fut,
+) -> bool
+where
+    Fut: Future<Output = Result<(), super::EngineError>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    for n in 1..=TRIES {
+        let Err(e) = drive().await else {
+            return true;
         };
-        if n == TRIES || engine.is_stopping() {
+        if n == TRIES || stopping() {
             tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
-            return;
+            return false;
         }
         tracing::warn!(rollout.id = %id, error = %e, retry_in_ms = backoff.as_millis() as u64, "rollout {id} hit a storage error; resuming it from the database");
         tokio::time::sleep(backoff).await;
         backoff *= 2;
     }
+    false
 }
 
 async fn drive(
@@ -247,7 +271,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         commit: current.as_ref().and_then(|c| c.commit.clone()),
         file_sha256: current.as_ref().and_then(|c| c.file_sha256.clone()),
         image,
-        source: "rollout",
+        source: DeploymentSource::Rollout,
         rollout_id: Some(rollout.id.clone()),
         deployed_at: Utc::now(),
     };
@@ -367,4 +391,64 @@ fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_js
     };
     detail.insert("error".into(), json!({"code": code, "message": message}));
     serde_json::Value::Object(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::engine::EngineError;
+
+    /// Runs `retry_storage_errors` with drives that fail until the `ok_at`-th (1-based; never
+    /// when `None`); returns whether it ended well and the waits between the drives, in ms.
+    async fn retried(ok_at: Option<usize>, stopping: bool) -> (bool, Vec<u128>) {
+        let drives = RefCell::new(Vec::new());
+        let ended_well = retry_storage_errors(
+            "ro_1",
+            || stopping,
+            || {
+                let n = {
+                    let mut drives = drives.borrow_mut();
+                    drives.push(Instant::now());
+                    drives.len()
+                };
+                async move {
+                    if Some(n) == ok_at {
+                        Ok(())
+                    } else {
+                        Err(EngineError::NotFound("ro_1".into()))
+                    }
+                }
+            },
+        )
+        .await;
+        let drives = drives.into_inner();
+        let gaps = drives
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        (ended_well, gaps)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storage_error_is_retried_200_ms_later_doubling_five_drives_at_most() {
+        assert_eq!(
+            retried(None, false).await,
+            (false, vec![200, 400, 800, 1600])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retries_end_at_the_first_drive_that_ends_well() {
+        assert_eq!(retried(Some(3), false).await, (true, vec![200, 400]));
+        assert_eq!(retried(Some(1), false).await, (true, vec![]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopping_daemon_does_not_retry() {
+        assert_eq!(retried(None, true).await, (false, vec![]));
+    }
 }

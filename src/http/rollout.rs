@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::body::Body;
+use super::body::{Body, JsonBody, JsonInput};
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
 use crate::domain::state::{AttemptOutcome, StepStatus};
@@ -218,31 +218,24 @@ async fn get_rollout(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AbortIn {
-    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
-    #[serde(default)]
     reason: String,
+}
+
+impl JsonInput for AbortIn {
+    const NAME: &'static str = "abort body";
+    const FIELDS: &'static [&'static str] = &["reason"];
+    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
+    const REQUIRES_REASON: bool = true;
 }
 
 async fn abort_rollout(
     State(state): State<AppState>,
     actor: Actor,
     Path(id): Path<String>,
-    body: Body,
+    body: Result<JsonBody<AbortIn>, ApiError>,
 ) -> Result<Json<RolloutOut>, ApiError> {
     actor.require_rollback()?;
-    body.require_json()?;
-    let input: AbortIn = serde_json::from_slice(&body.bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!("abort body must be {{\"reason\": \"...\"}}: {e}"),
-        )
-    })?;
-    if input.reason.trim().is_empty() {
-        return Err(ApiError::Unprocessable {
-            code: "missing_reason",
-            message: "reason must not be empty".into(),
-        });
-    }
+    let JsonBody(input) = body?;
     let rollout = state.engine.abort(&id, &actor.name, &input.reason).await?;
     Ok(Json(rollout_out(&state, rollout).await?))
 }

@@ -5,9 +5,12 @@
 use std::collections::BTreeSet;
 
 use super::MIGRATOR;
-use crate::domain::notification::NotifyEvent;
+use crate::domain::audit::AuditKind;
+use crate::domain::notification::{DeliveryStatus, NotifyEvent};
 use crate::domain::runbook::StepKindName;
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::state::{
+    AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
+};
 
 /// The values of `column text ... check (column in (...))` in the newest migration that
 /// creates `table` (or `table_new`, renamed to it).
@@ -59,43 +62,23 @@ fn quoted_list(body: &str, marker: &str) -> Option<BTreeSet<String>> {
     )
 }
 
-fn names<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
-    values.into_iter().map(str::to_owned).collect()
+/// The names of every value of a stored enum.
+fn names<T: std::fmt::Display>(all: &[T]) -> BTreeSet<String> {
+    all.iter().map(T::to_string).collect()
 }
 
 #[test]
 fn every_stored_enum_matches_its_column_check() {
     let cases = [
-        (
-            "rollout",
-            "kind",
-            names(RolloutKind::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "status",
-            names(RolloutStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "on_failure",
-            names(OnFailure::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step",
-            "status",
-            names(StepStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step_attempt",
-            "outcome",
-            names(AttemptOutcome::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "outbox",
-            "event",
-            names(NotifyEvent::ALL.iter().map(|v| v.as_str())),
-        ),
+        ("rollout", "kind", names(RolloutKind::ALL)),
+        ("rollout", "status", names(RolloutStatus::ALL)),
+        ("rollout", "on_failure", names(OnFailure::ALL)),
+        ("step", "status", names(StepStatus::ALL)),
+        ("step_attempt", "outcome", names(AttemptOutcome::ALL)),
+        ("outbox", "event", names(&NotifyEvent::ALL)),
+        ("outbox_delivery", "status", names(DeliveryStatus::ALL)),
+        ("audit_event", "kind", names(AuditKind::ALL)),
+        ("deployment", "source", names(DeploymentSource::ALL)),
     ];
     for (table, column, values) in cases {
         assert_eq!(check_list(table, column), values, "{table}.{column}");
@@ -104,7 +87,7 @@ fn every_stored_enum_matches_its_column_check() {
 
 #[test]
 fn the_step_kinds_match_the_triggers_that_check_step_kind() {
-    let kinds = names(StepKindName::ALL.iter().map(|k| k.as_str()));
+    let kinds = names(StepKindName::ALL);
     for trigger in ["step_kind_check_insert", "step_kind_check_update"] {
         assert_eq!(trigger_list(trigger, "kind"), kinds, "{trigger}");
     }

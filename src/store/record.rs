@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::domain::audit::AuditKind;
 use crate::domain::runbook::StepKindName;
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::state::{
+    AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
+};
 
 /// One rollout as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -82,7 +84,7 @@ pub struct Deployment {
     pub commit: Option<String>,
     pub file_sha256: Option<String>,
     pub image: Option<String>,
-    pub source: String,
+    pub source: DeploymentSource,
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
 }

@@ -19,6 +19,7 @@ mod http_errors;
 mod layers;
 mod logging;
 mod metrics;
+mod no_hooks;
 mod notify;
 mod openapi;
 mod real_host;

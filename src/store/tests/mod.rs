@@ -1,6 +1,7 @@
 //! The store on its own, on a temporary SQLite file: every query and transition, without the
 //! engine or the HTTP layer above it.
 
+mod migrate;
 mod records;
 
 use std::collections::BTreeMap;
