@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use super::restart::RestartWatch;
 use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
 use crate::domain::analysis::{judge, lost_early, AnalyzeSpec, Check, CheckVerdict, Observed};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::exposition::{
     add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
     SeriesKey,
@@ -222,7 +223,7 @@ impl StepRun<'_> {
         let config = &self.host.config;
         let Some(target) = config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
-            return StepEnd::failed("no_metrics_url", msg, json!({}));
+            return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));
         };
         let mut replicas = vec![Replica::new(
             &self.rollout.service,
@@ -295,7 +296,7 @@ impl StepRun<'_> {
                 let msg = format!("analysis failed before the window ended: {lost}");
                 let mut d = detail(&replicas, &restarts, Some(&verdicts));
                 d["ended_early"] = json!(true);
-                return StepEnd::failed("analysis_failed", msg, d);
+                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
             }
             let now = Utc::now();
             if now >= end {
@@ -316,7 +317,7 @@ impl StepRun<'_> {
         let d = detail(&replicas, &restarts, Some(&verdicts));
         if verdicts.iter().any(|v| v.fails_step) {
             let msg = format!("analysis failed: {}", failures(&verdicts));
-            return StepEnd::failed("analysis_failed", msg, d);
+            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
         }
         StepEnd::Succeeded(d)
     }

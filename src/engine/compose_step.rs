@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use super::Checkpoint;
 use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
 use crate::domain::runbook::step::{Down, Plan, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
@@ -58,12 +59,16 @@ async fn plan(
         Ok(false) => {
             let msg = "compose-manager does not support dry_run (POST /docker/evict answered 404): an older \
                        server would ignore dry_run and deploy for real";
-            return StepEnd::failed("compose_manager_unsupported", msg, json!({"probe": "404"}));
+            return StepEnd::failed(
+                ErrorCode::ComposeManagerUnsupported,
+                msg,
+                json!({"probe": "404"}),
+            );
         }
         Err(e) => {
             let msg = format!("could not probe compose-manager for dry_run support: {e}");
             return StepEnd::failed(
-                "compose_manager_unsupported",
+                ErrorCode::ComposeManagerUnsupported,
                 msg,
                 json!({"probe_error": e.code()}),
             );
@@ -101,14 +106,14 @@ async fn plan(
             outcome_name(&result.stream.outcome)
         );
         return StepEnd::failed(
-            "dry_run_failed",
+            ErrorCode::DryRunFailed,
             msg,
             json!({"plan": result.plan, "tail": tail}),
         );
     }
     let Some(dry_plan) = result.plan else {
         return StepEnd::failed(
-            "dry_run_no_plan",
+            ErrorCode::DryRunNoPlan,
             "the dry run answered without a plan event",
             json!({"tail": tail}),
         );
@@ -196,7 +201,7 @@ where
         return end;
     }
     if let Err(e) = store.mark_touched(&run.rollout.id).await {
-        return StepEnd::failed("storage_error", e.to_string(), json!({}));
+        return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
     }
     match call(run, step, endpoint, deadline, abort, send).await {
         Call::Done { attempt, value } => {
@@ -217,7 +222,7 @@ where
                     let msg = format!(
                         "{endpoint} ended with done success:false (exit code {exit_code:?})"
                     );
-                    StepEnd::failed("compose_failed", msg, detail)
+                    StepEnd::failed(ErrorCode::ComposeFailed, msg, detail)
                 }
                 StreamOutcome::Unknown => {
                     finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
@@ -375,7 +380,7 @@ async fn reconcile_previous_attempt(
         // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
         Err(e) => {
             let msg = format!("could not read this step's compose attempts, so not sending: {e}");
-            return Some(StepEnd::failed("storage_error", msg, json!({})));
+            return Some(StepEnd::failed(ErrorCode::StorageError, msg, json!({})));
         }
     };
     let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
@@ -400,7 +405,7 @@ async fn reconcile_previous_attempt(
                 "{} ended with done success:false (before the restart)",
                 last.endpoint
             );
-            Some(StepEnd::failed("compose_failed", msg, last.detail))
+            Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, last.detail))
         }
         Some(AttemptOutcome::Unknown) => {
             Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
@@ -457,7 +462,7 @@ async fn outcome_unknown(
     };
     let msg = format!("{endpoint} ended without `done`; {state}; not resent");
     StepEnd::failed(
-        "compose_outcome_unknown",
+        ErrorCode::ComposeOutcomeUnknown,
         msg,
         json!({"call": detail, "host_idle": idle, "target_settled": settle.settled, "settle": settle.evidence(), "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
     )
@@ -576,7 +581,7 @@ async fn settle_before_first_call(
             run.rollout.service
         );
         return Some(StepEnd::failed(
-            "host_unsettled",
+            ErrorCode::HostUnsettled,
             msg,
             json!({"settle": settle.evidence()}),
         ));
@@ -615,7 +620,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
         run.rollout.tag
     );
     StepEnd::failed(
-        "tag_moved",
+        ErrorCode::TagMoved,
         msg,
         json!({"call": detail, "expected": {"commit": commit, "file_sha256": sha}, "got": {"commit": got_commit, "file_sha256": got_sha}}),
     )
@@ -634,7 +639,11 @@ async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> St
 
 fn out_of_time(what: &str, last_error: String) -> StepEnd {
     let msg = format!("{what} could not be sent before the step deadline: {last_error}");
-    StepEnd::failed("step_timeout", msg, json!({"last_error": last_error}))
+    StepEnd::failed(
+        ErrorCode::StepTimeout,
+        msg,
+        json!({"last_error": last_error}),
+    )
 }
 
 async fn finish(

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use super::doctor::mask;
 use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
 use crate::compose::ComposeError;
+use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::{Soak, WaitLogs};
@@ -50,7 +51,7 @@ impl LogReads {
             Err(e) => {
                 self.in_a_row += 1;
                 self.total_failures += 1;
-                self.last_error = Some((e.code().to_owned(), e.to_string()));
+                self.last_error = Some((e.code().to_string(), e.to_string()));
                 None
             }
         }
@@ -92,7 +93,7 @@ impl LogReads {
             "could not read the logs of {service}: {} fetches failed in a row; last error: {last}",
             self.in_a_row
         );
-        StepEnd::failed("logs_unavailable", msg, detail)
+        StepEnd::failed(ErrorCode::LogsUnavailable, msg, detail)
     }
 }
 
@@ -208,7 +209,7 @@ impl StepRun<'_> {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
                         detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                        return StepEnd::failed("forbidden_log_line", msg, detail);
+                        return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
                     }
                     LogVerdict::Pending => {}
                 }
@@ -223,7 +224,7 @@ impl StepRun<'_> {
                     watch.missing(),
                     reads.last_error_suffix()
                 );
-                return StepEnd::failed("logs_timeout", msg, detail);
+                return StepEnd::failed(ErrorCode::LogsTimeout, msg, detail);
             }
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
@@ -262,14 +263,14 @@ impl StepRun<'_> {
             let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample});
             if misses >= max_misses {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
-                return StepEnd::failed("soak_health", msg, detail);
+                return StepEnd::failed(ErrorCode::SoakHealth, msg, detail);
             }
             if let Some(output) = reads.record(self.fetch_logs().await) {
                 if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
                     detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                    return StepEnd::failed("forbidden_log_line", msg, detail);
+                    return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
                 }
             }
             if let (Some(d), serde_json::Value::Object(r)) =

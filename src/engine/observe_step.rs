@@ -12,6 +12,7 @@ use super::step_run::{
     is_service, pause, poll_interval, Execute, Progress, Running, StepEnd, StepRun,
 };
 use crate::compose::PsEntry;
+use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
@@ -120,7 +121,7 @@ impl StepRun<'_> {
                 "{} has no other replica in its group on {}: taking it down would leave nothing serving",
                 self.rollout.service, self.rollout.host
             );
-            return StepEnd::failed("no_peers", msg, json!({"peers": []}));
+            return StepEnd::failed(ErrorCode::NoPeers, msg, json!({"peers": []}));
         }
         let interval = poll_interval(deadline);
         loop {
@@ -144,7 +145,7 @@ impl StepRun<'_> {
                 let names: Vec<&String> = unhealthy.keys().collect();
                 let msg = format!("peers not healthy before the deadline: {names:?}");
                 return StepEnd::failed(
-                    "peers_unhealthy",
+                    ErrorCode::PeersUnhealthy,
                     msg,
                     json!({"peers": peers, "unhealthy": unhealthy}),
                 );
@@ -158,7 +159,7 @@ impl StepRun<'_> {
     async fn verify_neighbours(&self) -> StepEnd {
         let Some(before) = &self.snapshot else {
             return StepEnd::failed(
-                "no_snapshot",
+                ErrorCode::NoSnapshot,
                 "verify_neighbours needs a snapshot step before it",
                 json!({}),
             );
@@ -184,7 +185,7 @@ impl StepRun<'_> {
         } else {
             let msg = format!("{} neighbouring container(s) changed", changed.len());
             StepEnd::failed(
-                "neighbour_changed",
+                ErrorCode::NeighbourChanged,
                 msg,
                 json!({"checked": checked, "changed": changed}),
             )
@@ -222,7 +223,7 @@ impl StepRun<'_> {
                 let msg = format!(
                     "{url} did not answer 200 {consecutive} times in a row before the deadline"
                 );
-                return StepEnd::failed("health_timeout", msg, detail);
+                return StepEnd::failed(ErrorCode::HealthTimeout, msg, detail);
             }
             progress
                 .save(&self.engine.inner.store, &step.id, &detail)

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::step_run::{StepEnd, StepRun};
 use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
@@ -86,8 +87,8 @@ async fn drive(
     let db_steps = store.steps(id).await?;
     // The config changed under a resumed rollout: end it clearly rather than guess.
     let missing = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
-        (Err(e), _) => Some(("runbook_not_loaded", e.to_string())),
-        (_, Err(e)) => Some(("host_not_configured", e.to_string())),
+        (Err(e), _) => Some((ErrorCode::RunbookNotLoaded, e.to_string())),
+        (_, Err(e)) => Some((ErrorCode::HostNotConfigured, e.to_string())),
         (Ok(_), Ok(_)) => None,
     };
     if let Some((code, message)) = missing {
@@ -96,11 +97,16 @@ async fn drive(
             return finish_aborted(engine, &rollout, current).await;
         }
         let Some(step) = current else {
-            let ch = change(RolloutEvent::Fail, Some((code, &message)), json!({}));
+            let ch = change(
+                RolloutEvent::Fail,
+                Some((code.as_str(), &message)),
+                json!({}),
+            );
             store.transition_rollout(id, &ch).await?;
             return Ok(());
         };
-        tracing::error!(rollout.id = %id, code, "rollout {id} cannot go on: {message}");
+        tracing::error!(rollout.id = %id, code = %code, "rollout {id} cannot go on: {message}");
+        let code = code.as_str();
         return finish_failed(engine, &rollout, &db_steps, step, code, &message, json!({})).await;
     }
     let runbook = engine.runbook(&rollout.runbook)?.clone();
@@ -114,7 +120,10 @@ async fn drive(
             // The step's failure was written but not its rollout's (a restart or a storage
             // error in between): finish from the recorded failure, never run the step again.
             let error = &step.detail["error"];
-            let code = error["code"].as_str().unwrap_or("step_failed").to_owned();
+            let code = error["code"]
+                .as_str()
+                .unwrap_or(ErrorCode::StepFailed.as_str())
+                .to_owned();
             let message = error["message"].as_str().unwrap_or("failed").to_owned();
             let detail = step.detail.clone();
             return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
@@ -134,7 +143,7 @@ async fn drive(
                 &rollout,
                 &db_steps,
                 step,
-                "runbook_changed",
+                ErrorCode::RunbookChanged.as_str(),
                 &msg,
                 json!({}),
             )
@@ -162,8 +171,16 @@ async fn drive(
             } => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
                 let rollout = engine.get(id).await?;
-                return finish_failed(engine, &rollout, &db_steps, &step, &code, &message, detail)
-                    .await;
+                return finish_failed(
+                    engine,
+                    &rollout,
+                    &db_steps,
+                    &step,
+                    code.as_str(),
+                    &message,
+                    detail,
+                )
+                .await;
             }
             StepEnd::Aborted(_)
                 if engine.is_stopping() && !rollout_abort_requested(engine, id).await? =>
@@ -363,7 +380,7 @@ async fn finish_aborted(
         .clone()
         .unwrap_or_else(|| "abort requested".to_owned());
     if let Some(step) = current.filter(|s| s.status == StepStatus::Running) {
-        let detail = json!({"error": {"code": "aborted", "message": reason}});
+        let detail = json!({"error": {"code": ErrorCode::Aborted, "message": reason}});
         store
             .transition_step(step, StepEvent::Abort, &detail, None, Utc::now())
             .await?;
@@ -371,7 +388,7 @@ async fn finish_aborted(
     skip_rest(engine, &store.steps(&rollout.id).await?, -1).await?;
     let ch = change(
         RolloutEvent::Abort,
-        Some(("aborted", &reason)),
+        Some((ErrorCode::Aborted.as_str(), &reason)),
         json!({"reason": reason}),
     );
     super::left_down::end(engine, &fresh, ch).await?;

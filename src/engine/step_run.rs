@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::{merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
+use crate::domain::error_code::ErrorCode;
 use crate::store::{Rollout, Step};
 
 /// How a step ended.
@@ -19,7 +20,7 @@ use crate::store::{Rollout, Step};
 pub(crate) enum StepEnd {
     Succeeded(serde_json::Value),
     Failed {
-        code: String,
+        code: ErrorCode,
         message: String,
         detail: serde_json::Value,
     },
@@ -28,12 +29,12 @@ pub(crate) enum StepEnd {
 
 impl StepEnd {
     pub(crate) fn failed(
-        code: &str,
+        code: ErrorCode,
         message: impl Into<String>,
         detail: serde_json::Value,
     ) -> Self {
         StepEnd::Failed {
-            code: code.to_owned(),
+            code,
             message: message.into(),
             detail,
         }
@@ -116,7 +117,7 @@ impl StepRun<'_> {
             .map(str::to_owned)
             .ok_or_else(|| {
                 StepEnd::failed(
-                    "no_health_url",
+                    ErrorCode::NoHealthUrl,
                     "the replica has no health_url configured",
                     json!({}),
                 )
