@@ -113,6 +113,7 @@ pub fn dev_config(
         http: Default::default(),
         retention_days: None,
         notifications: Default::default(),
+        prometheus: None,
     }
 }
 
