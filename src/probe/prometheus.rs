@@ -249,14 +249,22 @@ mod tests {
         )
     }
 
+    /// (what, status, body, the value's raw text or the error code, part of the message)
+    type Row = (
+        &'static str,
+        u16,
+        String,
+        Result<Option<&'static str>, &'static str>,
+        &'static str,
+    );
+
     /// Every row is answered by a real HTTP server (wiremock) to the real client.
     #[tokio::test]
     async fn answers_map_to_a_sample_or_a_coded_error() {
         let scalar =
             r#"{"status":"success","data":{"resultType":"scalar","result":[1700000000,"2.5"]}}"#;
         let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
-        // (what, status, body, the value's raw text or the error code, part of the message)
-        let table: Vec<(&str, u16, String, Result<Option<&str>, &str>, &str)> = vec![
+        let table: Vec<Row> = vec![
             ("one sample", 200, vector(&["0.25"]), Ok(Some("0.25")), ""),
             ("no sample", 200, vector(&[]), Ok(None), ""),
             ("NaN is kept", 200, vector(&["NaN"]), Ok(Some("NaN")), ""),

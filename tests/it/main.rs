@@ -21,6 +21,7 @@ mod logging;
 mod metrics;
 mod notify;
 mod openapi;
+mod prometheus;
 mod real_host;
 mod recovery;
 mod repo;
