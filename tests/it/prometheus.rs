@@ -342,3 +342,76 @@ fn check<'a>(r: &'a RolloutOut, name: &str) -> &'a Value {
 fn number(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
+
+#[tokio::test]
+async fn an_idle_canary_is_inconclusive_on_nan_and_fails_took_traffic() {
+    let Some((app, _prom)) = setup("prometheus idle", &[TTFT, TRAFFIC]).await else {
+        return;
+    };
+    app.sim.faults().set_engine_traffic(R2, false);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = wait_done(&app, &id).await;
+    assert_eq!(code(&r), Some("analysis_failed"), "{r:#?}");
+    let ttft = check(&r, "ttft_p95");
+    assert_eq!(ttft["verdict"], "inconclusive", "{ttft:#}");
+    assert_eq!(ttft["fails_step"], true);
+    assert!(
+        ttft["target"]["value"].is_null(),
+        "NaN is no data: {ttft:#}"
+    );
+    let target = queries(&r, "ttft_p95")
+        .into_iter()
+        .find(|(replica, _, _)| replica == R2)
+        .expect("the target's query");
+    assert_eq!(target.2, "NaN", "the raw answer is kept");
+    let traffic = check(&r, "took_traffic");
+    assert_eq!(traffic["verdict"], "fail", "{traffic:#}");
+    assert_eq!(number(&traffic["target"]["value"]), 0.0);
+    app.stop().await;
+}
+
+/// `serve` and `check config` refuse, before anything starts, a runbook asking Prometheus
+/// under a config without `prometheus:`, naming the runbook file, line and step (no
+/// Prometheus needed).
+#[test]
+fn a_runbook_asking_prometheus_stops_start_up_without_a_server() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("runbooks")).expect("mkdir");
+    std::fs::write(dir.path().join("gpu02.env"), "A=b\n").expect("env file");
+    let config = dir.path().join("canaryd.yaml");
+    std::fs::write(
+        &config,
+        "listen: 127.0.0.1:0\ndatabase: canaryd.db\nrunbooks_dir: runbooks\nhosts:\n  gpu02:\n    compose_manager_url: http://127.0.0.1:9\n    token_env: PROM_TEST_CM_TOKEN\n    env_file: gpu02.env\n    replicas:\n      r1: {group: g, health_url: http://127.0.0.1:9/health}\n"
+    )
+    .expect("config");
+    let runbook = format!(
+        "description: judged by Prometheus\nsteps:\n  - {{name: snapshot, kind: snapshot}}\n  - name: analysis\n    kind: analyze\n    source: prometheus\n    checks:\n      - {TTFT}\n"
+    );
+    let file = dir.path().join("runbooks/judged.yaml");
+    std::fs::write(&file, runbook).expect("runbook");
+    let expected = format!(
+        "{}:6: step 2 \"analysis\": `source: prometheus` needs a `prometheus:` server in the daemon config",
+        file.display()
+    );
+    let config = config.to_str().expect("utf-8 path");
+    for args in [
+        vec!["check", "config", config],
+        vec!["serve", "--config", config],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(&args)
+            .env("PROM_TEST_CM_TOKEN", "cm-token")
+            .output()
+            .expect("the canaryd binary runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&expected),
+            "{args:?}:\n  got:      {err}\n  expected: {expected}"
+        );
+        assert!(
+            !dir.path().join("canaryd.db").exists(),
+            "{args:?}: no database created"
+        );
+    }
+}
