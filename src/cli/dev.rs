@@ -114,6 +114,7 @@ pub fn dev_config(
         http: Default::default(),
         retention_days: None,
         notifications: Default::default(),
+        prometheus: None,
     }
 }
 

@@ -99,6 +99,20 @@ string_enum!(
         NoMetricsUrl => "no_metrics_url",
         /// A check failed or was inconclusive.
         AnalysisFailed => "analysis_failed",
+        /// `source: prometheus` without a `prometheus:` server in the config.
+        PrometheusNotConfigured => "prometheus_not_configured",
+        /// Prometheus refused the query (`status: error`).
+        PrometheusQueryError => "prometheus_query_error",
+        /// Prometheus answered an unexpected HTTP status.
+        PrometheusHttpStatus => "prometheus_http_status",
+        /// Prometheus did not answer in time.
+        PrometheusTimeout => "prometheus_timeout",
+        /// Prometheus could not be reached.
+        PrometheusUnreachable => "prometheus_unreachable",
+        /// Prometheus's answer is not an instant vector canaryd can read.
+        PrometheusBadAnswer => "prometheus_bad_answer",
+        /// A query gave more than one series.
+        PrometheusManySeries => "prometheus_many_series",
         // The rollout's own (the runner's).
         /// A failed step whose stored detail lost its code.
         StepFailed => "step_failed",

@@ -35,6 +35,7 @@ use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
 use crate::probe::engine_api::EngineApi;
+use crate::probe::prometheus::Prometheus;
 use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
@@ -116,6 +117,8 @@ pub(crate) struct Inner {
     pub prober: HealthProber,
     /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
     pub engine_api: EngineApi,
+    /// The config's Prometheus server (`analyze` with `source: prometheus`), if any.
+    pub prometheus: Option<Prometheus>,
     /// Abort signals of the rollouts whose task is running.
     pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
     /// The tasks, so shutdown can stop the ones that outlive their grace.
@@ -182,6 +185,10 @@ impl Engine {
             tuning: config.compose.clone(),
             prober: HealthProber::new(Duration::from_secs(3)),
             engine_api: EngineApi::new(config.compose.connect_timeout),
+            prometheus: config
+                .prometheus
+                .as_ref()
+                .map(|p| Prometheus::new(p, analyze_step::PROMETHEUS_QUERY_TIMEOUT)),
             running: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),

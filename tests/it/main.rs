@@ -22,6 +22,7 @@ mod metrics;
 mod no_hooks;
 mod notify;
 mod openapi;
+mod prometheus;
 mod real_host;
 mod recovery;
 mod repo;

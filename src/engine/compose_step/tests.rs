@@ -45,6 +45,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         http: HttpTuning::default(),
         retention_days: None,
         notifications: NotificationsConfig::default(),
+        prometheus: None,
     }
 }
 
