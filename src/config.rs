@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::domain::analysis::AnalysisSource;
 use crate::domain::plan::KnownTargets;
+use crate::domain::runbook::{Runbook, RunbookError, StepKind};
+use crate::domain::yaml_line::{locate, Seg};
 
 mod env_file;
 mod file;
@@ -42,6 +45,18 @@ pub struct ResolvedConfig {
     pub retention_days: Option<u32>,
     /// Webhook notifications (none unless configured).
     pub notifications: NotificationsConfig,
+    /// The Prometheus server `analyze` steps with `source: prometheus` query (none unless
+    /// configured; a runbook that needs it is refused at start without it).
+    pub prometheus: Option<PrometheusConfig>,
+}
+
+/// A Prometheus server (`prometheus:` in the config; optional).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusConfig {
+    /// `http(s)://host[:port][/path]`, without a trailing slash; `/api/v1/query` is appended.
+    pub url: String,
+    /// Bearer token (`token_env` in the file), if the server wants one.
+    pub token: Option<Secret>,
 }
 
 /// Webhook notifications (`notifications:` in the config; optional).
@@ -398,6 +413,41 @@ impl ResolvedConfig {
                 self.listen
             ),
         })
+    }
+
+    /// Refuses a runbook this config cannot run: an `analyze` step with `source: prometheus`
+    /// without `prometheus:` in the config. The error names the runbook file (in
+    /// `runbooks_dir`), the line of the step's `source` when the file can be read, and the
+    /// step.
+    pub fn check_runbooks(&self, runbooks: &BTreeMap<String, Runbook>) -> Result<(), RunbookError> {
+        if self.prometheus.is_some() {
+            return Ok(());
+        }
+        for runbook in runbooks.values() {
+            for (index, step) in runbook.steps.iter().enumerate() {
+                let StepKind::Analyze(spec) = &step.kind else {
+                    continue;
+                };
+                if spec.source != AnalysisSource::Prometheus {
+                    continue;
+                }
+                let file = self.runbooks_dir.join(format!("{}.yaml", runbook.name));
+                let line = std::fs::read_to_string(&file).ok().and_then(|text| {
+                    let at = [Seg::Key("steps"), Seg::Index(index), Seg::Key("source")];
+                    locate(&text, &at)
+                });
+                return Err(RunbookError {
+                    file: file.display().to_string(),
+                    line,
+                    message: format!(
+                        "step {} \"{}\": `source: prometheus` needs a `prometheus:` server in the daemon config (`prometheus: {{url, token_env}}`), which has none",
+                        index + 1,
+                        step.name
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The hosts and replicas a plan may name, with the given runbook names.

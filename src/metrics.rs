@@ -213,7 +213,7 @@ impl Metrics {
             return;
         }
         let labels = KindOutcome {
-            kind: step.kind.clone(),
+            kind: step.kind.as_str().to_owned(),
             outcome: outcome.as_str().to_owned(),
         };
         if let Some(secs) = seconds(

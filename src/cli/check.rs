@@ -90,6 +90,7 @@ fn check_config(file: &Path) -> Result<String, Failure> {
     let config = crate::config::load(file).map_err(|e| unusable(&e))?;
     config.check_listen_safety().map_err(|e| unusable(&e))?;
     let runbooks = runbook::load_dir(&config.runbooks_dir).map_err(|e| unusable(&e))?;
+    config.check_runbooks(&runbooks).map_err(|e| unusable(&e))?;
     let replicas: usize = config.hosts.values().map(|h| h.replicas.len()).sum();
     Ok(format!(
         "{}: ok ({} host(s), {replicas} replica(s), {} runbook(s), {} token(s))",

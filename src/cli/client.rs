@@ -7,6 +7,14 @@ use serde_json::Value;
 
 use crate::http::RolloutOut;
 
+/// The id of the rollout a `POST` created, from its answer.
+pub fn created_id(answer: &Value) -> anyhow::Result<String> {
+    answer["id"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the daemon answered without an id")
+}
+
 /// Talks to a canaryd daemon.
 #[derive(Clone, Debug)]
 pub struct ApiClient {

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
+use super::client::created_id;
 use super::output::timeline;
 use super::remote::follow;
 use super::ApiClient;
@@ -113,6 +114,7 @@ pub fn dev_config(
         http: Default::default(),
         retention_days: None,
         notifications: Default::default(),
+        prometheus: None,
     }
 }
 
@@ -214,19 +216,13 @@ async fn demo(url: &str) -> anyhow::Result<ExitCode> {
         "require_logs": ["rank_budget_bytes=108984795136"],
     });
     let created = client.post("/v1/rollouts", &plan).await?;
-    let id = created["id"]
-        .as_str()
-        .context("no id in the answer")?
-        .to_owned();
+    let id = created_id(&created)?;
     let canary = follow(&client, &id, |l| outln!("{l}")).await?;
     outln!("\n{}", timeline(&canary))?;
     outln!("== one-click rollback of {R2} to its prior deployment")?;
     let body = json!({"host": DEV_HOST, "service": R2, "reason": "demo: roll r2 back"});
     let created = client.post("/v1/rollbacks", &body).await?;
-    let rb_id = created["id"]
-        .as_str()
-        .context("no id in the answer")?
-        .to_owned();
+    let rb_id = created_id(&created)?;
     let rollback = follow(&client, &rb_id, |l| outln!("{l}")).await?;
     outln!("\n{}", timeline(&rollback))?;
     let ok = canary.status == "succeeded" && rollback.status == "succeeded";

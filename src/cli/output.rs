@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::runbook::StepKindName;
 use crate::http::{RolloutOut, StepOut};
 
 /// `1m05s`, `850ms`.
@@ -24,23 +25,6 @@ fn step_duration(s: &StepOut, now: DateTime<Utc>) -> String {
     }
 }
 
-/// A JSON value as shown to a person: strings without quotes, lists as `a, b`; `None` for a
-/// missing value, so a line is left out rather than showing `null`.
-fn shown(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Array(items) => Some(
-            items
-                .iter()
-                .map(|i| shown(i).unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        other => Some(other.to_string()),
-    }
-}
-
 /// A one-line summary of a step's evidence; empty for a step that never ran (`skipped`,
 /// `pending`) or whose evidence is missing: never `null`.
 pub fn evidence(s: &StepOut) -> String {
@@ -55,111 +39,13 @@ pub fn evidence(s: &StepOut) -> String {
             e["message"].as_str().unwrap_or("")
         );
     }
-    let summary = match s.kind.as_str() {
-        "plan" => {
-            let p = &d["plan"];
-            (|| {
-                Some(format!(
-                    "plan create=[{}] recreate=[{}] remove=[{}]",
-                    shown(&p["create"])?,
-                    shown(&p["recreate"])?,
-                    shown(&p["remove"])?
-                ))
-            })()
-        }
-        "snapshot" => d["ps"]
-            .as_array()
-            .map(|ps| format!("{} containers recorded", ps.len())),
-        "wait_health" => (|| {
-            Some(format!(
-                "{} healthy / {} unhealthy samples",
-                shown(&d["healthy_samples"])?,
-                shown(&d["unhealthy_samples"])?
-            ))
-        })(),
-        "wait_logs" => d["seen"].as_array().map(|seen| {
-            let seen: Vec<&str> = seen.iter().filter_map(|x| x["pattern"].as_str()).collect();
-            format!("seen {seen:?}")
-        }),
-        "soak" => (|| {
-            Some(format!(
-                "{} probes, worst miss streak {}",
-                shown(&d["probes"])?,
-                shown(&d["worst_streak"])?
-            ))
-        })(),
-        "verify_neighbours" => shown(&d["checked"]).map(|n| format!("{n} neighbours unchanged")),
-        "down" | "up" => shown(&d["lines"]).map(|n| format!("{n} stream lines")),
-        "peers_healthy" => shown(&d["peers"]).map(|p| format!("peers healthy: {p}")),
-        "smoke" => d.get("model").map(|_| smoke_evidence(d)),
-        "analyze" => Some(analysis_summary(d)).filter(|s| !s.is_empty()),
-        "approve" => approval_summary(d),
-        _ => None,
-    };
-    summary.unwrap_or_default()
-}
-
-/// `approved by alice: "latency looks fine"`, or `waiting for an approval until …`.
-fn approval_summary(d: &serde_json::Value) -> Option<String> {
-    if let Some(by) = d["approved_by"].as_str() {
-        return Some(format!(
-            "approved by {by}: {:?}",
-            d["reason"].as_str().unwrap_or("")
-        ));
-    }
-    d["deadline"].as_str().map(|deadline| {
-        format!(
-            "waiting for an approval until {deadline} (canaryd rollout approve ID --reason ...)"
-        )
-    })
-}
-
-/// `model z-ai/glm-5.3-flash ok, 2 identical outputs, up to 120 ms, 11 tokens: "Ready. …"`.
-fn smoke_evidence(d: &serde_json::Value) -> String {
-    let calls = d["calls"].as_array().map_or(&[][..], Vec::as_slice);
-    let tokens: u64 = calls
-        .iter()
-        .filter_map(|c| c["usage"]["completion_tokens"].as_u64())
-        .sum();
-    let outputs = match d["identical_outputs"].as_u64() {
-        Some(1) => "1 output".to_owned(),
-        Some(n) => format!("{n} identical outputs"),
-        None => format!("{} output(s)", calls.len()),
-    };
-    format!(
-        "model {} ok, {outputs}, up to {} ms, {tokens} tokens: {:?}",
-        d["model"].as_str().unwrap_or("?"),
-        d["latency_ms_max"],
-        d["output"].as_str().unwrap_or("")
-    )
-}
-
-/// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
-fn analysis_summary(d: &serde_json::Value) -> String {
-    let number = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
-    d["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            let mut line = format!(
-                "{} {} {}",
-                c["name"].as_str().unwrap_or("?"),
-                c["verdict"].as_str().unwrap_or("?"),
-                number(&c["target"]["value"])
-            );
-            if !c["max_ratio_to_peers"].is_null() {
-                line.push_str(&format!(
-                    " vs peers {} ({}×, limit {}×)",
-                    number(&c["peer_median"]),
-                    number(&c["ratio"]),
-                    number(&c["max_ratio_to_peers"])
-                ));
-            }
-            line
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    // The kind's own rendering (`domain::runbook::step`); a kind this build does not know
+    // (a newer daemon) shows nothing rather than failing.
+    s.kind
+        .parse::<StepKindName>()
+        .ok()
+        .and_then(|kind| kind.summary(d))
+        .unwrap_or_default()
 }
 
 /// A progress line for a step.
@@ -278,6 +164,7 @@ mod tests {
             finished_at: None,
             deadline_at: None,
             detail,
+            summary: None,
             calls: Vec::new(),
         }
     }

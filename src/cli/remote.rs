@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
+use super::client::created_id;
 use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
 use crate::http::RolloutOut;
@@ -329,18 +330,21 @@ async fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 .await?
         }
     };
-    let id = out["id"]
-        .as_str()
-        .context("the daemon answered without an id")?
-        .to_owned();
-    outln!(
+    let id = created_id(&out)?;
+    let line = format!(
         "{id} created ({} of {} on {})",
         out["kind"].as_str().unwrap_or("?"),
         out["service"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?")
-    )?;
-    if args.wait {
-        return watch(&client, &id).await;
+    );
+    created(&client, &id, &line, args.wait).await
+}
+
+/// Says what was created and, with `--wait`, follows it to its end.
+async fn created(client: &ApiClient, id: &str, line: &str, wait: bool) -> anyhow::Result<ExitCode> {
+    outln!("{line}")?;
+    if wait {
+        return watch(client, id).await;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -365,20 +369,14 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&args.server.server)?;
     let body = json!({"host": args.host, "service": args.service, "reason": args.reason, "to_tag": args.to_tag, "preempt": args.preempt});
     let out = client.post("/v1/rollbacks", &body).await?;
-    let id = out["id"]
-        .as_str()
-        .context("the daemon answered without an id")?
-        .to_owned();
-    outln!(
+    let id = created_id(&out)?;
+    let line = format!(
         "{id} created: rollback of {} on {} to {}",
         args.service,
         args.host,
         out["tag"].as_str().unwrap_or("?")
-    )?;
-    if args.wait {
-        return watch(&client, &id).await;
-    }
-    Ok(ExitCode::SUCCESS)
+    );
+    created(&client, &id, &line, args.wait).await
 }
 
 pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {

@@ -20,7 +20,9 @@ pub async fn serve(config_path: &Path, log_format: LogFormat) -> anyhow::Result<
                 return Ok(ExitCode::from(EXIT_BAD_CONFIG));
             }
         };
-    let runbooks = match crate::domain::runbook::load_dir(&config.runbooks_dir) {
+    let runbooks = match crate::domain::runbook::load_dir(&config.runbooks_dir)
+        .and_then(|r| config.check_runbooks(&r).map(|()| r))
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");

@@ -5,6 +5,8 @@
 
 use thiserror::Error;
 
+use crate::domain::error_code::ErrorCode;
+
 /// Longest body or line excerpt kept in an error.
 const EXCERPT_CHARS: usize = 200;
 /// Longest error message kept from an error body.
@@ -71,21 +73,21 @@ pub enum ComposeError {
 
 impl ComposeError {
     /// Stable snake_case code, used in step details and API errors.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Unauthorized { .. } => "compose_unauthorized",
-            Self::Busy { .. } => "host_busy",
-            Self::TagNotFound { .. } => "tag_not_found",
-            Self::TagTooRecent { .. } => "tag_too_recent",
-            Self::FileNotFound { .. } => "file_not_found",
-            Self::BadRequest { .. } => "compose_bad_request",
-            Self::NotFound { .. } => "compose_not_found",
-            Self::Server { .. } => "compose_server_error",
-            Self::Timeout { .. } => "compose_timeout",
-            Self::Connect { .. } => "compose_unreachable",
-            Self::Protocol { .. } => "compose_protocol",
-            Self::InvalidRequest { .. } => "invalid_request",
-            Self::InvalidUrl { .. } => "invalid_url",
+            Self::Unauthorized { .. } => ErrorCode::ComposeUnauthorized,
+            Self::Busy { .. } => ErrorCode::HostBusy,
+            Self::TagNotFound { .. } => ErrorCode::TagNotFound,
+            Self::TagTooRecent { .. } => ErrorCode::TagTooRecent,
+            Self::FileNotFound { .. } => ErrorCode::FileNotFound,
+            Self::BadRequest { .. } => ErrorCode::ComposeBadRequest,
+            Self::NotFound { .. } => ErrorCode::ComposeNotFound,
+            Self::Server { .. } => ErrorCode::ComposeServerError,
+            Self::Timeout { .. } => ErrorCode::ComposeTimeout,
+            Self::Connect { .. } => ErrorCode::ComposeUnreachable,
+            Self::Protocol { .. } => ErrorCode::ComposeProtocol,
+            Self::InvalidRequest { .. } => ErrorCode::InvalidRequest,
+            Self::InvalidUrl { .. } => ErrorCode::InvalidUrl,
         }
     }
 

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use super::url::{check_url, origin};
 use super::{
     env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig, HttpTuning,
-    NotificationsConfig, ReplicaConfig, ResolvedConfig, Role, Secret, WebhookConfig, WebhookFormat,
+    NotificationsConfig, PrometheusConfig, ReplicaConfig, ResolvedConfig, Role, Secret,
+    WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
 use crate::domain::notification::NotifyEvent;
@@ -34,6 +35,16 @@ struct ConfigFile {
     retention_days: Option<u32>,
     #[serde(default)]
     notifications: Option<NotificationsFile>,
+    #[serde(default)]
+    prometheus: Option<PrometheusFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrometheusFile {
+    url: String,
+    #[serde(default)]
+    token_env: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -189,6 +200,9 @@ fn unset_env_vars(
     for (name, h) in &raw.hosts {
         check(&[Key("hosts"), Key(name), Key("token_env")], &h.token_env);
     }
+    if let Some(var) = raw.prometheus.as_ref().and_then(|p| p.token_env.as_ref()) {
+        check(&[Key("prometheus"), Key("token_env")], var);
+    }
     let webhooks = raw.notifications.iter().flat_map(|n| n.webhooks.iter());
     for (i, w) in webhooks.enumerate() {
         if let Some(var) = &w.url_env {
@@ -292,6 +306,10 @@ pub(super) fn resolve(
         return Err(src.error(&[Key("retention_days")], why));
     }
     let notifications = resolve_notifications(&src, raw.notifications.unwrap_or_default(), env)?;
+    let prometheus = match raw.prometheus {
+        Some(p) => Some(resolve_prometheus(&src, p, env)?),
+        None => None,
+    };
     Ok(ResolvedConfig {
         listen,
         database: relative(&base, &raw.database),
@@ -302,7 +320,26 @@ pub(super) fn resolve(
         http,
         retention_days: raw.retention_days,
         notifications,
+        prometheus,
     })
+}
+
+fn resolve_prometheus(
+    src: &Source<'_>,
+    p: PrometheusFile,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PrometheusConfig, ConfigError> {
+    let at = |key| [Seg::Key("prometheus"), Seg::Key(key)];
+    let url = check_url(&p.url, true).map_err(|e| src.error(&at("url"), e))?;
+    if url.ends_with("/api/v1/query") || url.ends_with("/api/v1") {
+        let why = "give the server's base URL: canaryd appends `/api/v1/query`";
+        return Err(src.error(&at("url"), why));
+    }
+    let token = match &p.token_env {
+        Some(var) => Some(src.secret(&at("token_env"), var, env)?),
+        None => None,
+    };
+    Ok(PrometheusConfig { url, token })
 }
 
 fn resolve_tokens(

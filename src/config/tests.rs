@@ -556,3 +556,128 @@ fn a_replica_metrics_url_defaults_to_the_origin_of_its_health_url() {
     let err = load_text(&bad).expect_err("a bad metrics_url is refused");
     assert!(err.to_string().contains("metrics_url"), "{err}");
 }
+
+const PROMETHEUS: &str = "\
+prometheus:
+  url: http://prometheus.internal:9090/
+  token_env: PROMETHEUS_TOKEN
+";
+
+fn prometheus_env(key: &str) -> Option<String> {
+    match key {
+        "PROMETHEUS_TOKEN" => Some("prom-bearer-secret".into()),
+        other => fake_env(other),
+    }
+}
+
+fn load_prometheus(extra: &str) -> Result<ResolvedConfig, ConfigError> {
+    let (_dir, path) = write_setup(&format!("{BASE}{extra}"), ENV_FILE);
+    load_with_env(&path, &prometheus_env)
+}
+
+#[test]
+fn a_prometheus_server_is_read_with_its_token_from_env() {
+    let none = load_prometheus("").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(none.prometheus, None, "optional");
+    let config = load_prometheus(PROMETHEUS).unwrap_or_else(|e| panic!("{e}"));
+    let p = config.prometheus.as_ref().expect("configured");
+    assert_eq!(p.url, "http://prometheus.internal:9090");
+    assert_eq!(
+        p.token.as_ref().map(Secret::expose),
+        Some("prom-bearer-secret")
+    );
+    assert!(!format!("{config:?}").contains("prom-bearer-secret"));
+    let open = load_prometheus("prometheus: {url: 'https://metrics.internal/prometheus'}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = open.prometheus.expect("configured");
+    assert_eq!(p.url, "https://metrics.internal/prometheus");
+    assert_eq!(p.token, None, "a server without auth");
+}
+
+#[test]
+fn a_bad_prometheus_server_is_refused_naming_file_line_and_key() {
+    let line = BASE.lines().count() + 2;
+    let cases = [
+        (
+            "token_env: PROMETHEUS_TOKEN",
+            "token_env: PROMETHEUS_TOKN",
+            format!("canaryd.yaml:{}: prometheus.token_env: environment variable PROMETHEUS_TOKN is not set", line + 1),
+        ),
+        (
+            "token_env:",
+            "token:",
+            "unknown field `token`, expected `url` or `token_env`".to_owned(),
+        ),
+        (
+            "http://prometheus.internal:9090/",
+            "prometheus.internal:9090",
+            format!("canaryd.yaml:{line}: prometheus.url: \"prometheus.internal:9090\" is not an http(s)"),
+        ),
+        (
+            "http://prometheus.internal:9090/",
+            "http://user:pw@prometheus.internal:9090",
+            "prometheus.url: \"http://user:pw@prometheus.internal:9090\" is not an http(s)://host[:port]/path URL: credentials do not belong in the URL".to_owned(),
+        ),
+        (
+            "http://prometheus.internal:9090/",
+            "http://prometheus.internal:9090/api/v1/query",
+            "prometheus.url: give the server's base URL: canaryd appends `/api/v1/query`".to_owned(),
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let err = load_prometheus(&PROMETHEUS.replacen(from, to, 1))
+            .expect_err(to)
+            .to_string();
+        assert!(
+            err.contains(&expected),
+            "{to}:\n  got:      {err}\n  expected: {expected}"
+        );
+    }
+    let err = load_prometheus("prometheus: {token_env: PROMETHEUS_TOKEN}\n")
+        .expect_err("no url")
+        .to_string();
+    assert!(err.contains("missing field `url`"), "{err}");
+}
+
+#[test]
+fn a_runbook_asking_prometheus_is_refused_at_start_without_a_server() {
+    let runbook = "\
+description: judged by Prometheus
+steps:
+  - {name: snapshot, kind: snapshot}
+  - name: analysis
+    kind: analyze
+    source: prometheus
+    checks:
+      - {name: ttft_p95, query: 'histogram_quantile(0.95, sum by (le) (rate(x_bucket{container_name=\"{{service}}\"}[{{window}}])))', max_ratio_to_peers: 1.2}
+";
+    let (dir, path) = write_setup(BASE, ENV_FILE);
+    std::fs::write(dir.path().join("runbooks/judged.yaml"), runbook).expect("write runbook");
+    let config = load_with_env(&path, &prometheus_env).unwrap_or_else(|e| panic!("{e}"));
+    let runbooks =
+        crate::domain::runbook::load_dir(&config.runbooks_dir).unwrap_or_else(|e| panic!("{e}"));
+    let err = config
+        .check_runbooks(&runbooks)
+        .expect_err("no prometheus: configured")
+        .to_string();
+    let file = dir.path().join("runbooks/judged.yaml");
+    let expected = format!(
+        "{}:6: step 2 \"analysis\": `source: prometheus` needs a `prometheus:` server in the daemon config",
+        file.display()
+    );
+    assert!(
+        err.starts_with(&expected),
+        "got:      {err}\nexpected: {expected}"
+    );
+    std::fs::write(&path, format!("{BASE}{PROMETHEUS}")).expect("write config");
+    let config = load_with_env(&path, &prometheus_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.check_runbooks(&runbooks), Ok(()));
+    let engine_only =
+        crate::domain::runbook::load_dir(Path::new("runbooks")).unwrap_or_else(|e| panic!("{e}"));
+    let bare = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        bare.check_runbooks(&engine_only),
+        Ok(()),
+        "the shipped runbooks"
+    );
+}

@@ -6,6 +6,12 @@
 //! requests in the window gives no usable value: the target's makes the check
 //! `inconclusive`, a peer's leaves that peer out of the median. An inconclusive check fails
 //! the step unless it says `on_inconclusive: pass`.
+//!
+//! With `source: prometheus` a check is a PromQL `query` instead of a family: its
+//! `{{host}}`, `{{service}}` and `{{window}}` placeholders are filled per replica
+//! ([`fill_query`], [`promql_duration`]); its value is the query's one sample at the window's
+//! end, no sample (or NaN) meaning no data. There is no `min_requests`: a query says itself
+//! what traffic it needs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +26,8 @@ use crate::domain::duration::serde_duration;
 pub enum AnalysisSource {
     /// Each replica's own Prometheus text page (`metrics_url`).
     Engine,
+    /// A PromQL query per check and replica, on the config's `prometheus:` server.
+    Prometheus,
 }
 
 /// What an inconclusive check (not enough data) counts as.
@@ -65,6 +73,10 @@ pub struct Check {
     /// A counter family, e.g. `sglang:num_requests_total`: its increase over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counter: Option<String>,
+    /// `source: prometheus`: the PromQL query, with `{{host}}`, `{{service}}` and
+    /// `{{window}}` placeholders (see [`fill_query`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
     /// The target's value may be at most this times the peers' median.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_ratio_to_peers: Option<f64>,
@@ -97,8 +109,9 @@ pub struct Observed {
     /// the window, no such family on the page, no observation).
     pub value: Option<f64>,
     /// Requests served in the window (the histogram's `_count` increase; for a counter check,
-    /// the increase itself).
-    pub requests: f64,
+    /// the increase itself). `None` for a Prometheus query, which has no request count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<f64>,
 }
 
 /// The outcome of one check.
@@ -149,7 +162,8 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 fn usable(o: &Observed, min_requests: u64) -> Option<f64> {
-    o.value.filter(|_| o.requests >= min_requests as f64)
+    o.value
+        .filter(|_| o.requests.is_none_or(|r| r >= min_requests as f64))
 }
 
 /// Judges one check from the window's numbers.
@@ -177,7 +191,8 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
             inconclusive = true;
             reasons.push(format!(
                 "the target served {} requests in the window, fewer than min_requests {}",
-                target.requests, check.min_requests
+                target.requests.unwrap_or_default(),
+                check.min_requests
             ));
         }
         Some(value) => {
@@ -240,6 +255,56 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
     }
 }
 
+/// The placeholders a Prometheus query may hold.
+pub const PLACEHOLDERS: &[&str] = &["host", "service", "window"];
+
+/// The first `{{name}}` in `query` that is not one of [`PLACEHOLDERS`] (or an unclosed
+/// `{{`), for the runbook parser.
+pub fn unknown_placeholder(query: &str) -> Option<String> {
+    let mut rest = query;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return Some(rest[start..].chars().take(20).collect());
+        };
+        let name = &after[..end];
+        if !PLACEHOLDERS.contains(&name) {
+            return Some(format!("{{{{{name}}}}}"));
+        }
+        rest = &after[end + 2..];
+    }
+    None
+}
+
+/// `query` with `{{host}}`, `{{service}}` and `{{window}}` replaced. Host and service names
+/// are config names (letters, digits, `.`, `_`, `-`), safe inside a PromQL string.
+pub fn fill_query(query: &str, host: &str, service: &str, window: Duration) -> String {
+    query
+        .replace("{{host}}", host)
+        .replace("{{service}}", service)
+        .replace("{{window}}", &promql_duration(window))
+}
+
+/// A duration as PromQL writes it, in the largest unit that divides it: `30m`, `90s`,
+/// `1500ms`, `2h`, `1d` (a zero duration is `0s`).
+pub fn promql_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
 /// Whether a counter check is already lost before the window ends: counters only grow, so
 /// a target increase above `max` cannot come back.
 pub fn lost_early(check: &Check, target_so_far: f64) -> bool {
@@ -256,6 +321,7 @@ mod tests {
             histogram: Some("h".into()),
             quantile: Some(0.95),
             counter: None,
+            query: None,
             max_ratio_to_peers: ratio,
             max,
             min,
@@ -265,7 +331,10 @@ mod tests {
     }
 
     fn obs(value: Option<f64>, requests: f64) -> Observed {
-        Observed { value, requests }
+        Observed {
+            value,
+            requests: Some(requests),
+        }
     }
 
     fn peers(list: &[(f64, f64)]) -> BTreeMap<String, Observed> {
@@ -419,6 +488,70 @@ mod tests {
         let v = judge(&c, obs(None, 0.0), peers(&[(0.4, 100.0)]));
         assert_eq!(v.verdict, Verdict::Inconclusive);
         assert!(!v.fails_step);
+    }
+
+    #[test]
+    fn placeholders_are_filled_per_replica_with_the_window_in_promql() {
+        let q = r#"histogram_quantile(0.95, sum by (le) (rate(x_bucket{host="{{host}}",container_name="{{service}}"}[{{window}}])))"#;
+        // (window, PromQL duration)
+        let table = [
+            (Duration::from_secs(1800), "30m"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::from_secs(86_400), "1d"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::ZERO, "0s"),
+        ];
+        for (window, text) in table {
+            assert_eq!(promql_duration(window), text, "{window:?}");
+        }
+        assert_eq!(
+            fill_query(q, "gpu02", "model-r2", Duration::from_secs(1800)),
+            r#"histogram_quantile(0.95, sum by (le) (rate(x_bucket{host="gpu02",container_name="model-r2"}[30m])))"#
+        );
+        assert_eq!(
+            fill_query(
+                "a{s=\"{{service}}\"} / b{s=\"{{service}}\"}",
+                "h",
+                "r1",
+                Duration::ZERO
+            ),
+            "a{s=\"r1\"} / b{s=\"r1\"}",
+            "every occurrence"
+        );
+        // (query, the unknown placeholder)
+        let table = [
+            (q, None),
+            ("up", None),
+            ("x{a=\"{{hosts}}\"}", Some("{{hosts}}")),
+            ("x[{{ window }}]", Some("{{ window }}")),
+            ("x[{{window]", Some("{{window]")),
+        ];
+        for (query, unknown) in table {
+            assert_eq!(unknown_placeholder(query).as_deref(), unknown, "{query}");
+        }
+    }
+
+    #[test]
+    fn a_query_value_needs_no_request_count() {
+        let mut c = check(Some(1.2), None, None, 0);
+        c.histogram = None;
+        c.quantile = None;
+        c.query = Some("q".into());
+        let none = |value| Observed {
+            value,
+            requests: None,
+        };
+        let peers = BTreeMap::from([("p".to_owned(), none(Some(0.4)))]);
+        let v = judge(&c, none(Some(0.8)), peers.clone());
+        assert_eq!(v.verdict, Verdict::Fail, "{:?}", v.reasons);
+        assert_eq!(v.ratio, Some(2.0));
+        let v = judge(&c, none(None), peers);
+        assert_eq!(v.verdict, Verdict::Inconclusive);
+        assert_eq!(v.reasons, ["no data for the target in the window"]);
+        let json = serde_json::to_value(&v).expect("serialises");
+        assert!(json["target"].get("requests").is_none(), "{json}");
     }
 
     #[test]

@@ -196,19 +196,10 @@ fn duration() -> impl Strategy<Value = String> {
 }
 
 fn step_line() -> impl Strategy<Value = String> {
-    let kind = prop_oneof![
-        Just("snapshot"),
-        Just("peers_healthy"),
-        Just("plan"),
-        Just("down"),
-        Just("up"),
-        Just("verify_neighbours"),
-        Just("wait_health"),
-        Just("wait_logs"),
-        Just("soak"),
-        Just("smoke"),
-        Just("reboot"),
-    ];
+    // Every registered kind, and one that is not.
+    let mut kinds = runbook::StepKind::NAMES.to_vec();
+    kinds.push("reboot");
+    let kind = proptest::sample::select(kinds);
     (
         "[a-z][a-z-]{0,8}",
         kind,

@@ -3,6 +3,7 @@
 pub mod analysis;
 pub mod audit;
 pub mod duration;
+pub mod error_code;
 pub mod exposition;
 #[cfg(test)]
 pub(crate) mod fuzz;

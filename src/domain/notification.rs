@@ -5,7 +5,19 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::audit::AuditKind;
-use super::state::RolloutKind;
+use super::state::{string_enum, RolloutKind};
+
+string_enum!(
+    /// Where one notification stands for one webhook (`outbox_delivery.status`).
+    DeliveryStatus {
+        /// Not confirmed yet: sent again at its next attempt time.
+        Pending => "pending",
+        /// The webhook answered 2xx.
+        Delivered => "delivered",
+        /// Given up (a permanent refusal or the attempts spent).
+        Failed => "failed",
+    }
+);
 
 /// A notification a webhook may subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

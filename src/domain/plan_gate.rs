@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::error_code::ErrorCode;
+
 /// What a `compose/up` dry run says it would do, with names normalised to compose services.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DryRunPlan {
@@ -37,8 +39,8 @@ pub struct GateViolation {
 
 impl GateViolation {
     /// The stable error code of a failed gate.
-    pub fn code(&self) -> &'static str {
-        "plan_gate_failed"
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::PlanGateFailed
     }
 
     /// One stable snake_case reason per problem found: `target_not_planned`,

@@ -7,15 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::duration::serde_duration;
-use crate::domain::pattern::LogPattern;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
 
-mod step;
+pub mod step;
+
+pub use step::{StepKind, StepKindName};
 
 /// The runbook a canary plan uses when it names none.
 pub const DEFAULT_CANARY: &str = "single-replica-canary";
@@ -91,150 +90,6 @@ pub struct Step {
     pub kind: StepKind,
 }
 
-/// The closed set of step kinds (docs/reference.md#step-kinds) and their settings. Serialises in
-/// the runbook file's shape (`{kind: down, timeout: 10m}`), so a rollout can store the runbook it
-/// ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StepKind {
-    /// Record `GET /docker/ps` and `GET /version` of the host.
-    Snapshot,
-    /// Every peer's `/health` answers 200.
-    PeersHealthy {
-        /// How long to wait for all peers.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-    },
-    /// `compose/up` dry run, then the plan gate.
-    Plan {
-        /// Services tolerated besides the target (e.g. `model-downloader`).
-        allow: Vec<String>,
-    },
-    /// Scoped `compose/down` of the target.
-    Down {
-        /// Deadline for the stream.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-    },
-    /// Scoped `compose/up` of the target.
-    Up {
-        /// Deadline for the stream.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-    },
-    /// Every other container's ID and image unchanged since `snapshot`.
-    VerifyNeighbours,
-    /// Poll `/health` until `consecutive` 200s.
-    WaitHealth {
-        /// Overall deadline.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-        /// Time between probes.
-        #[serde(with = "serde_duration")]
-        interval: Duration,
-        /// 200s in a row needed.
-        consecutive: u32,
-    },
-    /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
-    WaitLogs {
-        /// Overall deadline.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-        /// Time between polls.
-        #[serde(with = "serde_duration")]
-        interval: Duration,
-        /// Lines that must appear (the plan's `require_logs` are added to them).
-        require: Vec<LogPattern>,
-        /// Lines that fail the step at once.
-        forbid: Vec<LogPattern>,
-        /// Log fetches that may fail in a row before the step fails `logs_unavailable`.
-        max_log_failures: u32,
-    },
-    /// For `duration`, health may not miss `max_misses` probes in a row, no `forbid` line.
-    Soak {
-        /// How long to watch.
-        #[serde(with = "serde_duration")]
-        duration: Duration,
-        /// Time between health probes and log polls.
-        #[serde(with = "serde_duration")]
-        interval: Duration,
-        /// Consecutive missed probes that fail the soak.
-        max_misses: u32,
-        /// Lines that fail the soak at once.
-        forbid: Vec<LogPattern>,
-        /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
-        max_log_failures: u32,
-    },
-    /// A real generation through the replica's OpenAI-compatible API: the model is listed,
-    /// the answer is 200 with content, matches every `expect`, and is the same `repeat` times.
-    Smoke {
-        /// The model id `/v1/models` must list, sent in the chat request.
-        model: String,
-        /// The user message.
-        prompt: String,
-        /// `max_tokens` of each chat request.
-        max_tokens: u32,
-        /// Patterns every output must match (substring, or `re:` regex).
-        expect: Vec<LogPattern>,
-        /// Chat requests sent; all outputs must be identical.
-        repeat: u32,
-        /// Deadline for all the calls together.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-    },
-    /// Scrape the target and its peers for `warmup` + `duration`; judge the checks.
-    Analyze(crate::domain::analysis::AnalyzeSpec),
-    /// Wait until an operator approves (`POST /v1/rollouts/{id}/approve`), or fail
-    /// `not_approved` at the timeout.
-    Approve {
-        /// How long to wait for the approval.
-        #[serde(with = "serde_duration")]
-        timeout: Duration,
-    },
-}
-
-impl StepKind {
-    /// Every kind's name, in the order of docs/reference.md#step-kinds.
-    pub const NAMES: &'static [&'static str] = &[
-        "snapshot",
-        "peers_healthy",
-        "plan",
-        "down",
-        "up",
-        "verify_neighbours",
-        "wait_health",
-        "wait_logs",
-        "soak",
-        "smoke",
-        "analyze",
-        "approve",
-    ];
-
-    /// The kind's name as written in runbooks (`wait_health`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Snapshot => "snapshot",
-            Self::PeersHealthy { .. } => "peers_healthy",
-            Self::Plan { .. } => "plan",
-            Self::Down { .. } => "down",
-            Self::Up { .. } => "up",
-            Self::VerifyNeighbours => "verify_neighbours",
-            Self::WaitHealth { .. } => "wait_health",
-            Self::WaitLogs { .. } => "wait_logs",
-            Self::Soak { .. } => "soak",
-            Self::Smoke { .. } => "smoke",
-            Self::Analyze(_) => "analyze",
-            Self::Approve { .. } => "approve",
-        }
-    }
-
-    /// Whether the step changes the replica (`down`, `up`): once one has started, a failed
-    /// canary with `on_failure: rollback` rolls back.
-    pub fn touches_replica(&self) -> bool {
-        matches!(self, Self::Down { .. } | Self::Up { .. })
-    }
-}
-
 /// A runbook that cannot be loaded. Displays as `file:line: message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
@@ -271,24 +126,20 @@ fn safety_violation(steps: &[Step]) -> Option<(usize, String)> {
     let (mut planned, mut peers_checked, mut snapshotted) = (false, false, false);
     for (i, step) in steps.iter().enumerate() {
         match &step.kind {
-            StepKind::Plan { .. } => planned = true,
-            StepKind::PeersHealthy { .. } => peers_checked = true,
-            StepKind::Snapshot => snapshotted = true,
+            StepKind::Plan(_) => planned = true,
+            StepKind::PeersHealthy(_) => peers_checked = true,
+            StepKind::Snapshot(_) => snapshotted = true,
             _ => {}
         }
-        let is_up = matches!(step.kind, StepKind::Up { .. });
-        let is_down = matches!(step.kind, StepKind::Down { .. });
+        let is_up = matches!(step.kind, StepKind::Up(_));
+        let is_down = matches!(step.kind, StepKind::Down(_));
         let problem = if (is_up || is_down) && !peers_checked {
             Some("needs a `peers_healthy` step before it (the peer must carry the traffic while the replica is out)")
         } else if is_up && !planned {
             Some("needs a `plan` step before it (the dry-run gate)")
-        } else if matches!(step.kind, StepKind::VerifyNeighbours) && !snapshotted {
+        } else if matches!(step.kind, StepKind::VerifyNeighbours(_)) && !snapshotted {
             Some("needs a `snapshot` step before it")
-        } else if is_down
-            && !steps[i..]
-                .iter()
-                .any(|s| matches!(s.kind, StepKind::Up { .. }))
-        {
+        } else if is_down && !steps[i..].iter().any(|s| matches!(s.kind, StepKind::Up(_))) {
             Some("needs an `up` step after it (the replica would be left down)")
         } else {
             None

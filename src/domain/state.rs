@@ -105,6 +105,16 @@ string_enum!(
 );
 
 string_enum!(
+    /// Where a recorded deployment comes from (`deployment.source`).
+    DeploymentSource {
+        /// A rollout that succeeded deployed it.
+        Rollout => "rollout",
+        /// The host's `GET /version` reported it before canaryd first deployed the replica.
+        Baseline => "baseline",
+    }
+);
+
+string_enum!(
     /// How one compose-manager call of a step ended (`step_attempt.outcome`; a row without
     /// one is a call that may be in flight).
     AttemptOutcome {

@@ -7,6 +7,8 @@
 //! after a restart keeps its end; its window then starts at the first scrape after the
 //! resume. The target's container is watched for restarts at every interval. A counter check
 //! with `max` that the target already exceeded ends the step early (counters only grow).
+//!
+//! `source: prometheus` asks a Prometheus server instead (`prometheus.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,13 +18,20 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::restart::RestartWatch;
-use super::steps::{pause, Progress, StepEnd, StepRun};
-use crate::domain::analysis::{judge, lost_early, AnalyzeSpec, Check, CheckVerdict, Observed};
+use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
+use crate::domain::analysis::{
+    judge, lost_early, AnalysisSource, AnalyzeSpec, Check, CheckVerdict, Observed,
+};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::exposition::{
     add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
     SeriesKey,
 };
 use crate::store::Step;
+
+mod prometheus;
+
+pub(super) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
 
 /// The longest a scrape may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,17 +142,17 @@ impl Replica {
         if self.window_scrapes == 0 || !window.seen {
             return Observed {
                 value: None,
-                requests: 0.0,
+                requests: Some(0.0),
             };
         }
         match check.quantile {
             Some(q) if check.histogram.is_some() => Observed {
                 value: quantile(q, &window.histogram),
-                requests: window.histogram.count,
+                requests: Some(window.histogram.count),
             },
             _ => Observed {
                 value: Some(window.counter),
-                requests: window.counter,
+                requests: Some(window.counter),
             },
         }
     }
@@ -181,7 +190,7 @@ fn verdicts(spec: &AnalyzeSpec, replicas: &[Replica]) -> Vec<CheckVerdict> {
         .map(|(i, check)| {
             let mut target = Observed {
                 value: None,
-                requests: 0.0,
+                requests: Some(0.0),
             };
             let mut peers = BTreeMap::new();
             for r in replicas {
@@ -206,6 +215,12 @@ fn failures(verdicts: &[CheckVerdict]) -> String {
         .join("; ")
 }
 
+impl Execute for AnalyzeSpec {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        run.analyze(at.step, self, at.abort).await
+    }
+}
+
 impl StepRun<'_> {
     pub(super) async fn analyze(
         &self,
@@ -213,10 +228,13 @@ impl StepRun<'_> {
         spec: &AnalyzeSpec,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
+        if spec.source == AnalysisSource::Prometheus {
+            return self.analyze_prometheus(step, spec, abort).await;
+        }
         let config = &self.host.config;
         let Some(target) = config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
-            return StepEnd::failed("no_metrics_url", msg, json!({}));
+            return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));
         };
         let mut replicas = vec![Replica::new(
             &self.rollout.service,
@@ -289,7 +307,7 @@ impl StepRun<'_> {
                 let msg = format!("analysis failed before the window ended: {lost}");
                 let mut d = detail(&replicas, &restarts, Some(&verdicts));
                 d["ended_early"] = json!(true);
-                return StepEnd::failed("analysis_failed", msg, d);
+                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
             }
             let now = Utc::now();
             if now >= end {
@@ -310,7 +328,7 @@ impl StepRun<'_> {
         let d = detail(&replicas, &restarts, Some(&verdicts));
         if verdicts.iter().any(|v| v.fails_step) {
             let msg = format!("analysis failed: {}", failures(&verdicts));
-            return StepEnd::failed("analysis_failed", msg, d);
+            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
         }
         StepEnd::Succeeded(d)
     }

@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::steps::{pause, poll_interval, StepRun};
+use super::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
+use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::Approve;
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -64,4 +66,25 @@ pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> serd
         "approved_at": approval.at,
         "waited_s": (approval.at - waited_since).num_seconds().max(0),
     })
+}
+
+impl Execute for Approve {
+    /// Waits for an operator's approval until the step's deadline.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let step = at.step;
+        let since = step.started_at.unwrap_or_else(Utc::now);
+        let base = json!({"waiting_since": since});
+        match wait(run, step, base.clone(), at.deadline, at.abort).await {
+            Waited::Approved(a) => StepEnd::Succeeded(evidence(&a, since)),
+            Waited::TimedOut => StepEnd::failed(
+                ErrorCode::NotApproved,
+                format!(
+                    "no operator approved step {} before its deadline {}",
+                    step.name, at.deadline
+                ),
+                base,
+            ),
+            Waited::Aborted => StepEnd::Aborted(base),
+        }
+    }
 }

@@ -11,10 +11,12 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::steps::{pause, poll_interval, StepEnd, StepRun};
+use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use super::Checkpoint;
 use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
+use crate::domain::runbook::step::{Down, Plan, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
 
@@ -44,7 +46,7 @@ fn compose_request(run: &StepRun<'_>) -> ComposeRequest {
 }
 
 /// The dry-run gate: probe support (rule 4), dry run, and check the plan.
-pub(super) async fn plan(
+async fn plan(
     run: &StepRun<'_>,
     step: &Step,
     allow: &[String],
@@ -57,12 +59,16 @@ pub(super) async fn plan(
         Ok(false) => {
             let msg = "compose-manager does not support dry_run (POST /docker/evict answered 404): an older \
                        server would ignore dry_run and deploy for real";
-            return StepEnd::failed("compose_manager_unsupported", msg, json!({"probe": "404"}));
+            return StepEnd::failed(
+                ErrorCode::ComposeManagerUnsupported,
+                msg,
+                json!({"probe": "404"}),
+            );
         }
         Err(e) => {
             let msg = format!("could not probe compose-manager for dry_run support: {e}");
             return StepEnd::failed(
-                "compose_manager_unsupported",
+                ErrorCode::ComposeManagerUnsupported,
                 msg,
                 json!({"probe_error": e.code()}),
             );
@@ -100,14 +106,14 @@ pub(super) async fn plan(
             outcome_name(&result.stream.outcome)
         );
         return StepEnd::failed(
-            "dry_run_failed",
+            ErrorCode::DryRunFailed,
             msg,
             json!({"plan": result.plan, "tail": tail}),
         );
     }
     let Some(dry_plan) = result.plan else {
         return StepEnd::failed(
-            "dry_run_no_plan",
+            ErrorCode::DryRunNoPlan,
             "the dry run answered without a plan event",
             json!({"tail": tail}),
         );
@@ -121,37 +127,57 @@ pub(super) async fn plan(
     }
 }
 
-/// Scoped `compose/down` of the target.
-pub(super) async fn down(
-    run: &StepRun<'_>,
-    step: &Step,
-    deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
-) -> StepEnd {
-    let req = compose_request(run);
-    let client = &run.host.client;
-    mutate(run, step, "compose/down", deadline, abort, || {
-        client.down(&req)
-    })
-    .await
+impl Execute for Plan {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        plan(run, at.step, &self.allow, at.deadline, at.abort).await
+    }
 }
 
-/// Scoped `compose/up` of the target; a rollback then checks the tag still means the same.
-pub(super) async fn up(
-    run: &StepRun<'_>,
-    step: &Step,
-    deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
-) -> StepEnd {
+/// The two compose calls that change the target.
+#[derive(Clone, Copy)]
+enum Scoped {
+    Down,
+    Up,
+}
+
+impl Execute for Down {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        scoped(run, at, Scoped::Down).await
+    }
+}
+
+impl Execute for Up {
+    /// A rollback then checks the tag still means the same.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        match scoped(run, at, Scoped::Up).await {
+            StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
+                check_tag(run, detail).await
+            }
+            other => other,
+        }
+    }
+
+    /// The target's engine has run since the `up` ended (restart detection).
+    fn carry(run: &mut StepRun<'_>, step: &Step, _detail: &serde_json::Value) {
+        run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+    }
+}
+
+/// Scoped `compose/down` or `compose/up` of the target.
+async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepEnd {
     let req = compose_request(run);
     let client = &run.host.client;
-    let end = mutate(run, step, "compose/up", deadline, abort, || client.up(&req)).await;
-    match end {
-        StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
-            check_tag(run, detail).await
+    let endpoint = match which {
+        Scoped::Down => "compose/down",
+        Scoped::Up => "compose/up",
+    };
+    let send = || async {
+        match which {
+            Scoped::Down => client.down(&req).await,
+            Scoped::Up => client.up(&req).await,
         }
-        other => other,
-    }
+    };
+    mutate(run, at.step, endpoint, at.deadline, at.abort, send).await
 }
 
 async fn mutate<F, Fut>(
@@ -175,7 +201,7 @@ where
         return end;
     }
     if let Err(e) = store.mark_touched(&run.rollout.id).await {
-        return StepEnd::failed("storage_error", e.to_string(), json!({}));
+        return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
     }
     match call(run, step, endpoint, deadline, abort, send).await {
         Call::Done { attempt, value } => {
@@ -196,7 +222,7 @@ where
                     let msg = format!(
                         "{endpoint} ended with done success:false (exit code {exit_code:?})"
                     );
-                    StepEnd::failed("compose_failed", msg, detail)
+                    StepEnd::failed(ErrorCode::ComposeFailed, msg, detail)
                 }
                 StreamOutcome::Unknown => {
                     finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
@@ -354,7 +380,7 @@ async fn reconcile_previous_attempt(
         // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
         Err(e) => {
             let msg = format!("could not read this step's compose attempts, so not sending: {e}");
-            return Some(StepEnd::failed("storage_error", msg, json!({})));
+            return Some(StepEnd::failed(ErrorCode::StorageError, msg, json!({})));
         }
     };
     let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
@@ -379,7 +405,7 @@ async fn reconcile_previous_attempt(
                 "{} ended with done success:false (before the restart)",
                 last.endpoint
             );
-            Some(StepEnd::failed("compose_failed", msg, last.detail))
+            Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, last.detail))
         }
         Some(AttemptOutcome::Unknown) => {
             Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
@@ -415,13 +441,13 @@ async fn outcome_unknown(
     let ps = client.ps().await.ok();
     let target = ps.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, &run.rollout.service))
             .cloned()
     });
     // `docker ps` evidence for the human who judges: did the target change since the snapshot?
     let before = run.snapshot.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| super::steps::is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, &run.rollout.service))
             .cloned()
     });
     let changed = match (&before, &target) {
@@ -436,7 +462,7 @@ async fn outcome_unknown(
     };
     let msg = format!("{endpoint} ended without `done`; {state}; not resent");
     StepEnd::failed(
-        "compose_outcome_unknown",
+        ErrorCode::ComposeOutcomeUnknown,
         msg,
         json!({"call": detail, "host_idle": idle, "target_settled": settle.settled, "settle": settle.evidence(), "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
     )
@@ -486,7 +512,7 @@ async fn settle(
                 out.reads += 1;
                 let now = ps
                     .iter()
-                    .find(|c| super::steps::is_service(c, &run.rollout.service))
+                    .find(|c| is_service(c, &run.rollout.service))
                     .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()));
                 match &last {
                     Some((since, seen)) if *seen == now => {
@@ -555,7 +581,7 @@ async fn settle_before_first_call(
             run.rollout.service
         );
         return Some(StepEnd::failed(
-            "host_unsettled",
+            ErrorCode::HostUnsettled,
             msg,
             json!({"settle": settle.evidence()}),
         ));
@@ -594,7 +620,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
         run.rollout.tag
     );
     StepEnd::failed(
-        "tag_moved",
+        ErrorCode::TagMoved,
         msg,
         json!({"call": detail, "expected": {"commit": commit, "file_sha256": sha}, "got": {"commit": got_commit, "file_sha256": got_sha}}),
     )
@@ -613,7 +639,11 @@ async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> St
 
 fn out_of_time(what: &str, last_error: String) -> StepEnd {
     let msg = format!("{what} could not be sent before the step deadline: {last_error}");
-    StepEnd::failed("step_timeout", msg, json!({"last_error": last_error}))
+    StepEnd::failed(
+        ErrorCode::StepTimeout,
+        msg,
+        json!({"last_error": last_error}),
+    )
 }
 
 async fn finish(

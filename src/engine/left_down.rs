@@ -5,13 +5,11 @@
 
 use serde_json::json;
 
-use super::steps::is_service;
+use super::step_run::is_service;
 use super::Engine;
+use crate::domain::error_code::ErrorCode;
 use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, RolloutChange};
-
-/// The error code of a rollout that left its replica down.
-pub(crate) const REPLICA_LEFT_DOWN: &str = "replica_left_down";
 
 /// Whether `rollout`, now ending without bringing its target back, left it down: its
 /// container is absent or not running in `GET /docker/ps`. When the host cannot be read, the
@@ -64,7 +62,7 @@ pub(super) fn restate(
     if let Some(detail) = change.detail.as_object_mut() {
         detail.insert("replica_left_down".into(), evidence.clone());
     }
-    change.error = Some((REPLICA_LEFT_DOWN.to_owned(), message));
+    change.error = Some((ErrorCode::ReplicaLeftDown.to_string(), message));
     change
 }
 

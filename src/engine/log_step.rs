@@ -14,10 +14,12 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::steps::{pause, Progress, StepEnd, StepRun};
+use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
 use crate::compose::ComposeError;
+use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::step::{Soak, WaitLogs};
 use crate::store::Step;
 
 /// What a log-watching step knows about its reads of `compose/logs`.
@@ -49,7 +51,7 @@ impl LogReads {
             Err(e) => {
                 self.in_a_row += 1;
                 self.total_failures += 1;
-                self.last_error = Some((e.code().to_owned(), e.to_string()));
+                self.last_error = Some((e.code().to_string(), e.to_string()));
                 None
             }
         }
@@ -91,7 +93,7 @@ impl LogReads {
             "could not read the logs of {service}: {} fetches failed in a row; last error: {last}",
             self.in_a_row
         );
-        StepEnd::failed("logs_unavailable", msg, detail)
+        StepEnd::failed(ErrorCode::LogsUnavailable, msg, detail)
     }
 }
 
@@ -110,6 +112,43 @@ pub(super) struct LogWait {
     pub require: Vec<LogPattern>,
     pub forbid: Vec<LogPattern>,
     pub max_log_failures: u32,
+}
+
+impl Execute for WaitLogs {
+    /// The runbook's `require` lines and the plan's `require_logs`.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let mut require = self.require.clone();
+        require.extend(
+            run.rollout
+                .require_logs
+                .iter()
+                .filter_map(|p| LogPattern::parse(p).ok()),
+        );
+        let spec = LogWait {
+            interval: self.interval,
+            require,
+            forbid: self.forbid.clone(),
+            max_log_failures: self.max_log_failures,
+        };
+        let end = run.wait_logs(at.step, at.deadline, spec, at.abort).await;
+        run.masked(end)
+    }
+}
+
+impl Execute for Soak {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let spec = LogWait {
+            interval: self.interval,
+            require: Vec::new(),
+            forbid: self.forbid.clone(),
+            max_log_failures: self.max_log_failures,
+        };
+        let max_misses = self.max_misses;
+        let end = run
+            .soak(at.step, at.deadline, max_misses, spec, at.abort)
+            .await;
+        run.masked(end)
+    }
 }
 
 impl StepRun<'_> {
@@ -170,7 +209,7 @@ impl StepRun<'_> {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
                         detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                        return StepEnd::failed("forbidden_log_line", msg, detail);
+                        return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
                     }
                     LogVerdict::Pending => {}
                 }
@@ -185,7 +224,7 @@ impl StepRun<'_> {
                     watch.missing(),
                     reads.last_error_suffix()
                 );
-                return StepEnd::failed("logs_timeout", msg, detail);
+                return StepEnd::failed(ErrorCode::LogsTimeout, msg, detail);
             }
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
@@ -224,14 +263,14 @@ impl StepRun<'_> {
             let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample});
             if misses >= max_misses {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
-                return StepEnd::failed("soak_health", msg, detail);
+                return StepEnd::failed(ErrorCode::SoakHealth, msg, detail);
             }
             if let Some(output) = reads.record(self.fetch_logs().await) {
                 if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
                     detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                    return StepEnd::failed("forbidden_log_line", msg, detail);
+                    return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
                 }
             }
             if let (Some(d), serde_json::Value::Object(r)) =

@@ -10,11 +10,14 @@ mod doctor;
 mod hooks;
 mod left_down;
 mod log_step;
+mod observe_step;
 mod restart;
 mod rollback;
 mod runner;
 mod smoke_step;
+mod step_run;
 mod steps;
+mod wait;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,7 @@ use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
 use crate::domain::state::RolloutKind;
 use crate::probe::engine_api::EngineApi;
+use crate::probe::prometheus::Prometheus;
 use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
@@ -117,6 +121,8 @@ pub(crate) struct Inner {
     pub prober: HealthProber,
     /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
     pub engine_api: EngineApi,
+    /// The config's Prometheus server (`analyze` with `source: prometheus`), if any.
+    pub prometheus: Option<Prometheus>,
     /// Abort signals of the rollouts whose task is running.
     pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
     /// The tasks, so shutdown can stop the ones that outlive their grace.
@@ -183,6 +189,10 @@ impl Engine {
             tuning: config.compose.clone(),
             prober: HealthProber::new(Duration::from_secs(3)),
             engine_api: EngineApi::new(config.compose.connect_timeout),
+            prometheus: config
+                .prometheus
+                .as_ref()
+                .map(|p| Prometheus::new(p, analyze_step::PROMETHEUS_QUERY_TIMEOUT)),
             running: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
@@ -307,14 +317,13 @@ impl Engine {
 
     /// Waits (bounded) until a rollout is terminal; used by preempt and tests.
     pub async fn wait_terminal(&self, id: &str, timeout: Duration) -> Result<Rollout, EngineError> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let rollout = self.get(id).await?;
-            if rollout.status.is_terminal() || tokio::time::Instant::now() >= deadline {
-                return Ok(rollout);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait::poll_until(
+            timeout,
+            wait::POLL,
+            || self.get(id),
+            |r| r.status.is_terminal(),
+        )
+        .await
     }
 
     /// Resumes every unfinished rollout (safety rule 9, docs/safety.md). Call before accepting new
@@ -484,7 +493,7 @@ pub(crate) fn steps_of(runbook: &Runbook) -> Vec<NewStep> {
         .iter()
         .map(|s| NewStep {
             name: s.name.clone(),
-            kind: s.kind.name().to_owned(),
+            kind: s.kind.kind_name(),
         })
         .collect()
 }

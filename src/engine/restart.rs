@@ -5,7 +5,8 @@
 
 use serde_json::json;
 
-use super::steps::{is_service, StepEnd, StepRun};
+use super::step_run::{is_service, StepEnd, StepRun};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::uptime::{judge_restart, ContainerRead};
 
 /// What a watching step knows about the target's container.
@@ -49,7 +50,7 @@ impl RestartWatch {
             let mut detail = self.detail();
             detail["restart"]["now"] = json!(current);
             let msg = format!("{}: {why}", run.rollout.service);
-            return Some(StepEnd::failed("engine_restarted", msg, detail));
+            return Some(StepEnd::failed(ErrorCode::EngineRestarted, msg, detail));
         }
         if self.baseline.is_none() {
             self.baseline.clone_from(&current);

@@ -25,6 +25,10 @@ pub struct RollbackRequest {
     pub preempt: bool,
 }
 
+/// How long a preempting rollback waits for the rollout it aborted to end (its compose call in
+/// flight finishes first); after it, the rollback is refused `host_busy`.
+pub(super) const PREEMPT_WAIT: Duration = Duration::from_secs(120);
+
 /// What a rollback of a replica redeploys, and the rollout it undoes.
 struct Choice {
     target: Deployment,
@@ -148,9 +152,7 @@ pub(super) async fn submit(
             Err(e) => return Err(e),
         }
         // The aborted rollout finishes its current call first (never cut a compose stream).
-        engine
-            .wait_terminal(&active.id, Duration::from_secs(120))
-            .await?;
+        engine.wait_terminal(&active.id, PREEMPT_WAIT).await?;
         // It may have touched the replica meanwhile: choose again from what runs now.
         choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
     }

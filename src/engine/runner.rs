@@ -1,41 +1,67 @@
 //! The task of one rollout: start, run each step in order, finish (succeeded, failed with an
 //! optional automatic rollback, or aborted). Resumes from whatever SQLite says after a restart.
 
+use std::future::Future;
+use std::time::Duration;
+
 use chrono::Utc;
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::steps::{self, StepEnd, StepRun};
+use super::step_run::{StepEnd, StepRun};
+use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
-use crate::domain::state::{RolloutEvent, RolloutStatus, StepEvent, StepStatus};
+use crate::domain::error_code::ErrorCode;
+use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
+
+/// How many times a rollout's task drives it before it gives up until the next start.
+const TRIES: u32 = 5;
+/// The wait after a drive's first storage error; it doubles after each.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
 ///
 /// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
 /// as after a restart, a few times with backoff, before giving up until next start.
 pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
-    const TRIES: u32 = 5;
-    let mut backoff = std::time::Duration::from_millis(200);
-    for n in 1..=TRIES {
+    let drive_once = || {
         let span = tracing::info_span!(
             "rollout",
             rollout.id = %id,
             host = tracing::field::Empty,
             service = tracing::field::Empty
         );
-        let Err(e) = drive(engine, id, abort.clone()).instrument(span).await else {
-            return;
+        drive(engine, id, abort.clone()).instrument(span)
+    };
+    retry_storage_errors(id, || engine.is_stopping(), drive_once).await;
+}
+
+/// Drives until a drive ends without error: `TRIES` drives at most, `FIRST_BACKOFF` (doubling)
+/// apart, none after `stopping()`. True when a drive ended well.
+async fn retry_storage_errors<Fut>(
+    id: &str,
+    stopping: impl Fn() -> bool,
+    mut drive: impl FnMut() -> Fut,
+) -> bool
+where
+    Fut: Future<Output = Result<(), super::EngineError>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    for n in 1..=TRIES {
+        let Err(e) = drive().await else {
+            return true;
         };
-        if n == TRIES || engine.is_stopping() {
+        if n == TRIES || stopping() {
             tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
-            return;
+            return false;
         }
         tracing::warn!(rollout.id = %id, error = %e, retry_in_ms = backoff.as_millis() as u64, "rollout {id} hit a storage error; resuming it from the database");
         tokio::time::sleep(backoff).await;
         backoff *= 2;
     }
+    false
 }
 
 async fn drive(
@@ -61,8 +87,8 @@ async fn drive(
     let db_steps = store.steps(id).await?;
     // The config changed under a resumed rollout: end it clearly rather than guess.
     let missing = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
-        (Err(e), _) => Some(("runbook_not_loaded", e.to_string())),
-        (_, Err(e)) => Some(("host_not_configured", e.to_string())),
+        (Err(e), _) => Some((ErrorCode::RunbookNotLoaded, e.to_string())),
+        (_, Err(e)) => Some((ErrorCode::HostNotConfigured, e.to_string())),
         (Ok(_), Ok(_)) => None,
     };
     if let Some((code, message)) = missing {
@@ -71,11 +97,16 @@ async fn drive(
             return finish_aborted(engine, &rollout, current).await;
         }
         let Some(step) = current else {
-            let ch = change(RolloutEvent::Fail, Some((code, &message)), json!({}));
+            let ch = change(
+                RolloutEvent::Fail,
+                Some((code.as_str(), &message)),
+                json!({}),
+            );
             store.transition_rollout(id, &ch).await?;
             return Ok(());
         };
-        tracing::error!(rollout.id = %id, code, "rollout {id} cannot go on: {message}");
+        tracing::error!(rollout.id = %id, code = %code, "rollout {id} cannot go on: {message}");
+        let code = code.as_str();
         return finish_failed(engine, &rollout, &db_steps, step, code, &message, json!({})).await;
     }
     let runbook = engine.runbook(&rollout.runbook)?.clone();
@@ -89,7 +120,10 @@ async fn drive(
             // The step's failure was written but not its rollout's (a restart or a storage
             // error in between): finish from the recorded failure, never run the step again.
             let error = &step.detail["error"];
-            let code = error["code"].as_str().unwrap_or("step_failed").to_owned();
+            let code = error["code"]
+                .as_str()
+                .unwrap_or(ErrorCode::StepFailed.as_str())
+                .to_owned();
             let message = error["message"].as_str().unwrap_or("failed").to_owned();
             let detail = step.detail.clone();
             return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
@@ -109,7 +143,7 @@ async fn drive(
                 &rollout,
                 &db_steps,
                 step,
-                "runbook_changed",
+                ErrorCode::RunbookChanged.as_str(),
                 &msg,
                 json!({}),
             )
@@ -137,8 +171,16 @@ async fn drive(
             } => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
                 let rollout = engine.get(id).await?;
-                return finish_failed(engine, &rollout, &db_steps, &step, &code, &message, detail)
-                    .await;
+                return finish_failed(
+                    engine,
+                    &rollout,
+                    &db_steps,
+                    &step,
+                    code.as_str(),
+                    &message,
+                    detail,
+                )
+                .await;
             }
             StepEnd::Aborted(_)
                 if engine.is_stopping() && !rollout_abort_requested(engine, id).await? =>
@@ -246,7 +288,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         commit: current.as_ref().and_then(|c| c.commit.clone()),
         file_sha256: current.as_ref().and_then(|c| c.file_sha256.clone()),
         image,
-        source: "rollout",
+        source: DeploymentSource::Rollout,
         rollout_id: Some(rollout.id.clone()),
         deployed_at: Utc::now(),
     };
@@ -338,7 +380,7 @@ async fn finish_aborted(
         .clone()
         .unwrap_or_else(|| "abort requested".to_owned());
     if let Some(step) = current.filter(|s| s.status == StepStatus::Running) {
-        let detail = json!({"error": {"code": "aborted", "message": reason}});
+        let detail = json!({"error": {"code": ErrorCode::Aborted, "message": reason}});
         store
             .transition_step(step, StepEvent::Abort, &detail, None, Utc::now())
             .await?;
@@ -346,7 +388,7 @@ async fn finish_aborted(
     skip_rest(engine, &store.steps(&rollout.id).await?, -1).await?;
     let ch = change(
         RolloutEvent::Abort,
-        Some(("aborted", &reason)),
+        Some((ErrorCode::Aborted.as_str(), &reason)),
         json!({"reason": reason}),
     );
     super::left_down::end(engine, &fresh, ch).await?;
@@ -366,4 +408,64 @@ fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_js
     };
     detail.insert("error".into(), json!({"code": code, "message": message}));
     serde_json::Value::Object(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::engine::EngineError;
+
+    /// Runs `retry_storage_errors` with drives that fail until the `ok_at`-th (1-based; never
+    /// when `None`); returns whether it ended well and the waits between the drives, in ms.
+    async fn retried(ok_at: Option<usize>, stopping: bool) -> (bool, Vec<u128>) {
+        let drives = RefCell::new(Vec::new());
+        let ended_well = retry_storage_errors(
+            "ro_1",
+            || stopping,
+            || {
+                let n = {
+                    let mut drives = drives.borrow_mut();
+                    drives.push(Instant::now());
+                    drives.len()
+                };
+                async move {
+                    if Some(n) == ok_at {
+                        Ok(())
+                    } else {
+                        Err(EngineError::NotFound("ro_1".into()))
+                    }
+                }
+            },
+        )
+        .await;
+        let drives = drives.into_inner();
+        let gaps = drives
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
+        (ended_well, gaps)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storage_error_is_retried_200_ms_later_doubling_five_drives_at_most() {
+        assert_eq!(
+            retried(None, false).await,
+            (false, vec![200, 400, 800, 1600])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retries_end_at_the_first_drive_that_ends_well() {
+        assert_eq!(retried(Some(3), false).await, (true, vec![200, 400]));
+        assert_eq!(retried(Some(1), false).await, (true, vec![]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopping_daemon_does_not_retry() {
+        assert_eq!(retried(None, true).await, (false, vec![]));
+    }
 }

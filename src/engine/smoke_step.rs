@@ -15,20 +15,19 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::steps::{StepEnd, StepRun};
+use super::step_run::{Execute, Running, StepEnd, StepRun};
+use crate::domain::error_code::ErrorCode;
 use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::step::Smoke;
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};
 
 /// Characters of an output or a body kept in the step's detail.
 const EXCERPT_CHARS: usize = 200;
 
-/// The step's fields, as the runbook gave them.
-pub(super) struct Smoke<'a> {
-    pub model: &'a str,
-    pub prompt: &'a str,
-    pub max_tokens: u32,
-    pub expect: &'a [LogPattern],
-    pub repeat: u32,
+impl Execute for Smoke {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        run.smoke(at.deadline, self, at.abort).await
+    }
 }
 
 /// One chat answer, as far as the step cares.
@@ -110,12 +109,12 @@ impl StepRun<'_> {
     pub(super) async fn smoke(
         &self,
         deadline: DateTime<Utc>,
-        spec: Smoke<'_>,
+        spec: &Smoke,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
         let Some(replica) = self.host.config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
-            return StepEnd::failed("replica_not_configured", msg, json!({}));
+            return StepEnd::failed(ErrorCode::ReplicaNotConfigured, msg, json!({}));
         };
         let secrets = self.smoke_secrets();
         let base = replica.api_url.trim_end_matches('/');
@@ -148,7 +147,7 @@ impl StepRun<'_> {
             Ok(models) => models,
             Err(why) => return bad_body("GET /v1/models", &why, &answer, detail, &secrets),
         };
-        let listed = models.iter().any(|m| m == spec.model);
+        let listed = models.contains(&spec.model);
         let models: Vec<String> = models.iter().map(|m| mask(m, &secrets)).collect();
         detail["models"] = json!(models);
         if !listed {
@@ -156,7 +155,7 @@ impl StepRun<'_> {
                 "{base}/v1/models does not list {:?}; it serves {models:?}",
                 spec.model
             );
-            return StepEnd::failed("smoke_model_missing", msg, detail);
+            return StepEnd::failed(ErrorCode::SmokeModelMissing, msg, detail);
         }
 
         // `repeat` generations, all identical.
@@ -201,7 +200,7 @@ impl StepRun<'_> {
             detail["output"] = json!(shown);
             if output.content.trim().is_empty() {
                 let msg = format!("{what} answered 200 with empty content");
-                return StepEnd::failed("smoke_empty_output", msg, detail);
+                return StepEnd::failed(ErrorCode::SmokeEmptyOutput, msg, detail);
             }
             let missed: Vec<&str> = spec
                 .expect
@@ -212,7 +211,7 @@ impl StepRun<'_> {
             if !missed.is_empty() {
                 detail["unmatched"] = json!(missed);
                 let msg = format!("the output does not match {missed:?}: {shown:?}");
-                return StepEnd::failed("smoke_mismatch", msg, detail);
+                return StepEnd::failed(ErrorCode::SmokeMismatch, msg, detail);
             }
             match &first {
                 None => first = Some(output.content),
@@ -224,7 +223,7 @@ impl StepRun<'_> {
                         "call {n} answered differently at temperature 0: {:?} then {:?}",
                         distinct[0], distinct[1]
                     );
-                    return StepEnd::failed("smoke_nondeterministic", msg, detail);
+                    return StepEnd::failed(ErrorCode::SmokeNondeterministic, msg, detail);
                 }
             }
         }
@@ -251,7 +250,11 @@ impl StepRun<'_> {
         let left = (deadline - Utc::now()).to_std().unwrap_or_default();
         if left.is_zero() {
             let msg = format!("the smoke test's deadline passed before {what}");
-            return Call::Failed(StepEnd::failed("smoke_timeout", msg, detail.clone()));
+            return Call::Failed(StepEnd::failed(
+                ErrorCode::SmokeTimeout,
+                msg,
+                detail.clone(),
+            ));
         }
         let result = tokio::select! {
             result = send(left) => result,
@@ -261,13 +264,17 @@ impl StepRun<'_> {
             Ok(answer) => Call::Answer(answer),
             Err(ApiCallError::Timeout(_)) => {
                 let msg = format!("{what} did not answer before the smoke test's deadline");
-                Call::Failed(StepEnd::failed("smoke_timeout", msg, detail.clone()))
+                Call::Failed(StepEnd::failed(
+                    ErrorCode::SmokeTimeout,
+                    msg,
+                    detail.clone(),
+                ))
             }
             Err(ApiCallError::Transport(why)) => {
                 let mut detail = detail.clone();
                 detail["failed_call"] = json!({"call": what, "status": null, "error": why});
                 let msg = mask(&format!("{what}: no HTTP answer: {why}"), secrets);
-                Call::Failed(StepEnd::failed("smoke_http_status", msg, detail))
+                Call::Failed(StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail))
             }
         }
     }
@@ -278,7 +285,7 @@ fn http_status(what: &str, answer: &ApiAnswer, mut detail: Value, secrets: &[Str
     let body = excerpt(&answer.body, secrets);
     detail["failed_call"] = json!({"call": what, "status": answer.status, "body": body});
     let msg = format!("{what} answered {}: {body}", answer.status);
-    StepEnd::failed("smoke_http_status", msg, detail)
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail)
 }
 
 /// A 200 whose body is not what the OpenAI API answers: failed like a bad status, with the
@@ -297,7 +304,7 @@ fn bad_body(
         "{what} answered {} with a body that is not an OpenAI answer ({why}): {body}",
         answer.status
     );
-    StepEnd::failed("smoke_http_status", msg, detail)
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail)
 }
 
 #[cfg(test)]

@@ -17,15 +17,7 @@ pub struct Actor {
 
 impl Actor {
     pub fn require_rollback(&self) -> Result<(), ApiError> {
-        if self.role.can_rollback() {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden(format!(
-                "{} (role {}) may not abort or roll back",
-                self.name,
-                self.role.as_str()
-            )))
-        }
+        self.require(self.role.can_rollback(), "abort or roll back")
     }
 
     /// Approving a waiting step lets a rollout go on: the operator's right, as starting one.
@@ -42,11 +34,15 @@ impl Actor {
     }
 
     pub fn require_operate(&self) -> Result<(), ApiError> {
-        if self.role.can_operate() {
+        self.require(self.role.can_operate(), "start rollouts")
+    }
+
+    fn require(&self, allowed: bool, what: &str) -> Result<(), ApiError> {
+        if allowed {
             Ok(())
         } else {
             Err(ApiError::Forbidden(format!(
-                "{} (role {}) may not start rollouts",
+                "{} (role {}) may not {what}",
                 self.name,
                 self.role.as_str()
             )))

@@ -8,10 +8,10 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::body::Body;
+use super::body::{Body, JsonBody, JsonInput};
 use super::{Actor, ApiError, AppState};
 use crate::domain::plan;
-use crate::domain::state::AttemptOutcome;
+use crate::domain::state::{AttemptOutcome, StepStatus};
 use crate::store::{Rollout, Step};
 
 mod list;
@@ -69,6 +69,10 @@ pub struct StepOut {
     /// When a running wait gives up (kept across restarts).
     pub deadline_at: Option<DateTime<Utc>>,
     pub detail: serde_json::Value,
+    /// One line of a succeeded step's evidence, rendered by its kind
+    /// (`12 stream lines`, `model … ok, 2 identical outputs, …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     /// Every compose-manager call of the step, refused ones (`busy`, retried `error`) too.
     /// Only in a single rollout's answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,9 +123,14 @@ impl RolloutOut {
 
 impl From<Step> for StepOut {
     fn from(s: Step) -> Self {
+        let summary = match s.status {
+            StepStatus::Succeeded => s.kind.summary(&s.detail),
+            _ => None,
+        };
         Self {
+            summary,
             name: s.name,
-            kind: s.kind,
+            kind: s.kind.as_str().to_owned(),
             status: s.status.as_str().to_owned(),
             attempts: s.attempts,
             started_at: s.started_at,
@@ -210,31 +219,24 @@ async fn get_rollout(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AbortIn {
-    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
-    #[serde(default)]
     reason: String,
+}
+
+impl JsonInput for AbortIn {
+    const NAME: &'static str = "abort body";
+    const FIELDS: &'static [&'static str] = &["reason"];
+    /// Absent is refused like blank: `missing_reason`, as for plans and rollbacks.
+    const REQUIRES_REASON: bool = true;
 }
 
 async fn abort_rollout(
     State(state): State<AppState>,
     actor: Actor,
     Path(id): Path<String>,
-    body: Body,
+    body: Result<JsonBody<AbortIn>, ApiError>,
 ) -> Result<Json<RolloutOut>, ApiError> {
     actor.require_rollback()?;
-    body.require_json()?;
-    let input: AbortIn = serde_json::from_slice(&body.bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!("abort body must be {{\"reason\": \"...\"}}: {e}"),
-        )
-    })?;
-    if input.reason.trim().is_empty() {
-        return Err(ApiError::Unprocessable {
-            code: "missing_reason",
-            message: "reason must not be empty".into(),
-        });
-    }
+    let JsonBody(input) = body?;
     let rollout = state.engine.abort(&id, &actor.name, &input.reason).await?;
     Ok(Json(rollout_out(&state, rollout).await?))
 }

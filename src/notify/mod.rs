@@ -107,14 +107,7 @@ impl Worker {
                     .min(poll),
                 _ => poll,
             };
-            tokio::select! {
-                received = events.recv() => {
-                    if let Err(tokio::sync::broadcast::error::RecvError::Closed) = received {
-                        tokio::time::sleep(poll).await;
-                    }
-                }
-                () = tokio::time::sleep(wait) => {}
-            }
+            wait_for_work(&mut events, wait, poll).await;
         }
     }
 
@@ -216,6 +209,24 @@ impl Worker {
     }
 }
 
+/// Waits for the next pass: an audit event (a notification may have been written), or `wait`
+/// (the next due retry, at most the poll interval). Without a publisher any more (the store is
+/// closing) it waits `poll`, so a closed channel is no busy loop.
+async fn wait_for_work<T: Clone>(
+    events: &mut tokio::sync::broadcast::Receiver<T>,
+    wait: Duration,
+    poll: Duration,
+) {
+    tokio::select! {
+        received = events.recv() => {
+            if let Err(tokio::sync::broadcast::error::RecvError::Closed) = received {
+                tokio::time::sleep(poll).await;
+            }
+        }
+        () = tokio::time::sleep(wait) => {}
+    }
+}
+
 /// The delay before retrying after failed attempt number `attempt` (1-based): `initial`,
 /// doubling, capped at `max`.
 pub fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
@@ -236,8 +247,35 @@ fn describe(e: reqwest::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::backoff;
+    use super::{backoff, wait_for_work};
     use std::time::Duration;
+    use tokio::sync::broadcast;
+    use tokio::time::Instant;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn the_notifier_waits_for_the_due_retry_or_wakes_at_an_event() {
+        let (tx, mut rx) = broadcast::channel::<u32>(4);
+        // Nothing happens: it wakes when the retry is due.
+        let start = Instant::now();
+        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND).await;
+        assert_eq!(start.elapsed(), 3 * SECOND);
+        // An event arrives a second in: it wakes then, before the retry is due.
+        let start = Instant::now();
+        let send = tokio::spawn(async move {
+            tokio::time::sleep(SECOND).await;
+            tx.send(7).expect("a receiver");
+            tx
+        });
+        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND).await;
+        assert_eq!(start.elapsed(), SECOND);
+        // The publisher is gone: it waits the poll interval, not at all.
+        drop(send.await.expect("sender task"));
+        let start = Instant::now();
+        wait_for_work(&mut rx, SECOND, 5 * SECOND).await;
+        assert_eq!(start.elapsed(), 5 * SECOND);
+    }
 
     #[test]
     fn the_retry_delay_doubles_from_the_initial_delay_up_to_the_cap() {

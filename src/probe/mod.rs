@@ -1,8 +1,10 @@
 //! Health probes of engines (`GET <health_url>`): one sample at a time; the engine's wait steps
 //! decide what a run of samples means. `engine_api` calls an engine's OpenAI-compatible API
-//! for the `smoke` step.
+//! for the `smoke` step; `prometheus` makes the instant queries of `analyze` steps with
+//! `source: prometheus`.
 
 pub mod engine_api;
+pub mod prometheus;
 
 use std::time::Duration;
 

@@ -1,11 +1,16 @@
 //! Every enum stored in a TEXT column lists exactly the values of the column's CHECK, as the
-//! newest migration that (re)creates the table states it.
+//! newest migration that (re)creates the table states it (or, for `step.kind`, whose table
+//! cannot be rebuilt, the triggers that stand for its CHECK).
 
 use std::collections::BTreeSet;
 
 use super::MIGRATOR;
-use crate::domain::notification::NotifyEvent;
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::audit::AuditKind;
+use crate::domain::notification::{DeliveryStatus, NotifyEvent};
+use crate::domain::runbook::StepKindName;
+use crate::domain::state::{
+    AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
+};
 
 /// The values of `column text ... check (column in (...))` in the newest migration that
 /// creates `table` (or `table_new`, renamed to it).
@@ -22,60 +27,92 @@ fn check_list(table: &str, column: &str) -> BTreeSet<String> {
             };
             let body = &sql[start..];
             let body = &body[..body.find(");").unwrap_or(body.len())];
-            let marker = format!("check ({column} in (");
-            if let Some(at) = body.find(&marker) {
-                let list = &body[at + marker.len()..];
-                let list = &list[..list.find(')').expect("closing parenthesis")];
-                found = Some(
-                    list.split(',')
-                        .map(|v| v.trim().trim_matches('\'').to_owned())
-                        .collect(),
-                );
+            if let Some(list) = quoted_list(body, &format!("check ({column} in (")) {
+                found = Some(list);
             }
         }
     }
     found.unwrap_or_else(|| panic!("no CHECK on {table}.{column}"))
 }
 
-fn names<'a>(values: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
-    values.into_iter().map(str::to_owned).collect()
+/// The values of `when new.<column> not in (...)` in the newest migration that creates
+/// trigger `name`.
+fn trigger_list(name: &str, column: &str) -> BTreeSet<String> {
+    let mut found = None;
+    for migration in MIGRATOR.iter() {
+        let sql = migration.sql.as_ref();
+        let Some(start) = sql.find(&format!("create trigger {name} ")) else {
+            continue;
+        };
+        let body = &sql[start..];
+        let body = &body[..body.find("end;").unwrap_or(body.len())];
+        found = quoted_list(body, &format!("when new.{column} not in ("));
+    }
+    found.unwrap_or_else(|| panic!("no trigger {name} with a list of {column}"))
+}
+
+/// The `'a', 'b'` list that follows `marker` in `body`, up to its closing parenthesis.
+fn quoted_list(body: &str, marker: &str) -> Option<BTreeSet<String>> {
+    let list = &body[body.find(marker)? + marker.len()..];
+    let list = &list[..list.find(')').expect("closing parenthesis")];
+    Some(
+        list.split(',')
+            .map(|v| v.trim().trim_matches('\'').to_owned())
+            .collect(),
+    )
+}
+
+/// The names of every value of a stored enum.
+fn names<T: std::fmt::Display>(all: &[T]) -> BTreeSet<String> {
+    all.iter().map(T::to_string).collect()
 }
 
 #[test]
 fn every_stored_enum_matches_its_column_check() {
     let cases = [
-        (
-            "rollout",
-            "kind",
-            names(RolloutKind::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "status",
-            names(RolloutStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "rollout",
-            "on_failure",
-            names(OnFailure::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step",
-            "status",
-            names(StepStatus::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "step_attempt",
-            "outcome",
-            names(AttemptOutcome::ALL.iter().map(|v| v.as_str())),
-        ),
-        (
-            "outbox",
-            "event",
-            names(NotifyEvent::ALL.iter().map(|v| v.as_str())),
-        ),
+        ("rollout", "kind", names(RolloutKind::ALL)),
+        ("rollout", "status", names(RolloutStatus::ALL)),
+        ("rollout", "on_failure", names(OnFailure::ALL)),
+        ("step", "status", names(StepStatus::ALL)),
+        ("step_attempt", "outcome", names(AttemptOutcome::ALL)),
+        ("outbox", "event", names(&NotifyEvent::ALL)),
+        ("outbox_delivery", "status", names(DeliveryStatus::ALL)),
+        ("audit_event", "kind", names(AuditKind::ALL)),
+        ("deployment", "source", names(DeploymentSource::ALL)),
     ];
     for (table, column, values) in cases {
         assert_eq!(check_list(table, column), values, "{table}.{column}");
     }
+}
+
+#[test]
+fn the_step_kinds_match_the_triggers_that_check_step_kind() {
+    let kinds = names(StepKindName::ALL);
+    for trigger in ["step_kind_check_insert", "step_kind_check_update"] {
+        assert_eq!(trigger_list(trigger, "kind"), kinds, "{trigger}");
+    }
+}
+
+#[tokio::test]
+async fn a_step_of_an_unknown_kind_is_refused_by_the_database() {
+    let (_dir, store) = super::tests::temp_store().await;
+    let new = super::tests::rollout("r1", "gpu02", "svc", 0);
+    store
+        .create_rollout(&new, &super::tests::steps())
+        .await
+        .expect("a rollout of known kinds");
+    let insert = sqlx::query(
+        "insert into step (step_id, rollout_id, position, name, kind, status) \
+         values ('st_x', 'r1', 9, 'x', 'reboot', 'pending')",
+    )
+    .execute(store.pool())
+    .await;
+    let err = insert.expect_err("an unknown kind").to_string();
+    assert!(err.contains("step.kind"), "{err}");
+    let update = sqlx::query("update step set kind = 'reboot' where rollout_id = 'r1'")
+        .execute(store.pool())
+        .await;
+    assert!(update.is_err(), "an update to an unknown kind");
+    let steps = store.steps("r1").await.expect("steps");
+    assert_eq!(steps[1].kind, StepKindName::Down);
 }

@@ -10,6 +10,7 @@ use super::record::{Deployment, Rollout};
 use super::rollout::RolloutChange;
 use super::{fmt_time, new_id, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
+use crate::domain::state::DeploymentSource;
 
 /// A deployment to record.
 #[derive(Debug, Clone)]
@@ -23,8 +24,7 @@ pub struct NewDeployment {
     pub commit: Option<String>,
     pub file_sha256: Option<String>,
     pub image: Option<String>,
-    /// `rollout` or `baseline`.
-    pub source: &'static str,
+    pub source: DeploymentSource,
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
 }
@@ -107,7 +107,10 @@ impl TryFrom<DeploymentRow> for Deployment {
             commit: r.commit_sha,
             file_sha256: r.file_sha256,
             image: r.image,
-            source: r.source,
+            source: r.source.parse().map_err(|message| StoreError::Corrupt {
+                table: "deployment",
+                message,
+            })?,
             rollout_id: r.rollout_id,
         })
     }
@@ -157,14 +160,8 @@ impl Store {
         host: &str,
         service: &str,
     ) -> Result<Vec<Deployment>, StoreError> {
-        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
-            "{SELECT_DEPLOYMENT} where host = ? and service = ? order by deployed_at desc, deployment_id desc"
-        ))
-        .bind(host)
-        .bind(service)
-        .fetch_all(self.pool())
-        .await?;
-        rows.into_iter().map(Deployment::try_from).collect()
+        // A negative limit is no limit to SQLite.
+        self.newest_deployments(host, service, -1).await
     }
 
     /// The replica's newest `limit` deployments, newest first (what a rollback chooses from).
@@ -174,13 +171,23 @@ impl Store {
         service: &str,
         limit: u32,
     ) -> Result<Vec<Deployment>, StoreError> {
+        self.newest_deployments(host, service, i64::from(limit))
+            .await
+    }
+
+    async fn newest_deployments(
+        &self,
+        host: &str,
+        service: &str,
+        limit: i64,
+    ) -> Result<Vec<Deployment>, StoreError> {
         let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
             "{SELECT_DEPLOYMENT} where host = ? and service = ? \
              order by deployed_at desc, deployment_id desc limit ?"
         ))
         .bind(host)
         .bind(service)
-        .bind(i64::from(limit))
+        .bind(limit)
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Deployment::try_from).collect()
@@ -272,7 +279,7 @@ async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(
     .bind(&d.commit)
     .bind(&d.file_sha256)
     .bind(&d.image)
-    .bind(d.source)
+    .bind(d.source.as_str())
     .bind(&d.rollout_id)
     .bind(fmt_time(d.deployed_at))
     .execute(&mut **tx)

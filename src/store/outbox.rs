@@ -8,7 +8,7 @@ use sqlx::{Sqlite, Transaction};
 
 use super::audit::AuditEntry;
 use super::{fmt_time, Store, StoreError};
-use crate::domain::notification::{text, NotifyEvent, Subject};
+use crate::domain::notification::{text, DeliveryStatus, NotifyEvent, Subject};
 use crate::domain::state::RolloutKind;
 
 /// A notification waiting to be routed to webhooks.
@@ -231,15 +231,15 @@ impl Store {
         outcome: Result<(), (String, bool)>,
     ) -> Result<(), StoreError> {
         let (status, delivered_at, error) = match outcome {
-            Ok(()) => ("delivered", Some(fmt_time(now)), None),
-            Err((error, true)) => ("failed", None, Some(error)),
-            Err((error, false)) => ("pending", None, Some(error)),
+            Ok(()) => (DeliveryStatus::Delivered, Some(fmt_time(now)), None),
+            Err((error, true)) => (DeliveryStatus::Failed, None, Some(error)),
+            Err((error, false)) => (DeliveryStatus::Pending, None, Some(error)),
         };
         sqlx::query(
             "update outbox_delivery set status = ?, delivered_at = ?, last_error = ? \
              where outbox_id = ? and webhook = ? and status = 'pending'",
         )
-        .bind(status)
+        .bind(status.as_str())
         .bind(delivered_at)
         .bind(error)
         .bind(outbox_id)

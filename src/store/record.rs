@@ -6,7 +6,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::domain::audit::AuditKind;
-use crate::domain::state::{AttemptOutcome, OnFailure, RolloutKind, RolloutStatus, StepStatus};
+use crate::domain::runbook::StepKindName;
+use crate::domain::state::{
+    AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
+};
 
 /// One rollout as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -45,7 +48,7 @@ pub struct Step {
     pub rollout_id: String,
     pub position: i64,
     pub name: String,
-    pub kind: String,
+    pub kind: StepKindName,
     pub status: StepStatus,
     pub attempts: i64,
     pub started_at: Option<DateTime<Utc>>,
@@ -81,7 +84,7 @@ pub struct Deployment {
     pub commit: Option<String>,
     pub file_sha256: Option<String>,
     pub image: Option<String>,
-    pub source: String,
+    pub source: DeploymentSource,
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
 }

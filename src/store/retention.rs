@@ -90,11 +90,15 @@ impl Store {
     }
 }
 
+/// How often retention runs.
+const PERIOD: Duration = Duration::from_secs(24 * 3600);
+
 /// Runs retention once now and then daily, when `retention_days` is set.
 pub fn spawn_retention(store: Store, days: Option<u32>) -> Option<tokio::task::JoinHandle<()>> {
     let days = days?;
-    Some(tokio::spawn(async move {
-        loop {
+    Some(tokio::spawn(every(PERIOD, move || {
+        let store = store.clone();
+        async move {
             match store.purge_finished(Utc::now(), days).await {
                 Ok(p) if p.rollouts > 0 => tracing::info!(
                     rollouts = p.rollouts,
@@ -106,7 +110,42 @@ pub fn spawn_retention(store: Store, days: Option<u32>) -> Option<tokio::task::J
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "retention run failed; retrying tomorrow"),
             }
-            tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
         }
-    }))
+    })))
+}
+
+/// Runs `job` now, then `period` after each run ends, for ever.
+async fn every<Fut: std::future::Future<Output = ()>>(
+    period: Duration,
+    mut job: impl FnMut() -> Fut,
+) {
+    loop {
+        job().await;
+        tokio::time::sleep(period).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn retention_runs_at_once_and_then_every_24_hours() {
+        let start = Instant::now();
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let seen = runs.clone();
+        let task = tokio::spawn(every(PERIOD, move || {
+            seen.lock()
+                .expect("lock")
+                .push(start.elapsed().as_secs() / 3600);
+            async {}
+        }));
+        tokio::time::sleep(Duration::from_secs(49 * 3600)).await;
+        task.abort();
+        assert_eq!(*runs.lock().expect("lock"), [0, 24, 48]);
+    }
 }

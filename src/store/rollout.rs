@@ -9,6 +9,7 @@ use super::audit::{append, AuditEntry};
 use super::record::Rollout;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
+use crate::domain::runbook::StepKindName;
 use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind, RolloutStatus};
 
 /// A rollout to create, with everything validated already.
@@ -37,7 +38,7 @@ pub struct NewRollout {
 #[derive(Debug, Clone)]
 pub struct NewStep {
     pub name: String,
-    pub kind: String,
+    pub kind: StepKindName,
 }
 
 /// A transition of a rollout's status, with what the audit trail should say about it.
@@ -388,7 +389,7 @@ async fn insert_rollout(
         .bind(&new.id)
         .bind(position as i64)
         .bind(&step.name)
-        .bind(&step.kind)
+        .bind(step.kind.as_str())
         .execute(&mut **tx)
         .await?;
     }

@@ -43,7 +43,7 @@ impl TryFrom<StepRow> for Step {
             rollout_id: r.rollout_id,
             position: r.position,
             name: r.name,
-            kind: r.kind,
+            kind: r.kind.parse().map_err(corrupt)?,
             attempts: r.attempts,
         })
     }

@@ -9,6 +9,7 @@ mod retention;
 
 use std::collections::BTreeMap;
 
+use canaryd::domain::runbook::StepKindName;
 use canaryd::domain::state::{OnFailure, RolloutEvent, RolloutKind};
 use canaryd::store::{new_id, NewRollout, NewStep, RolloutChange, Store};
 use chrono::{DateTime, TimeZone, Utc};
@@ -84,11 +85,11 @@ pub async fn insert(store: &Store, row: &Row) -> String {
     let steps = [
         NewStep {
             name: "snapshot".into(),
-            kind: "snapshot".into(),
+            kind: StepKindName::Snapshot,
         },
         NewStep {
             name: "up".into(),
-            kind: "up".into(),
+            kind: StepKindName::Up,
         },
     ];
     store

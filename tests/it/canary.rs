@@ -47,6 +47,20 @@ async fn a_canary_of_r2_runs_every_step_and_leaves_r1_untouched() {
             "soak"
         ]
     );
+    // Every succeeded step carries its kind's one-line summary (the dashboard shows it as is).
+    let up = step(&r, "up");
+    let lines = up.detail["lines"]
+        .as_u64()
+        .expect("up counts its stream lines");
+    assert_eq!(
+        up.summary.as_deref(),
+        Some(format!("{lines} stream lines").as_str())
+    );
+    assert!(
+        r.steps.iter().all(|s| s.summary.is_some()),
+        "{:#?}",
+        r.steps
+    );
 
     // The compose calls with side effects: dry run, scoped down, dry run, up, in that order.
     let calls = app.compose_calls();

@@ -125,6 +125,8 @@ pub struct TestOptions {
     pub http: Option<canaryd::config::HttpTuning>,
     /// Bearer token of every replica's OpenAI-compatible API (`api_token_env`).
     pub api_token: Option<String>,
+    /// The config's `prometheus:` server (none by default).
+    pub prometheus: Option<canaryd::config::PrometheusConfig>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -137,6 +139,7 @@ impl TestOptions {
             groups: Vec::new(),
             http: None,
             api_token: None,
+            prometheus: None,
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -248,6 +251,7 @@ impl TestApp {
         if let Some(http) = &opts.http {
             config.http = http.clone();
         }
+        config.prometheus = opts.prometheus.clone();
         for host in config.hosts.values_mut() {
             for replica in host.replicas.values_mut() {
                 replica.api_token = opts.api_token.clone().map(Secret::new);

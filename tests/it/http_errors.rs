@@ -162,6 +162,50 @@ async fn rollbacks_and_rollouts_answer_the_same_codes_for_the_same_faults() {
     app.stop().await;
 }
 
+#[tokio::test]
+async fn every_json_body_names_the_field_at_fault_with_the_same_codes() {
+    let app = TestApp::spawn().await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let abort = format!("/v1/rollouts/{id}/abort");
+    let faults = [
+        (
+            "/v1/rollbacks",
+            json!({"host": HOST, "service": R2, "reason": "r", "preempt": "yes"}),
+            "invalid_body",
+            "rollback body: preempt: invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            abort.as_str(),
+            json!({"reason": "r", "force": true}),
+            "unknown_field",
+            "force: unknown field (expected one of: reason)",
+        ),
+        (
+            abort.as_str(),
+            json!({"reason": ["r"]}),
+            "invalid_body",
+            "abort body: reason: invalid type: sequence, expected a string",
+        ),
+        (
+            abort.as_str(),
+            json!("stop"),
+            "invalid_body",
+            "abort body: must be a JSON object",
+        ),
+    ];
+    for (path, body, want_code, want_message) in faults {
+        let (status, answer) = app.post(path, &body).await;
+        assert_eq!(status, 400, "{body} to {path}: {answer}");
+        assert_eq!(code(&answer), want_code, "{body} to {path}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.starts_with(want_message),
+            "{body} to {path}: {answer}"
+        );
+    }
+    app.stop().await;
+}
+
 fn quick_reads() -> TestOptions {
     TestOptions {
         http: Some(HttpTuning {

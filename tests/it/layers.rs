@@ -1,6 +1,7 @@
 //! Imports point one way (ARCHITECTURE.md, "Layers"): a module of `src/` may name `crate::x`
 //! only when `x` is in its own folder or a lower layer, the simulator names only `domain` and
-//! `compose`, and no two folders import each other, directly or around a loop.
+//! `compose`, and no two folders import each other, directly or around a loop. Inside the
+//! folders listed in [`FILES_IN_ONE_DIRECTION`], no two files import each other either.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,11 @@ const LAYERS: &[(&str, u8)] = &[
     ("sim", 4),
     ("testing", 4),
 ];
+
+/// Folders whose files (a file and its own subfolder count as one) import each other one way
+/// only: `engine/`'s step modules import `step_run.rs`, the dispatch (`steps.rs`) imports
+/// them. The folder's `mod.rs` is its root, which every file may name.
+const FILES_IN_ONE_DIRECTION: &[&str] = &["engine"];
 
 /// What the simulator may name: the pure model and compose-manager's wire types.
 const SIM_MAY_USE: &[&str] = &["domain", "compose"];
@@ -237,4 +243,135 @@ fn the_import_reader_sees_plain_and_grouped_paths_and_skips_comments() {
     );
     assert!(named_modules("//! the notifier (`crate::notify`)").is_empty());
     assert!(named_modules("use mycrate::notify;").is_empty());
+}
+
+/// The sibling modules of `folder` that each of its files names (`super::x`,
+/// `super::super::x` from a subfolder, `crate::<folder>::x`, grouped paths too, comments
+/// skipped), as imports from the file's module to the sibling.
+fn file_imports(root: &Path, folder: &str) -> Vec<Import> {
+    let dir = root.join("src").join(folder);
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files.sort();
+    let module = |path: &Path| -> String {
+        let rel = path.strip_prefix(&dir).expect("under the folder");
+        let first = rel.components().next().expect("a file");
+        first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned()
+    };
+    let siblings: BTreeSet<String> = files
+        .iter()
+        .map(|f| module(f))
+        .filter(|m| m != "mod")
+        .collect();
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for path in &files {
+        let from = module(path);
+        if from == "mod" {
+            continue;
+        }
+        let depth = path.strip_prefix(&dir).expect("under").components().count();
+        let prefixes = ["super::".repeat(depth), format!("crate::{folder}::")];
+        let text = std::fs::read_to_string(path).expect("readable source");
+        let code: Vec<&str> = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect();
+        let code = code.join("\n");
+        for prefix in &prefixes {
+            for (at, _) in code.match_indices(prefix.as_str()) {
+                let before = code[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue; // `mycrate::`, or the tail of a longer `super::super::`
+                }
+                let rest = &code[at + prefix.len()..];
+                let named: Vec<String> = match rest.strip_prefix('{') {
+                    Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                        .split(',')
+                        .map(ident)
+                        .collect(),
+                    None => vec![ident(rest)],
+                };
+                for to in named {
+                    if to != from && siblings.contains(&to) {
+                        let line = code[..at].matches('\n').count() + 1;
+                        out.push(Import {
+                            file: path
+                                .strip_prefix(root)
+                                .expect("under")
+                                .display()
+                                .to_string(),
+                            line,
+                            from: from.clone(),
+                            to,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_two_files_of_a_one_direction_folder_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for folder in FILES_IN_ONE_DIRECTION {
+        let all = file_imports(root, folder);
+        assert!(!all.is_empty(), "{folder}: the reader found no import");
+        let mut edges = BTreeMap::new();
+        for i in &all {
+            edges.entry((i.from.as_str(), i.to.as_str())).or_insert(i);
+        }
+        if let Some(cycle) = find_cycle(&edges) {
+            let lines: Vec<String> = cycle.iter().map(|i| i.to_string()).collect();
+            panic!(
+                "files of {folder}/ import each other:\n{}",
+                lines.join("\n")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_file_import_reader_sees_super_and_crate_paths_and_finds_a_loop() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = dir.path().join("src/f");
+    std::fs::create_dir_all(src.join("a")).expect("mkdir");
+    let write = |rel: &str, text: &str| std::fs::write(src.join(rel), text).expect("write");
+    write("mod.rs", "mod a;\nmod b;\nmod c;\n");
+    write(
+        "a.rs",
+        "use super::{\n    b::X,\n    Engine,\n};\n// super::c::Y\n",
+    );
+    write("a/tests.rs", "use super::super::c::Y;\n");
+    write("b.rs", "use crate::f::c::Z;\n");
+    write("c.rs", "fn f() { super::a::g() }\n");
+    let all = file_imports(dir.path(), "f");
+    let mut edges: Vec<(&str, &str)> = all
+        .iter()
+        .map(|i| (i.from.as_str(), i.to.as_str()))
+        .collect();
+    edges.sort_unstable();
+    assert_eq!(edges, [("a", "b"), ("a", "c"), ("b", "c"), ("c", "a")]);
+    let mut map = BTreeMap::new();
+    for i in &all {
+        map.entry((i.from.as_str(), i.to.as_str())).or_insert(i);
+    }
+    assert!(find_cycle(&map).is_some(), "a -> c -> a");
 }

@@ -316,3 +316,17 @@ async fn every_error_code_the_api_answers_is_documented_with_its_status_and_no_o
         );
     }
 }
+
+/// A step kind added to the registration list is documented in the API's `Step.kind` enum.
+#[tokio::test]
+async fn the_documented_step_kinds_are_the_registered_ones() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    let documented: Vec<&str> = doc["components"]["schemas"]["Step"]["properties"]["kind"]["enum"]
+        .as_array()
+        .expect("Step.kind has an enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(documented, canaryd::domain::runbook::StepKind::NAMES);
+}

@@ -24,8 +24,8 @@ fn plan_gates(dir: &str) -> Vec<(String, String, Vec<String>)> {
     let mut gates = Vec::new();
     for (name, book) in books {
         for step in book.steps {
-            if let StepKind::Plan { allow } = step.kind {
-                gates.push((name.clone(), step.name, allow));
+            if let StepKind::Plan(plan) = step.kind {
+                gates.push((name.clone(), step.name, plan.allow));
             }
         }
     }

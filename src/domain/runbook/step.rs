@@ -1,60 +1,245 @@
-//! Turns one YAML step mapping into a [`Step`], checking its fields against its kind.
+//! Step kinds, each described once in its own module (`step/<kind>.rs`: a struct implementing
+//! [`StepDef`]), and the one list that registers them ([`for_each_step_kind!`]). The list
+//! generates [`StepKind`] (a runbook step's settings), [`StepKindName`] (the stored kind) and
+//! every dispatch on the kind; the engine generates its executor dispatch from the same list.
 //!
-//! Done by hand rather than with serde so that every message names the step (`step 3
-//! "down": unknown field `interval` (a `down` step takes: timeout)`) and the field, which the
-//! caller turns into a line number.
+//! A step mapping is turned into a [`Step`] by hand rather than with serde so that every
+//! message names the step (`step 3 "down": unknown field `interval` (a `down` step takes:
+//! timeout)`) and the field, which the caller turns into a line number.
 
 use std::time::Duration;
 
 use serde_yaml::{Mapping, Value};
 
-use super::{defaults, Step, StepKind};
+use super::{defaults, Step};
 use crate::domain::duration::{format_duration, parse_duration};
 use crate::domain::pattern::LogPattern;
 
-mod analyze;
+/// The one registration list of step kinds, in the order of docs/reference.md#step-kinds:
+/// `Variant => module::Type`, where `step/<module>.rs` holds `Type: StepDef`. Calls
+/// `$callback!` with the list; [`step_kinds!`] (here) and the engine's executor dispatch are
+/// its callbacks. Adding a kind is one line here (see ARCHITECTURE.md, "How to add a step
+/// kind").
+macro_rules! for_each_step_kind {
+    ($callback:ident) => {
+        $callback! {
+            Snapshot => snapshot::Snapshot,
+            PeersHealthy => peers_healthy::PeersHealthy,
+            Plan => plan::Plan,
+            Down => down::Down,
+            Up => up::Up,
+            VerifyNeighbours => verify_neighbours::VerifyNeighbours,
+            WaitHealth => wait_health::WaitHealth,
+            WaitLogs => wait_logs::WaitLogs,
+            Soak => soak::Soak,
+            Smoke => smoke::Smoke,
+            Analyze => analyze::Analyze,
+            Approve => approve::Approve,
+        }
+    };
+}
+pub(crate) use for_each_step_kind;
+
+/// What a step kind is, said once: its name, settings, defaults and checks, its budget, and
+/// how its evidence reads.
+pub(crate) trait StepDef: Sized {
+    /// The kind's name as written in runbooks and stored in `step.kind` (`wait_health`).
+    const NAME: &'static str;
+    /// One line: what the step does.
+    const DOC: &'static str;
+    /// The fields the kind takes besides `name` and `kind`.
+    const FIELDS: &'static [&'static str];
+    /// Whether the step changes the replica: once one has started, a failed canary with
+    /// `on_failure: rollback` rolls back.
+    const TOUCHES_REPLICA: bool = false;
+
+    /// Reads the kind's fields (already checked against [`StepDef::FIELDS`]), with defaults.
+    fn parse(fields: &Fields<'_>) -> Result<Self, StepError>;
+
+    /// The step's budget, fixed when it starts and persisted as its deadline.
+    fn budget(&self) -> Duration;
+
+    /// A one-line rendering of the step's evidence (`detail`); `None` when it has none.
+    fn summary(detail: &serde_json::Value) -> Option<String>;
+}
+
+/// The budget of a step that should take seconds (a dry run, a snapshot): it bounds 409
+/// retries.
+pub(crate) const QUICK_STEP_BUDGET: Duration = Duration::from_secs(300);
+
+/// Generates, from [`for_each_step_kind!`]: the kinds' modules, [`StepKind`], [`StepKindName`]
+/// and their dispatch.
+macro_rules! step_kinds {
+    ($($variant:ident => $module:ident :: $ty:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+        $(pub use $module::$ty;)+
+
+        /// The closed set of step kinds (docs/reference.md#step-kinds) and their settings.
+        /// Serialises in the runbook file's shape (`{kind: down, timeout: 10m}`), so a rollout
+        /// can store the runbook it ran.
+        #[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        pub enum StepKind {
+            $(
+                #[doc = concat!("See [`", stringify!($ty), "`].")]
+                $variant($ty),
+            )+
+        }
+
+        impl StepKind {
+            /// Every kind's name, in the order of docs/reference.md#step-kinds.
+            pub const NAMES: &'static [&'static str] = &[$(<$ty as StepDef>::NAME),+];
+
+            /// The kind without its settings.
+            pub fn kind_name(&self) -> StepKindName {
+                match self {
+                    $(Self::$variant(_) => StepKindName::$variant),+
+                }
+            }
+
+            /// The kind's name as written in runbooks (`wait_health`).
+            pub fn name(&self) -> &'static str {
+                self.kind_name().as_str()
+            }
+
+            /// Whether the step changes the replica (`down`, `up`): once one has started, a
+            /// failed canary with `on_failure: rollback` rolls back.
+            pub fn touches_replica(&self) -> bool {
+                self.kind_name().touches_replica()
+            }
+
+            /// The step's budget, fixed when it starts and persisted as its deadline.
+            pub fn budget(&self) -> Duration {
+                match self {
+                    $(Self::$variant(k) => k.budget()),+
+                }
+            }
+        }
+
+        /// A step kind without its settings: what `step.kind` stores (its CHECK lists `ALL`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum StepKindName {
+            $(
+                #[doc = concat!("See [`", stringify!($ty), "`].")]
+                $variant,
+            )+
+        }
+
+        impl StepKindName {
+            /// Every kind, in the order of docs/reference.md#step-kinds.
+            pub const ALL: &'static [StepKindName] = &[$(StepKindName::$variant),+];
+
+            /// The stable name (runbooks, database, API).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::NAME),+
+                }
+            }
+
+            /// One line: what the step does.
+            pub fn doc(self) -> &'static str {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::DOC),+
+                }
+            }
+
+            /// Whether the step changes the replica.
+            pub fn touches_replica(self) -> bool {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::TOUCHES_REPLICA),+
+                }
+            }
+
+            /// A one-line rendering of a step's evidence; `None` when it has none.
+            pub fn summary(self, detail: &serde_json::Value) -> Option<String> {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::summary(detail)),+
+                }
+            }
+
+            fn fields(self) -> &'static [&'static str] {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::FIELDS),+
+                }
+            }
+
+            fn parse(self, fields: &Fields<'_>) -> Result<StepKind, StepError> {
+                Ok(match self {
+                    $(Self::$variant => StepKind::$variant(<$ty as StepDef>::parse(fields)?)),+
+                })
+            }
+        }
+    };
+}
+
+for_each_step_kind!(step_kinds);
+
+impl std::fmt::Display for StepKindName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for StepKindName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown step kind `{s}` (expected one of: {})",
+                    StepKind::NAMES.join(", ")
+                )
+            })
+    }
+}
+
+impl serde::Serialize for StepKindName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StepKindName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `12 stream lines`: the evidence of a compose call (`down`, `up`).
+pub(crate) fn compose_summary(detail: &serde_json::Value) -> Option<String> {
+    shown(&detail["lines"]).map(|n| format!("{n} stream lines"))
+}
+
+/// A JSON value as shown to a person: strings without quotes, lists as `a, b`; `None` for a
+/// missing value, so a summary is left out rather than showing `null`.
+pub(crate) fn shown(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(items) => Some(
+            items
+                .iter()
+                .map(|i| shown(i).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        other => Some(other.to_string()),
+    }
+}
 
 /// A step refusal: the message (already naming the step) and the field it is about.
-pub(super) struct StepError {
+pub(crate) struct StepError {
     pub field: Option<String>,
     pub message: String,
 }
 
-/// The fields each kind takes besides `name` and `kind`.
-fn allowed_fields(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "peers_healthy" | "down" | "up" | "approve" => &["timeout"],
-        "plan" => &["allow"],
-        "wait_health" => &["timeout", "interval", "consecutive"],
-        "wait_logs" => &[
-            "timeout",
-            "interval",
-            "require",
-            "forbid",
-            "max_log_failures",
-        ],
-        "soak" => &[
-            "duration",
-            "interval",
-            "max_misses",
-            "forbid",
-            "max_log_failures",
-        ],
-        "smoke" => &[
-            "model",
-            "prompt",
-            "max_tokens",
-            "expect",
-            "repeat",
-            "timeout",
-        ],
-        "analyze" => &["source", "warmup", "duration", "interval", "checks"],
-        _ => &[],
-    }
-}
-
 /// Reads the fields of one step mapping, with the step's label for messages.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     map: &'a Mapping,
     label: String,
 }
@@ -250,16 +435,19 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
         map,
         label: format!("step {number} \"{name}\""),
     };
-    if !StepKind::NAMES.contains(&kind) {
-        return fields.fail(
-            "kind",
-            format!(
-                "unknown kind `{kind}` (expected one of: {})",
-                StepKind::NAMES.join(", ")
-            ),
-        );
-    }
-    let allowed = allowed_fields(kind);
+    let kind_name = match kind.parse::<StepKindName>() {
+        Ok(kind_name) => kind_name,
+        Err(_) => {
+            return fields.fail(
+                "kind",
+                format!(
+                    "unknown kind `{kind}` (expected one of: {})",
+                    StepKind::NAMES.join(", ")
+                ),
+            )
+        }
+    };
+    let allowed = kind_name.fields();
     for key in map.keys() {
         let Some(key) = key.as_str() else {
             return Err(plain(
@@ -283,77 +471,6 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
             );
         }
     }
-    let kind = match kind {
-        "snapshot" => StepKind::Snapshot,
-        "peers_healthy" => StepKind::PeersHealthy {
-            timeout: fields.duration("timeout", defaults::PEERS_HEALTHY_TIMEOUT)?,
-        },
-        "plan" => {
-            let allow = fields.strings("allow")?;
-            if allow.iter().any(|a| a.trim().is_empty()) {
-                return fields.fail("allow", "`allow` entries must be service names, not empty");
-            }
-            StepKind::Plan { allow }
-        }
-        "down" => StepKind::Down {
-            timeout: fields.duration("timeout", defaults::DOWN_TIMEOUT)?,
-        },
-        "up" => StepKind::Up {
-            timeout: fields.duration("timeout", defaults::UP_TIMEOUT)?,
-        },
-        "verify_neighbours" => StepKind::VerifyNeighbours,
-        "wait_health" => {
-            let timeout = fields.duration("timeout", defaults::WAIT_HEALTH_TIMEOUT)?;
-            let interval = fields.duration("interval", defaults::WAIT_HEALTH_INTERVAL)?;
-            fields.interval_within(interval, timeout, "timeout")?;
-            StepKind::WaitHealth {
-                timeout,
-                interval,
-                consecutive: fields.positive("consecutive", defaults::WAIT_HEALTH_CONSECUTIVE)?,
-            }
-        }
-        "wait_logs" => {
-            let timeout = fields.duration("timeout", defaults::WAIT_LOGS_TIMEOUT)?;
-            let interval = fields.duration("interval", defaults::WAIT_LOGS_INTERVAL)?;
-            fields.interval_within(interval, timeout, "timeout")?;
-            StepKind::WaitLogs {
-                timeout,
-                interval,
-                require: fields.patterns("require")?,
-                forbid: fields.patterns("forbid")?,
-                max_log_failures: fields
-                    .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
-            }
-        }
-        "soak" => {
-            let duration = fields.duration("duration", defaults::SOAK_DURATION)?;
-            let interval = fields.duration("interval", defaults::SOAK_INTERVAL)?;
-            fields.interval_within(interval, duration, "duration")?;
-            StepKind::Soak {
-                duration,
-                interval,
-                max_misses: fields.positive("max_misses", defaults::SOAK_MAX_MISSES)?,
-                forbid: fields.patterns("forbid")?,
-                max_log_failures: fields
-                    .positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
-            }
-        }
-        "smoke" => StepKind::Smoke {
-            model: fields.required_text(
-                "model",
-                "the model id the engine serves, e.g. `z-ai/glm-5.3-flash`",
-            )?,
-            prompt: fields.required_text("prompt", "the message sent to the engine")?,
-            max_tokens: fields.positive("max_tokens", defaults::SMOKE_MAX_TOKENS)?,
-            expect: fields.patterns("expect")?,
-            repeat: fields.positive("repeat", defaults::SMOKE_REPEAT)?,
-            timeout: fields.duration("timeout", defaults::SMOKE_TIMEOUT)?,
-        },
-        "analyze" => StepKind::Analyze(analyze::parse(&fields)?),
-        "approve" => StepKind::Approve {
-            timeout: fields.duration("timeout", defaults::APPROVE_TIMEOUT)?,
-        },
-        other => return fields.fail("kind", format!("unknown kind `{other}`")),
-    };
+    let kind = kind_name.parse(&fields)?;
     Ok(Step { name, kind })
 }

@@ -1,6 +1,8 @@
 use std::time::Duration;
 
+use super::step::{Down, PeersHealthy, Plan, Smoke, Snapshot, Soak, Up, WaitHealth, WaitLogs};
 use super::*;
+use crate::domain::pattern::LogPattern;
 
 const SHIPPED: &[(&str, &str, &str)] = &[
     (
@@ -88,12 +90,14 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
         let mut smoked = false;
         for step in &runbook.steps {
             match &step.kind {
-                StepKind::WaitHealth { timeout, .. } if file.starts_with("runbooks/") => {
+                StepKind::WaitHealth(WaitHealth { timeout, .. })
+                    if file.starts_with("runbooks/") =>
+                {
                     assert_eq!(*timeout, Duration::from_secs(3600), "{file}");
                 }
-                StepKind::WaitLogs {
+                StepKind::WaitLogs(WaitLogs {
                     forbid, require, ..
-                } => {
+                }) => {
                     let forbid: Vec<&str> = forbid.iter().map(LogPattern::as_str).collect();
                     for line in [
                         "CUDA error 801",
@@ -107,14 +111,14 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
                         .any(|p| p.as_str() == "event-loop stall dump armed");
                     assert_eq!(requires_stall_dump, *name != ROLLBACK, "{file}");
                 }
-                StepKind::Soak { duration, .. } => total += *duration,
-                StepKind::Smoke {
+                StepKind::Soak(Soak { duration, .. }) => total += *duration,
+                StepKind::Smoke(Smoke {
                     model,
                     expect,
                     repeat,
                     timeout,
                     ..
-                } => {
+                }) => {
                     smoked = true;
                     assert_eq!(model, "z-ai/glm-5.3-flash", "{file}: the served model id");
                     let expect: Vec<&str> = expect.iter().map(LogPattern::as_str).collect();
@@ -143,38 +147,38 @@ fn omitted_fields_take_the_documented_defaults() {
     let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     let m = |n: u64| Duration::from_secs(n * 60);
     let expected = vec![
-        StepKind::Snapshot,
-        StepKind::PeersHealthy { timeout: m(2) },
-        StepKind::Plan { allow: vec![] },
-        StepKind::Down { timeout: m(10) },
-        StepKind::Up { timeout: m(30) },
-        StepKind::WaitHealth {
+        StepKind::Snapshot(Snapshot),
+        StepKind::PeersHealthy(PeersHealthy { timeout: m(2) }),
+        StepKind::Plan(Plan { allow: vec![] }),
+        StepKind::Down(Down { timeout: m(10) }),
+        StepKind::Up(Up { timeout: m(30) }),
+        StepKind::WaitHealth(WaitHealth {
             timeout: m(60),
             interval: Duration::from_secs(5),
             consecutive: 3,
-        },
-        StepKind::WaitLogs {
+        }),
+        StepKind::WaitLogs(WaitLogs {
             timeout: m(30),
             interval: Duration::from_secs(5),
             require: vec![],
             forbid: vec![],
             max_log_failures: 3,
-        },
-        StepKind::Soak {
+        }),
+        StepKind::Soak(Soak {
             duration: m(10),
             interval: Duration::from_secs(5),
             max_misses: 3,
             forbid: vec![],
             max_log_failures: 3,
-        },
-        StepKind::Smoke {
+        }),
+        StepKind::Smoke(Smoke {
             model: "m".into(),
             prompt: "p".into(),
             max_tokens: 16,
             expect: vec![],
             repeat: 1,
             timeout: m(2),
-        },
+        }),
     ];
     let got: Vec<StepKind> = runbook.steps.iter().map(|s| s.kind.clone()).collect();
     assert_eq!(got, expected);
@@ -238,14 +242,14 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
 fn a_smoke_step_reads_every_field() {
     let yaml = "steps:\n  - name: smoke\n    kind: smoke\n    model: z-ai/glm-5.3-flash\n    prompt: Reply with the word ready.\n    max_tokens: 8\n    expect: [\"re:(?i)ready\", \"Ready\"]\n    repeat: 3\n    timeout: 90s\n";
     let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
-    let StepKind::Smoke {
+    let StepKind::Smoke(Smoke {
         model,
         prompt,
         max_tokens,
         expect,
         repeat,
         timeout,
-    } = &runbook.steps[0].kind
+    }) = &runbook.steps[0].kind
     else {
         panic!("{:?}", runbook.steps[0].kind);
     };
@@ -288,9 +292,9 @@ fn unsafe_orders_are_refused_naming_the_step() {
         description: String::new(),
         steps: vec![Step {
             name: "up".into(),
-            kind: StepKind::Up {
+            kind: StepKind::Up(Up {
                 timeout: Duration::from_secs(1),
-            },
+            }),
         }],
     };
     let err = unsafe_runbook.ensure_safe().expect_err("no peers check");
@@ -373,4 +377,88 @@ fn the_shipped_directories_load_whole() {
             "{dir}"
         );
     }
+}
+
+#[test]
+fn a_runbook_stored_as_json_before_the_kinds_had_their_own_modules_still_loads() {
+    // The shape rollouts and tools stored before issue 13 (`StepKind` with inline fields).
+    let stored = serde_json::json!({
+        "name": "r", "description": "d",
+        "steps": [
+            {"name": "snapshot", "kind": "snapshot"},
+            {"name": "peers", "kind": "peers_healthy", "timeout": "2m"},
+            {"name": "plan", "kind": "plan", "allow": ["model-downloader"]},
+            {"name": "down", "kind": "down", "timeout": "10m"},
+            {"name": "up", "kind": "up", "timeout": "30m"},
+            {"name": "neighbours", "kind": "verify_neighbours"},
+            {"name": "health", "kind": "wait_health", "timeout": "1h", "interval": "5s", "consecutive": 3},
+            {"name": "logs", "kind": "wait_logs", "timeout": "30m", "interval": "5s",
+             "require": ["ready"], "forbid": ["re:CUDA error \\d+"], "max_log_failures": 3},
+            {"name": "soak", "kind": "soak", "duration": "10m", "interval": "5s", "max_misses": 3,
+             "forbid": [], "max_log_failures": 3},
+            {"name": "smoke", "kind": "smoke", "model": "m", "prompt": "p", "max_tokens": 16,
+             "expect": ["re:(?i)ready"], "repeat": 2, "timeout": "2m"}
+        ]
+    });
+    let loaded: Runbook = serde_json::from_value(stored.clone()).expect("an old row loads");
+    let yaml = "description: d\nsteps:\n  - {name: snapshot, kind: snapshot}\n  - {name: peers, kind: peers_healthy, timeout: 2m}\n  - {name: plan, kind: plan, allow: [model-downloader]}\n  - {name: down, kind: down}\n  - {name: up, kind: up}\n  - {name: neighbours, kind: verify_neighbours}\n  - {name: health, kind: wait_health, timeout: 60m}\n  - {name: logs, kind: wait_logs, require: [ready], forbid: ['re:CUDA error \\d+']}\n  - {name: soak, kind: soak}\n  - {name: smoke, kind: smoke, model: m, prompt: p, expect: ['re:(?i)ready'], repeat: 2}\n";
+    let parsed = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded, parsed);
+    assert_eq!(serde_json::to_value(&loaded).expect("serialises"), stored);
+}
+
+#[test]
+fn every_kind_is_registered_once_under_the_name_it_serialises_with() {
+    let names: Vec<&str> = StepKindName::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(names, StepKind::NAMES);
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "a name is used twice");
+    for kind in StepKindName::ALL {
+        assert_eq!(kind.as_str().parse::<StepKindName>(), Ok(*kind));
+        assert!(!kind.doc().is_empty(), "{kind}");
+        let json = serde_json::to_value(kind).expect("serialises");
+        assert_eq!(json, kind.as_str());
+    }
+    assert!("reboot".parse::<StepKindName>().is_err());
+    let yaml = include_str!("../../../runbooks/single-replica-canary.yaml");
+    let runbook = parse("c", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    for step in &runbook.steps {
+        let json = serde_json::to_value(&step.kind).expect("serialises");
+        assert_eq!(
+            json["kind"],
+            step.kind.name(),
+            "serde's name is the registered one"
+        );
+        assert!(step.kind.budget() > Duration::ZERO, "{}", step.name);
+    }
+}
+
+#[test]
+fn budgets_are_the_step_timeouts_and_quick_steps_get_five_minutes() {
+    let yaml = include_str!("../../../runbooks/single-replica-canary.yaml");
+    let runbook = parse("c", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let (s, m) = (Duration::from_secs, |n: u64| Duration::from_secs(n * 60));
+    let expected = [
+        ("snapshot", m(5)),
+        ("peers", m(2)),
+        ("preflight", m(5)),
+        ("down", m(10)),
+        ("plan", m(5)),
+        ("up", m(30)),
+        ("neighbours", m(5)),
+        ("health", m(60)),
+        ("smoke", m(2)),
+        ("startup-logs", m(60)),
+        ("soak", m(10)),
+        // warmup + duration + interval + a minute for a last slow scrape.
+        ("analysis", m(10) + m(30) + s(30) + s(60)),
+    ];
+    let got: Vec<(&str, Duration)> = runbook
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.kind.budget()))
+        .collect();
+    assert_eq!(got, expected);
 }

@@ -18,7 +18,7 @@ use crate::config::{
     ComposeTuning, EnvMap, HostConfig, HttpTuning, NotificationsConfig, ResolvedConfig, Secret,
 };
 use crate::domain::state::AttemptOutcome;
-use crate::engine::steps::{pause, poll_interval, StepRun};
+use crate::engine::step_run::{pause, poll_interval, StepRun};
 use crate::engine::Engine;
 use crate::store::{NewStep, Store};
 
@@ -45,6 +45,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         http: HttpTuning::default(),
         retention_days: None,
         notifications: NotificationsConfig::default(),
+        prometheus: None,
     }
 }
 
@@ -61,7 +62,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
     let rollout = crate::store::tests::rollout("ro_1", "h1", "r2", 0);
     let step = NewStep {
         name: "down".into(),
-        kind: "down".into(),
+        kind: crate::domain::runbook::StepKindName::Down,
     };
     store
         .create_rollout(&rollout, &[step])

@@ -2,6 +2,7 @@
 //! engine or the HTTP layer above it.
 
 mod approval;
+mod migrate;
 mod records;
 
 use std::collections::BTreeMap;
@@ -57,13 +58,18 @@ pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewR
 }
 
 pub(super) fn steps() -> Vec<NewStep> {
-    [("snapshot", "snapshot"), ("down", "down"), ("up", "up")]
-        .into_iter()
-        .map(|(name, kind)| NewStep {
-            name: name.into(),
-            kind: kind.into(),
-        })
-        .collect()
+    use crate::domain::runbook::StepKindName;
+    [
+        ("snapshot", StepKindName::Snapshot),
+        ("down", StepKindName::Down),
+        ("up", StepKindName::Up),
+    ]
+    .into_iter()
+    .map(|(name, kind)| NewStep {
+        name: name.into(),
+        kind,
+    })
+    .collect()
 }
 
 pub(crate) fn change(event: RolloutEvent, s: i64) -> RolloutChange {

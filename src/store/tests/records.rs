@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use chrono::Duration;
 
 use super::{apply, at, change, create, rollout, temp_store};
-use crate::domain::state::{RolloutEvent, RolloutStatus};
+use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus};
 use crate::store::{fmt_time, NewDeployment, RolloutFilter, RunningState, Store};
 
 fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
@@ -20,9 +20,9 @@ fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
         file_sha256: None,
         image: None,
         source: if rollout_id.is_some() {
-            "rollout"
+            DeploymentSource::Rollout
         } else {
-            "baseline"
+            DeploymentSource::Baseline
         },
         rollout_id: rollout_id.map(str::to_owned),
         deployed_at: at(s),

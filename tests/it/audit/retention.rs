@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use canaryd::domain::audit::AuditKind;
-use canaryd::domain::state::RolloutEvent;
+use canaryd::domain::state::{DeploymentSource, RolloutEvent};
 use canaryd::store::{NewDeployment, RolloutChange, Store};
 use serde_json::json;
 
@@ -41,7 +41,7 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
         commit: None,
         file_sha256: None,
         image: None,
-        source: "rollout",
+        source: DeploymentSource::Rollout,
         rollout_id: Some(old_ok.clone()),
         deployed_at: day(0),
     };

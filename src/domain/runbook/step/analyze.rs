@@ -3,7 +3,9 @@
 use serde_yaml::Value;
 
 use super::{defaults, show, valid_name, Fields, StepError};
-use crate::domain::analysis::{AnalysisSource, AnalyzeSpec, Check, OnInconclusive};
+use crate::domain::analysis::{
+    unknown_placeholder, AnalysisSource, AnalyzeSpec, Check, OnInconclusive, PLACEHOLDERS,
+};
 use crate::domain::duration::parse_duration;
 
 /// The keys a check takes.
@@ -12,6 +14,7 @@ const CHECK_FIELDS: &[&str] = &[
     "histogram",
     "quantile",
     "counter",
+    "query",
     "max_ratio_to_peers",
     "max",
     "min",
@@ -22,15 +25,13 @@ const CHECK_FIELDS: &[&str] = &[
 pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
     let source = match fields.get("source").map(|v| v.as_str()) {
         None | Some(Some("engine")) => AnalysisSource::Engine,
-        Some(Some("prometheus")) => {
-            return fields.fail(
-                "source",
-                "`source: prometheus` is not supported yet: use `source: engine` (each replica's own metrics_url)",
-            )
-        }
+        Some(Some("prometheus")) => AnalysisSource::Prometheus,
         Some(_) => {
             let got = fields.get("source").map(show).unwrap_or_default();
-            return fields.fail("source", format!("`source` must be `engine`, got {got}"));
+            return fields.fail(
+                "source",
+                format!("`source` must be `engine` or `prometheus`, got {got}"),
+            );
         }
     };
     let warmup = match fields.get("warmup") {
@@ -66,7 +67,7 @@ pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
     }
     let mut checks: Vec<Check> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let check = check(fields, i, item)?;
+        let check = check(fields, source, i, item)?;
         if checks.iter().any(|c| c.name == check.name) {
             return fields.fail(
                 "checks",
@@ -84,7 +85,12 @@ pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
     })
 }
 
-fn check(fields: &Fields<'_>, i: usize, item: &Value) -> Result<Check, StepError> {
+fn check(
+    fields: &Fields<'_>,
+    source: AnalysisSource,
+    i: usize,
+    item: &Value,
+) -> Result<Check, StepError> {
     let at = format!("`checks[{i}]`");
     let Some(map) = item.as_mapping() else {
         return fields.fail(
@@ -146,7 +152,44 @@ fn check(fields: &Fields<'_>, i: usize, item: &Value) -> Result<Check, StepError
     let histogram = text("histogram")?;
     let counter = text("counter")?;
     let quantile = number("quantile")?;
+    let query = text("query")?;
+    let prometheus = source == AnalysisSource::Prometheus;
+    if prometheus {
+        for key in ["histogram", "quantile", "counter", "min_requests"] {
+            if get(key).is_some() {
+                return fields.fail(
+                    "checks",
+                    format!("{at}: `{key}` is for `source: engine`; with `source: prometheus` a check is a PromQL `query` (put any traffic condition in it)"),
+                );
+            }
+        }
+        let Some(q) = &query else {
+            return fields.fail(
+                "checks",
+                format!("{at}: `source: prometheus` needs a PromQL `query`, e.g. 'histogram_quantile(0.95, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{{host=\"{{{{host}}}}\",container_name=\"{{{{service}}}}\"}}[{{{{window}}}}])))'"),
+            );
+        };
+        if let Some(bad) = unknown_placeholder(q) {
+            let known: Vec<String> = PLACEHOLDERS
+                .iter()
+                .map(|p| format!("{{{{{p}}}}}"))
+                .collect();
+            return fields.fail(
+                "checks",
+                format!(
+                    "{at}: `query` has an unknown placeholder `{bad}` (known: {})",
+                    known.join(", ")
+                ),
+            );
+        }
+    } else if query.is_some() {
+        return fields.fail(
+            "checks",
+            format!("{at}: `query` is for `source: prometheus`; with `source: engine` name a `histogram` (with `quantile`) or a `counter`"),
+        );
+    }
     match (&histogram, &counter, quantile) {
+        _ if prometheus => {}
         (Some(_), Some(_), _) | (None, None, _) => {
             return fields.fail(
                 "checks",
@@ -192,7 +235,7 @@ fn check(fields: &Fields<'_>, i: usize, item: &Value) -> Result<Check, StepError
             );
         }
     }
-    let default_requests = if histogram.is_some() {
+    let default_requests = if histogram.is_some() && !prometheus {
         defaults::ANALYZE_MIN_REQUESTS
     } else {
         0
@@ -227,12 +270,62 @@ fn check(fields: &Fields<'_>, i: usize, item: &Value) -> Result<Check, StepError
         histogram,
         quantile,
         counter,
+        query,
         max_ratio_to_peers,
         max,
         min,
         min_requests,
         on_inconclusive,
     })
+}
+
+/// The `analyze` step's settings are the analysis spec of `domain::analysis`.
+pub type Analyze = AnalyzeSpec;
+
+impl super::StepDef for AnalyzeSpec {
+    const NAME: &'static str = "analyze";
+    const DOC: &'static str =
+        "scrapes the target and its peers; after `warmup`, judges each check over `duration`";
+    const FIELDS: &'static [&'static str] = &["source", "warmup", "duration", "interval", "checks"];
+
+    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
+        parse(fields)
+    }
+
+    /// Scrapes run until warmup + duration; a last slow scrape may end past it.
+    fn budget(&self) -> std::time::Duration {
+        self.warmup + self.duration + self.interval + std::time::Duration::from_secs(60)
+    }
+
+    /// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
+    fn summary(d: &serde_json::Value) -> Option<String> {
+        let number =
+            |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
+        let summary = d["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let mut line = format!(
+                    "{} {} {}",
+                    c["name"].as_str().unwrap_or("?"),
+                    c["verdict"].as_str().unwrap_or("?"),
+                    number(&c["target"]["value"])
+                );
+                if !c["max_ratio_to_peers"].is_null() {
+                    line.push_str(&format!(
+                        " vs peers {} ({}×, limit {}×)",
+                        number(&c["peer_median"]),
+                        number(&c["ratio"]),
+                        number(&c["max_ratio_to_peers"])
+                    ));
+                }
+                line
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Some(summary).filter(|s| !s.is_empty())
+    }
 }
 
 #[cfg(test)]
@@ -279,10 +372,41 @@ mod tests {
     }
 
     #[test]
+    fn a_prometheus_analysis_reads_its_queries() {
+        let rb = one(r#"{name: analysis, kind: analyze, source: prometheus, warmup: 1m, duration: 30m, checks: [{name: ttft_p95, query: 'histogram_quantile(0.95, sum by (le) (rate(sglang_time_to_first_token_seconds_bucket{host="{{host}}",container_name="{{service}}"}[{{window}}])))', max_ratio_to_peers: 1.2}, {name: took_traffic, query: 'sum(increase(sglang:num_requests_total{container_name="{{service}}"}[{{window}}]))', min: 1, on_inconclusive: pass}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let StepKind::Analyze(spec) = &rb.steps[0].kind else {
+            panic!("{:?}", rb.steps[0].kind)
+        };
+        assert_eq!(spec.source, AnalysisSource::Prometheus);
+        let c = &spec.checks[0];
+        assert!(
+            c.query
+                .as_deref()
+                .is_some_and(|q| q.contains("[{{window}}]")),
+            "{c:?}"
+        );
+        assert_eq!((c.histogram.as_deref(), c.counter.as_deref()), (None, None));
+        assert_eq!(c.min_requests, 0, "no request count with a query");
+        assert_eq!(spec.checks[1].on_inconclusive, OnInconclusive::Pass);
+        let json = serde_json::to_value(&rb).expect("serialises");
+        assert_eq!(json["steps"][0]["source"], "prometheus");
+        let back: crate::domain::runbook::Runbook =
+            serde_json::from_value(json).expect("deserialises");
+        assert_eq!(back, rb);
+    }
+
+    #[test]
     fn bad_analyze_steps_are_refused_naming_the_step_and_check() {
         let h = "histogram: h, quantile: 0.95";
         let cases = [
-            ("prometheus", format!("{{name: a, kind: analyze, source: prometheus, checks: [{{name: t, {h}, max: 1}}]}}"), "r.yaml:2: step 1 \"a\": `source: prometheus` is not supported yet"),
+            ("histogram with prometheus", format!("{{name: a, kind: analyze, source: prometheus, checks: [{{name: t, {h}, max: 1}}]}}"), "r.yaml:2: step 1 \"a\": check \"t\": `histogram` is for `source: engine`"),
+            ("min_requests with prometheus", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, query: up, max: 1, min_requests: 5}]}".to_owned(), "check \"t\": `min_requests` is for `source: engine`"),
+            ("no query with prometheus", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, max: 1}]}".to_owned(), "check \"t\": `source: prometheus` needs a PromQL `query`"),
+            ("unknown placeholder", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, query: 'up{instance=\"{{instance}}\"}', max: 1}]}".to_owned(), "check \"t\": `query` has an unknown placeholder `{{instance}}` (known: {{host}}, {{service}}, {{window}})"),
+            ("query with engine", "{name: a, kind: analyze, checks: [{name: t, query: up, max: 1}]}".to_owned(), "check \"t\": `query` is for `source: prometheus`"),
+            ("no limit with prometheus", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, query: up}]}".to_owned(), "give at least one limit"),
+            ("unknown source", "{name: a, kind: analyze, source: graphite, checks: [{name: t, query: up, max: 1}]}".to_owned(), "`source` must be `engine` or `prometheus`, got \"graphite\""),
             ("no checks", "{name: a, kind: analyze}".to_owned(), "step 1 \"a\": `checks` must be a non-empty list"),
             ("empty checks", "{name: a, kind: analyze, checks: []}".to_owned(), "`checks` is empty"),
             ("unknown check field", format!("{{name: a, kind: analyze, checks: [{{name: t, {h}, max: 1, limit: 2}}]}}"), "`checks[0]`: unknown field `limit`"),

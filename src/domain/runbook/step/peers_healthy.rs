@@ -1,0 +1,36 @@
+//! `peers_healthy`: someone carries the traffic while the target is out (safety rule 7).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{defaults, shown, Fields, StepDef, StepError};
+use crate::domain::duration::serde_duration;
+
+/// Every peer's `/health` answers 200.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeersHealthy {
+    /// How long to wait for all peers.
+    #[serde(with = "serde_duration")]
+    pub timeout: Duration,
+}
+
+impl StepDef for PeersHealthy {
+    const NAME: &'static str = "peers_healthy";
+    const DOC: &'static str = "every peer answers `/health` with 200";
+    const FIELDS: &'static [&'static str] = &["timeout"];
+
+    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
+        Ok(PeersHealthy {
+            timeout: fields.duration("timeout", defaults::PEERS_HEALTHY_TIMEOUT)?,
+        })
+    }
+
+    fn budget(&self) -> Duration {
+        self.timeout
+    }
+
+    fn summary(detail: &serde_json::Value) -> Option<String> {
+        shown(&detail["peers"]).map(|p| format!("peers healthy: {p}"))
+    }
+}

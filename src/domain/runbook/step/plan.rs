@@ -1,0 +1,42 @@
+//! `plan`: the dry-run gate before any real `up` (safety rule 4).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{shown, Fields, StepDef, StepError, QUICK_STEP_BUDGET};
+
+/// `compose/up` dry run, then the plan gate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Services tolerated besides the target (e.g. `model-downloader`).
+    pub allow: Vec<String>,
+}
+
+impl StepDef for Plan {
+    const NAME: &'static str = "plan";
+    const DOC: &'static str = "the capability probe, then a `compose/up` dry run and the plan gate";
+    const FIELDS: &'static [&'static str] = &["allow"];
+
+    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
+        let allow = fields.strings("allow")?;
+        if allow.iter().any(|a| a.trim().is_empty()) {
+            return fields.fail("allow", "`allow` entries must be service names, not empty");
+        }
+        Ok(Plan { allow })
+    }
+
+    fn budget(&self) -> Duration {
+        QUICK_STEP_BUDGET
+    }
+
+    fn summary(detail: &serde_json::Value) -> Option<String> {
+        let p = &detail["plan"];
+        Some(format!(
+            "plan create=[{}] recreate=[{}] remove=[{}]",
+            shown(&p["create"])?,
+            shown(&p["recreate"])?,
+            shown(&p["remove"])?
+        ))
+    }
+}

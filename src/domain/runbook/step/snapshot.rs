@@ -1,0 +1,31 @@
+//! `snapshot`: the host as it was before the rollout touched it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Fields, StepDef, StepError, QUICK_STEP_BUDGET};
+
+/// Record `GET /docker/ps` and `GET /version` of the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot;
+
+impl StepDef for Snapshot {
+    const NAME: &'static str = "snapshot";
+    const DOC: &'static str = "records the host's `GET /docker/ps` and `GET /version`";
+    const FIELDS: &'static [&'static str] = &[];
+
+    fn parse(_: &Fields<'_>) -> Result<Self, StepError> {
+        Ok(Snapshot)
+    }
+
+    fn budget(&self) -> Duration {
+        QUICK_STEP_BUDGET
+    }
+
+    fn summary(detail: &serde_json::Value) -> Option<String> {
+        detail["ps"]
+            .as_array()
+            .map(|ps| format!("{} containers recorded", ps.len()))
+    }
+}

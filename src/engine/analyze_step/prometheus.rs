@@ -1,0 +1,234 @@
+//! The `analyze` step with `source: prometheus`: wait out `warmup` + `duration` (watching the
+//! target for restarts every `interval`, as the engine source does), then evaluate every
+//! check's PromQL query at the window's end, once per replica it needs (the target; each peer
+//! too for `max_ratio_to_peers`), with `{{host}}`, `{{service}}` and `{{window}}` filled per
+//! replica, and judge the values as the engine source does.
+//!
+//! A query's value is its one sample; no sample (or NaN, as `histogram_quantile` gives
+//! without observations) is no data, hence `inconclusive`. A query Prometheus cannot answer
+//! fails the step with the error's own code (`prometheus_query_error`,
+//! `prometheus_http_status`, `prometheus_timeout`, `prometheus_unreachable`,
+//! `prometheus_bad_answer`, `prometheus_many_series`) and Prometheus's message, masked like
+//! every text from a host. Every query as sent and its answer are the step's evidence.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{failures, next_wait};
+use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
+use crate::domain::error_code::ErrorCode;
+use crate::engine::doctor::mask;
+use crate::engine::restart::RestartWatch;
+use crate::engine::step_run::{pause, Progress, StepEnd, StepRun};
+use crate::probe::prometheus::{QueryError, Sample};
+use crate::store::Step;
+
+/// The longest one query may take (the step's deadline leaves a minute after the window for
+/// the queries, which run at the same time).
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One query to evaluate: check `check`'s query for `replica`.
+struct Query {
+    check: usize,
+    replica: String,
+    target: bool,
+    query: String,
+}
+
+impl Query {
+    fn role(&self) -> &'static str {
+        if self.target {
+            "target"
+        } else {
+            "peer"
+        }
+    }
+}
+
+/// What a query answered, as evidence.
+fn evidence(
+    q: &Query,
+    name: &str,
+    answer: Option<&Result<Option<Sample>, String>>,
+) -> serde_json::Value {
+    let mut e = json!({
+        "check": name,
+        "replica": q.replica,
+        "role": q.role(),
+        "query": q.query,
+    });
+    match answer {
+        None => {}
+        Some(Ok(sample)) => {
+            e["samples"] = json!(u8::from(sample.is_some()));
+            e["value"] = json!(sample.as_ref().map(|s| s.raw.clone()));
+        }
+        Some(Err(error)) => e["error"] = json!(error),
+    }
+    e
+}
+
+/// A sample's value when it is a number a check can use.
+fn usable(sample: &Option<Sample>) -> Option<f64> {
+    sample.as_ref().map(|s| s.value).filter(|v| v.is_finite())
+}
+
+impl StepRun<'_> {
+    pub(super) async fn analyze_prometheus(
+        &self,
+        step: &Step,
+        spec: &AnalyzeSpec,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
+            let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
+            return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
+        };
+        let config = &self.host.config;
+        let target = self.rollout.service.as_str();
+        let peers = config.peers(target);
+        let mut queries = Vec::new();
+        for (i, check) in spec.checks.iter().enumerate() {
+            let text = check.query.as_deref().unwrap_or_default();
+            let mut replicas = vec![(target, true)];
+            if check.max_ratio_to_peers.is_some() {
+                replicas.extend(peers.iter().map(|p| (*p, false)));
+            }
+            for (replica, is_target) in replicas {
+                queries.push(Query {
+                    check: i,
+                    replica: replica.to_owned(),
+                    target: is_target,
+                    query: fill_query(text, &config.name, replica, spec.duration),
+                });
+            }
+        }
+        let started = step.started_at.unwrap_or_else(Utc::now);
+        let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
+        let end = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
+        let detail = |restarts: &RestartWatch, evidence: Vec<serde_json::Value>| {
+            let mut d = json!({
+                "source": spec.source,
+                "prometheus_url": prom.url(),
+                "warmup_ends_at": warm_end,
+                "ends_at": end,
+                "window": promql_duration(spec.duration),
+                "replicas": std::iter::once((target, "target"))
+                    .chain(peers.iter().map(|p| (*p, "peer")))
+                    .map(|(name, role)| (name.to_owned(), json!({"role": role})))
+                    .collect::<serde_json::Map<_, _>>(),
+                "queries": evidence,
+            });
+            if let (Some(d), serde_json::Value::Object(r)) = (d.as_object_mut(), restarts.detail())
+            {
+                d.extend(r);
+            }
+            d
+        };
+        let pending = || -> Vec<serde_json::Value> {
+            queries
+                .iter()
+                .map(|q| evidence(q, &spec.checks[q.check].name, None))
+                .collect()
+        };
+        let mut restarts = RestartWatch::default();
+        let mut progress = Progress::default();
+        loop {
+            if let Some(StepEnd::Failed {
+                code,
+                message,
+                detail: seen,
+            }) = restarts.check(self).await
+            {
+                let mut d = detail(&restarts, pending());
+                d["restart"] = seen["restart"].clone();
+                return StepEnd::Failed {
+                    code,
+                    message,
+                    detail: d,
+                };
+            }
+            let now = Utc::now();
+            if now >= end {
+                break;
+            }
+            progress
+                .save(
+                    &self.engine.inner.store,
+                    &step.id,
+                    &detail(&restarts, pending()),
+                )
+                .await;
+            if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
+                return StepEnd::Aborted(detail(&restarts, pending()));
+            }
+        }
+        let mut secrets: Vec<String> = self.env.values().cloned().collect();
+        secrets.extend(prom.token().map(|t| t.expose().to_owned()));
+        let answers: Vec<Result<Option<Sample>, QueryError>> =
+            futures_util::future::join_all(queries.iter().map(|q| prom.instant(&q.query, end)))
+                .await;
+        let shown: Vec<Result<Option<Sample>, String>> = answers
+            .iter()
+            .map(|a| a.clone().map_err(|e| mask(&e.to_string(), &secrets)))
+            .collect();
+        let evidence: Vec<serde_json::Value> = queries
+            .iter()
+            .zip(&shown)
+            .map(|(q, a)| evidence(q, &spec.checks[q.check].name, Some(a)))
+            .collect();
+        if let Some((q, e)) = queries
+            .iter()
+            .zip(&answers)
+            .find_map(|(q, a)| a.as_ref().err().map(|e| (q, e)))
+        {
+            let msg = format!(
+                "check \"{}\": the query for {} ({}) failed: {}",
+                spec.checks[q.check].name,
+                q.replica,
+                q.role(),
+                mask(&e.to_string(), &secrets)
+            );
+            return StepEnd::failed(e.code(), msg, detail(&restarts, evidence));
+        }
+        let mut checks = Vec::with_capacity(spec.checks.len());
+        for (i, check) in spec.checks.iter().enumerate() {
+            let mut target_seen = Observed {
+                value: None,
+                requests: None,
+            };
+            let mut peer_seen = BTreeMap::new();
+            let mut sent = serde_json::Map::new();
+            for (q, a) in queries.iter().zip(&answers).filter(|(q, _)| q.check == i) {
+                let value = a.as_ref().ok().and_then(usable);
+                let seen = Observed {
+                    value,
+                    requests: None,
+                };
+                if q.target {
+                    target_seen = seen;
+                } else {
+                    peer_seen.insert(q.replica.clone(), seen);
+                }
+                sent.insert(q.replica.clone(), json!(q.query));
+            }
+            let verdict = judge(check, target_seen, peer_seen);
+            let mut c = serde_json::to_value(&verdict).unwrap_or_default();
+            c["queries"] = serde_json::Value::Object(sent);
+            checks.push((verdict, c));
+        }
+        let mut d = detail(&restarts, evidence);
+        d["evaluated_at"] = json!(end);
+        d["checks"] = checks.iter().map(|(_, c)| c.clone()).collect();
+        let verdicts: Vec<_> = checks.into_iter().map(|(v, _)| v).collect();
+        if verdicts.iter().any(|v| v.fails_step) {
+            let msg = format!("analysis failed: {}", failures(&verdicts));
+            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
+        }
+        StepEnd::Succeeded(d)
+    }
+}

@@ -1,0 +1,236 @@
+//! The steps that observe rather than act: `snapshot`, `peers_healthy`, `verify_neighbours`
+//! and `wait_health`. The compose steps (plan, down, up) live in `compose_step.rs`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::step_run::{
+    is_service, pause, poll_interval, Execute, Progress, Running, StepEnd, StepRun,
+};
+use crate::compose::PsEntry;
+use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
+use crate::probe::HealthSample;
+use crate::store::{NewDeployment, Step};
+
+impl Execute for Snapshot {
+    async fn execute(&self, run: &mut StepRun<'_>, _: &mut Running<'_>) -> StepEnd {
+        run.snapshot_host().await
+    }
+
+    /// `docker ps` as the snapshot saw it, for `verify_neighbours` and the evidence of an
+    /// unknown compose outcome.
+    fn carry(run: &mut StepRun<'_>, _step: &Step, detail: &serde_json::Value) {
+        run.snapshot = detail
+            .get("ps")
+            .and_then(|ps| serde_json::from_value(ps.clone()).ok());
+    }
+}
+
+impl Execute for PeersHealthy {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        run.peers_healthy(at.deadline, at.abort).await
+    }
+}
+
+impl Execute for VerifyNeighbours {
+    async fn execute(&self, run: &mut StepRun<'_>, _: &mut Running<'_>) -> StepEnd {
+        run.verify_neighbours().await
+    }
+}
+
+impl Execute for WaitHealth {
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let (interval, consecutive) = (self.interval, self.consecutive);
+        run.wait_health(at.step, at.deadline, interval, consecutive, at.abort)
+            .await
+    }
+}
+
+impl StepRun<'_> {
+    async fn snapshot_host(&mut self) -> StepEnd {
+        let client = &self.host.client;
+        let ps = match client.ps().await {
+            Ok(ps) => ps,
+            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
+        };
+        let version = match client.version().await {
+            Ok(v) => v,
+            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({"ps": ps})),
+        };
+        self.record_baseline(&ps, &version).await;
+        self.snapshot = Some(ps.clone());
+        StepEnd::Succeeded(json!({"ps": ps, "version": version}))
+    }
+
+    /// The first rollout of a replica canaryd never deployed records what the host runs now.
+    async fn record_baseline(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
+        let store = &self.engine.inner.store;
+        let current = version
+            .projects
+            .get(&self.host.config.project)
+            .and_then(|p| p.current.clone());
+        let Some(current) = current else { return };
+        let Some(tag) = current.tag.clone() else {
+            return;
+        };
+        let baseline = NewDeployment {
+            host: self.rollout.host.clone(),
+            service: self.rollout.service.clone(),
+            file: current
+                .file
+                .clone()
+                .unwrap_or_else(|| self.rollout.file.clone()),
+            tag,
+            env_overrides: BTreeMap::new(),
+            env_sha256: None,
+            commit: current.commit.clone(),
+            file_sha256: current.file_sha256.clone(),
+            image: ps
+                .iter()
+                .find(|c| is_service(c, &self.rollout.service))
+                .map(|c| c.image.clone()),
+            source: crate::domain::state::DeploymentSource::Baseline,
+            rollout_id: None,
+            deployed_at: Utc::now(),
+        };
+        if let Err(e) = store.record_baseline(&baseline).await {
+            tracing::warn!(rollout.id = %self.rollout.id, error = %e, "could not record the baseline deployment");
+        }
+    }
+
+    async fn peers_healthy(
+        &self,
+        deadline: DateTime<Utc>,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let peers: Vec<String> = self
+            .host
+            .config
+            .peers(&self.rollout.service)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if peers.is_empty() {
+            // Safety rule 7 (docs/safety.md): someone must carry the traffic while the target is down.
+            let msg = format!(
+                "{} has no other replica in its group on {}: taking it down would leave nothing serving",
+                self.rollout.service, self.rollout.host
+            );
+            return StepEnd::failed(ErrorCode::NoPeers, msg, json!({"peers": []}));
+        }
+        let interval = poll_interval(deadline);
+        loop {
+            let mut unhealthy = BTreeMap::new();
+            for peer in &peers {
+                let sample = match self.health_url(peer) {
+                    Some(url) => self.engine.inner.prober.sample(url).await,
+                    None => HealthSample {
+                        status: None,
+                        error: Some("no health_url configured".into()),
+                    },
+                };
+                if !sample.is_healthy() {
+                    unhealthy.insert(peer.clone(), sample);
+                }
+            }
+            if unhealthy.is_empty() {
+                return StepEnd::Succeeded(json!({"peers": peers}));
+            }
+            if Utc::now() >= deadline {
+                let names: Vec<&String> = unhealthy.keys().collect();
+                let msg = format!("peers not healthy before the deadline: {names:?}");
+                return StepEnd::failed(
+                    ErrorCode::PeersUnhealthy,
+                    msg,
+                    json!({"peers": peers, "unhealthy": unhealthy}),
+                );
+            }
+            if pause(interval, abort).await {
+                return StepEnd::Aborted(json!({"unhealthy": unhealthy}));
+            }
+        }
+    }
+
+    async fn verify_neighbours(&self) -> StepEnd {
+        let Some(before) = &self.snapshot else {
+            return StepEnd::failed(
+                ErrorCode::NoSnapshot,
+                "verify_neighbours needs a snapshot step before it",
+                json!({}),
+            );
+        };
+        let now = match self.host.client.ps().await {
+            Ok(ps) => ps,
+            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
+        };
+        let mut changed = Vec::new();
+        for old in before
+            .iter()
+            .filter(|c| !is_service(c, &self.rollout.service))
+        {
+            match now.iter().find(|c| c.names == old.names) {
+                Some(new) if new.id == old.id && new.image == old.image => {}
+                Some(new) => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": {"id": new.id, "image": new.image}})),
+                None => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": null})),
+            }
+        }
+        let checked = before.len().saturating_sub(1);
+        if changed.is_empty() {
+            StepEnd::Succeeded(json!({"checked": checked}))
+        } else {
+            let msg = format!("{} neighbouring container(s) changed", changed.len());
+            StepEnd::failed(
+                ErrorCode::NeighbourChanged,
+                msg,
+                json!({"checked": checked, "changed": changed}),
+            )
+        }
+    }
+
+    async fn wait_health(
+        &self,
+        step: &Step,
+        deadline: DateTime<Utc>,
+        interval: Duration,
+        consecutive: u32,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let url = match self.target_health_url() {
+            Ok(url) => url,
+            Err(end) => return end,
+        };
+        let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
+        let mut progress = Progress::default();
+        loop {
+            let sample = self.engine.inner.prober.sample(&url).await;
+            if sample.is_healthy() {
+                ok += 1;
+                streak += 1;
+            } else {
+                bad += 1;
+                streak = 0;
+            }
+            let detail = json!({"healthy_samples": ok, "unhealthy_samples": bad, "streak": streak, "last": sample});
+            if streak >= consecutive {
+                return StepEnd::Succeeded(detail);
+            }
+            if Utc::now() >= deadline {
+                let msg = format!(
+                    "{url} did not answer 200 {consecutive} times in a row before the deadline"
+                );
+                return StepEnd::failed(ErrorCode::HealthTimeout, msg, detail);
+            }
+            progress
+                .save(&self.engine.inner.store, &step.id, &detail)
+                .await;
+            if pause(interval, abort).await {
+                return StepEnd::Aborted(detail);
+            }
+        }
+    }
+}

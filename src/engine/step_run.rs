@@ -1,0 +1,190 @@
+//! What every step executor shares: how a step ends ([`StepEnd`]), the state a rollout carries
+//! from step to step ([`StepRun`]), the [`Execute`] trait each kind implements, and the waits'
+//! helpers. Step modules import from here; the dispatch (`steps.rs`) imports them, so imports
+//! inside `engine/` point one way.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{merged_env, Engine, HostRuntime};
+use crate::compose::{LogsRequest, PsEntry};
+use crate::domain::error_code::ErrorCode;
+use crate::store::{Rollout, Step};
+
+/// How a step ended.
+#[derive(Debug)]
+pub(crate) enum StepEnd {
+    Succeeded(serde_json::Value),
+    Failed {
+        code: ErrorCode,
+        message: String,
+        detail: serde_json::Value,
+    },
+    Aborted(serde_json::Value),
+}
+
+impl StepEnd {
+    pub(crate) fn failed(
+        code: ErrorCode,
+        message: impl Into<String>,
+        detail: serde_json::Value,
+    ) -> Self {
+        StepEnd::Failed {
+            code,
+            message: message.into(),
+            detail,
+        }
+    }
+}
+
+/// The step being run: its row, its persisted deadline and the rollout's abort signal.
+pub(crate) struct Running<'s> {
+    pub step: &'s Step,
+    pub deadline: DateTime<Utc>,
+    pub abort: &'s mut watch::Receiver<bool>,
+}
+
+/// How the engine runs one step kind (`crate::domain::runbook::step`): implemented next to
+/// the executor, dispatched by `steps.rs` from the kinds' registration list.
+pub(crate) trait Execute {
+    /// Runs the step until it ends.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd;
+
+    /// What a succeeded step leaves for the next ones (also rebuilt from its stored detail on
+    /// resume). Nothing by default.
+    fn carry(_run: &mut StepRun<'_>, _step: &Step, _detail: &serde_json::Value) {}
+}
+
+/// State carried from step to step within one rollout (rebuilt from SQLite on resume).
+pub(crate) struct StepRun<'a> {
+    pub engine: &'a Engine,
+    pub rollout: Rollout,
+    pub host: &'a HostRuntime,
+    pub env: BTreeMap<String, String>,
+    /// `docker ps` as the snapshot step saw it.
+    pub snapshot: Option<Vec<PsEntry>>,
+    /// Whether the first compose call already checked that an unknown outcome before this
+    /// rollout has settled (safety rule 13).
+    pub settle_checked: std::sync::atomic::AtomicBool,
+    /// When the target's `up` ended: its engine has run since (restart detection).
+    pub up_done_at: Option<DateTime<Utc>>,
+}
+
+impl<'a> StepRun<'a> {
+    pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Self {
+        let host = engine.inner.hosts.get(&rollout.host);
+        let host = host.unwrap_or_else(|| {
+            // The plan was validated against the config; a host removed from the config since
+            // is a configuration error the operator must fix. Fall back to any host so the
+            // executors fail cleanly on the first call instead of panicking.
+            engine
+                .inner
+                .hosts
+                .values()
+                .next()
+                .expect("canaryd runs with at least one host")
+        });
+        let env = merged_env(&host.config, &rollout.env_overrides);
+        Self {
+            engine,
+            rollout: rollout.clone(),
+            host,
+            env,
+            snapshot: None,
+            settle_checked: std::sync::atomic::AtomicBool::new(false),
+            up_done_at: None,
+        }
+    }
+}
+
+impl StepRun<'_> {
+    /// A replica's health URL, when configured.
+    pub(super) fn health_url(&self, service: &str) -> Option<&str> {
+        self.host
+            .config
+            .replicas
+            .get(service)
+            .map(|r| r.health_url.as_str())
+    }
+
+    /// The target's health URL, or the step's failure when it has none.
+    pub(super) fn target_health_url(&self) -> Result<String, StepEnd> {
+        self.health_url(&self.rollout.service)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                StepEnd::failed(
+                    ErrorCode::NoHealthUrl,
+                    "the replica has no health_url configured",
+                    json!({}),
+                )
+            })
+    }
+
+    pub(super) async fn fetch_logs(&self) -> Result<String, crate::compose::ComposeError> {
+        let req = LogsRequest {
+            file: self.rollout.file.clone(),
+            service: self.rollout.service.clone(),
+            tail: 500,
+        };
+        self.host.client.logs(&req).await
+    }
+}
+
+/// Whether a `docker ps` entry is the given compose service's container.
+pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
+    c.names == service
+        || c.labels
+            .split(',')
+            .any(|l| l == format!("com.docker.compose.service={service}"))
+}
+
+/// Poll interval for waits without one of their own: a tenth of the time left, 50 ms to 1 s.
+pub(crate) fn poll_interval(deadline: DateTime<Utc>) -> Duration {
+    let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+    (left / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// Sleeps for `d`, or less if an abort arrives; true when aborted.
+pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
+    if *abort.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *abort.borrow(),
+        changed = abort.changed() => match changed {
+            Ok(()) => *abort.borrow(),
+            Err(_) => { tokio::time::sleep(d).await; false }
+        },
+    }
+}
+
+/// How often a running wait saves its evidence (the final evidence is written when the step
+/// ends). Bounded so that many concurrent waits do not queue on SQLite's single writer.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Saves a wait's evidence at its first probe, then at most every `PROGRESS_EVERY`.
+#[derive(Default)]
+pub(super) struct Progress {
+    last: Option<std::time::Instant>,
+}
+
+impl Progress {
+    pub(super) async fn save(
+        &mut self,
+        store: &crate::store::Store,
+        step_id: &str,
+        detail: &serde_json::Value,
+    ) {
+        if self.last.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        if let Err(e) = store.update_step_detail(step_id, detail).await {
+            tracing::warn!(error = %e, "could not save the progress of step {step_id}");
+        }
+    }
+}
