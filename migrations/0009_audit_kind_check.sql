@@ -9,7 +9,7 @@ create table audit_event_new (
     rollout_id   text references rollout (rollout_id),
     step_name    text,
     actor        text not null,
-    kind         text not null check (kind in ('rollout_created', 'rollout_pending', 'rollout_running', 'rollout_succeeded', 'rollout_failed', 'rollout_aborted', 'rollout_resumed', 'step_pending', 'step_running', 'step_succeeded', 'step_failed', 'step_skipped', 'step_aborted', 'abort_requested', 'rollback_linked', 'replica_left_down', 'deployment_recorded', 'retention_purged')),
+    kind         text not null check (kind in ('rollout_created', 'rollout_pending', 'rollout_running', 'rollout_succeeded', 'rollout_failed', 'rollout_aborted', 'rollout_resumed', 'step_pending', 'step_running', 'step_succeeded', 'step_failed', 'step_skipped', 'step_aborted', 'abort_requested', 'approval_requested', 'approved', 'rollback_linked', 'replica_left_down', 'deployment_recorded', 'retention_purged')),
     from_state   text,
     to_state     text,
     detail       text not null default '{}'

@@ -68,7 +68,7 @@ pub enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
-    /// Submit, watch or abort rollouts.
+    /// Submit, watch, abort or approve rollouts.
     #[command(after_help = CLIENT_ENV_HELP)]
     Rollout {
         #[command(subcommand)]

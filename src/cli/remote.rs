@@ -1,4 +1,4 @@
-//! Client commands: rollout start/watch/abort, rollback, history, show, doctor.
+//! Client commands: rollout start/watch/abort/approve, rollback, history, show, doctor.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,6 +38,18 @@ pub enum RolloutCommand {
         /// The rollout's id (`ro_...`).
         id: String,
         /// Why (kept in the audit trail).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Approve the step a rollout waits on (an `approve` step, or an analysis check that
+    /// asks): the rollout goes on.
+    #[command(after_help = super::CLIENT_ENV_HELP)]
+    Approve {
+        /// The rollout's id (`ro_...`).
+        id: String,
+        /// Why (kept in the audit trail with your name).
         #[arg(long)]
         reason: String,
         #[command(flatten)]
@@ -157,6 +169,20 @@ pub async fn rollout(cmd: RolloutCommand) -> anyhow::Result<ExitCode> {
                 .await?;
             outln!(
                 "abort of {id} requested (status {})",
+                out["status"].as_str().unwrap_or("?")
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RolloutCommand::Approve { id, reason, server } => {
+            let client = ApiClient::from_env(&server.server)?;
+            let out = client
+                .post(
+                    &format!("/v1/rollouts/{id}/approve"),
+                    &json!({"reason": reason}),
+                )
+                .await?;
+            outln!(
+                "{id} approved (status {})",
                 out["status"].as_str().unwrap_or("?")
             )?;
             Ok(ExitCode::SUCCESS)

@@ -35,6 +35,11 @@ string_enum!(
         StepAborted => "step_aborted",
         /// Someone asked for a rollout to be aborted.
         AbortRequested => "abort_requested",
+        /// A step began waiting for an operator's approval (`approve`, or an `analyze` check
+        /// with `on_inconclusive: ask`).
+        ApprovalRequested => "approval_requested",
+        /// An operator approved the step a rollout was waiting on.
+        Approved => "approved",
         /// A rollback was linked to the canary it undoes.
         RollbackLinked => "rollback_linked",
         /// A rollout ended with its target taken down and not brought back (safety rule 14).

@@ -113,6 +113,9 @@ string_enum!(
         PrometheusBadAnswer => "prometheus_bad_answer",
         /// A query gave more than one series.
         PrometheusManySeries => "prometheus_many_series",
+        // `approve`.
+        /// Nobody approved before the step's timeout.
+        NotApproved => "not_approved",
         // The rollout's own (the runner's).
         /// A failed step whose stored detail lost its code.
         StepFailed => "step_failed",

@@ -36,11 +36,14 @@ pub enum NotifyEvent {
     RolledBack,
     /// A rollout ended with its replica taken down and not brought back (safety rule 14).
     ReplicaLeftDown,
+    /// A rollout waits for an operator's approval (an `approve` step, or an inconclusive
+    /// analysis check that asks).
+    ApprovalRequested,
 }
 
 impl NotifyEvent {
     /// Every event, in the order of a rollout's life.
-    pub const ALL: [NotifyEvent; 7] = [
+    pub const ALL: [NotifyEvent; 8] = [
         Self::Started,
         Self::StepFailed,
         Self::Succeeded,
@@ -48,6 +51,7 @@ impl NotifyEvent {
         Self::Aborted,
         Self::RolledBack,
         Self::ReplicaLeftDown,
+        Self::ApprovalRequested,
     ];
 
     /// The name in the config file, the outbox and the payload.
@@ -60,6 +64,7 @@ impl NotifyEvent {
             Self::Aborted => "aborted",
             Self::RolledBack => "rolled_back",
             Self::ReplicaLeftDown => "replica_left_down",
+            Self::ApprovalRequested => "approval_requested",
         }
     }
 
@@ -76,6 +81,7 @@ impl NotifyEvent {
             AuditKind::RolloutFailed => Some(Self::Failed),
             AuditKind::RolloutAborted => Some(Self::Aborted),
             AuditKind::ReplicaLeftDown => Some(Self::ReplicaLeftDown),
+            AuditKind::ApprovalRequested => Some(Self::ApprovalRequested),
             AuditKind::RolloutCreated
             | AuditKind::RolloutPending
             | AuditKind::RolloutResumed
@@ -86,6 +92,7 @@ impl NotifyEvent {
             | AuditKind::StepAborted
             | AuditKind::AbortRequested
             | AuditKind::RollbackLinked
+            | AuditKind::Approved
             | AuditKind::DeploymentRecorded
             | AuditKind::RetentionPurged => None,
         }
@@ -148,6 +155,10 @@ pub fn text(event: NotifyEvent, s: &Subject<'_>) -> String {
             "canaryd: REPLICA LEFT DOWN: {} on {} has no running container after {what}{error}",
             s.service, s.host
         ),
+        NotifyEvent::ApprovalRequested => format!(
+            "canaryd: {what} waits for an approval at step {step} (canaryd rollout approve {} --reason ...)",
+            s.rollout_id
+        ),
     }
 }
 
@@ -176,6 +187,12 @@ mod tests {
                 Some(NotifyEvent::ReplicaLeftDown),
             ),
             (A::AbortRequested, Canary, None),
+            (
+                A::ApprovalRequested,
+                Canary,
+                Some(NotifyEvent::ApprovalRequested),
+            ),
+            (A::Approved, Canary, None),
         ];
         for (audit, kind, expected) in cases {
             assert_eq!(

@@ -65,6 +65,8 @@ pub mod defaults {
     pub const ANALYZE_INTERVAL: Duration = Duration::from_secs(30);
     /// `min_requests` of a histogram check (a quantile needs observations); counters: 0.
     pub const ANALYZE_MIN_REQUESTS: u64 = 1;
+    /// `approve.timeout`: an operator's shift is long enough to look at a canary and decide.
+    pub const APPROVE_TIMEOUT: Duration = Duration::from_secs(4 * 60 * 60);
 }
 
 /// A validated runbook.

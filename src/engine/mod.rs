@@ -3,6 +3,7 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod analyze_step;
+mod approval;
 mod compose_step;
 mod doctor;
 #[cfg(feature = "testing")]
@@ -89,6 +90,8 @@ pub enum EngineError {
     UnknownTarget(String),
     #[error("runbook {0} is not loaded")]
     UnknownRunbook(String),
+    #[error("rollout {0} is not waiting for an approval (no running approve step, no analysis check asking)")]
+    NotAwaitingApproval(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -98,6 +101,7 @@ impl From<StoreError> for EngineError {
         match e {
             StoreError::HostBusy { host, rollout_id } => EngineError::HostBusy { host, rollout_id },
             StoreError::NotFound(id) => EngineError::NotFound(id),
+            StoreError::NotAwaitingApproval(id) => EngineError::NotAwaitingApproval(id),
             other => EngineError::Store(other),
         }
     }
@@ -287,6 +291,27 @@ impl Engine {
             // No task (it gave up on storage errors): one that sees the request finishes it.
             None => self.spawn(id.to_owned()),
         }
+        self.get(id).await
+    }
+
+    /// Approves the step a rollout waits on (docs/reference.md#approve): recorded with actor
+    /// and reason; the waiting step sees it at its next poll (within a second).
+    pub async fn approve(
+        &self,
+        id: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Rollout, EngineError> {
+        let rollout = self.get(id).await?;
+        if rollout.status.is_terminal() {
+            return Err(EngineError::Terminal(id.to_owned()));
+        }
+        let approval = self
+            .inner
+            .store
+            .approve(id, actor, reason, Utc::now())
+            .await?;
+        tracing::info!(rollout.id = %id, actor, step = %approval.step, "step {} of {id} approved", approval.step);
         self.get(id).await
     }
 

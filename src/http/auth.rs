@@ -20,6 +20,19 @@ impl Actor {
         self.require(self.role.can_rollback(), "abort or roll back")
     }
 
+    /// Approving a waiting step lets a rollout go on: the operator's right, as starting one.
+    pub fn require_approve(&self) -> Result<(), ApiError> {
+        if self.role.can_operate() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!(
+                "{} (role {}) may not approve rollouts",
+                self.name,
+                self.role.as_str()
+            )))
+        }
+    }
+
     pub fn require_operate(&self) -> Result<(), ApiError> {
         self.require(self.role.can_operate(), "start rollouts")
     }

@@ -64,6 +64,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("request_timeout", 408),
     ("host_busy", 409),
     ("rollout_terminal", 409),
+    ("not_awaiting_approval", 409),
     ("body_too_large", 413),
     ("unsupported_media_type", 415),
     ("unknown_host", 422),
@@ -194,6 +195,11 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownRunbook(_) => ApiError::Unprocessable {
                 code: "unknown_runbook",
                 message,
+            },
+            EngineError::NotAwaitingApproval(_) => ApiError::Conflict {
+                code: "not_awaiting_approval",
+                message,
+                rollout_id: None,
             },
             EngineError::Store(_) => ApiError::Internal(message),
         }

@@ -24,6 +24,7 @@ pub(super) fn router() -> Router<AppState> {
         )
         .route("/v1/rollouts/{id}", get(get_rollout))
         .route("/v1/rollouts/{id}/abort", post(abort_rollout))
+        .route("/v1/rollouts/{id}/approve", post(approve_rollout))
 }
 
 /// A rollout as the API shows it.
@@ -237,5 +238,33 @@ async fn abort_rollout(
     actor.require_rollback()?;
     let JsonBody(input) = body?;
     let rollout = state.engine.abort(&id, &actor.name, &input.reason).await?;
+    Ok(Json(rollout_out(&state, rollout).await?))
+}
+
+/// `POST /v1/rollouts/{id}/approve {"reason"}` (operator): the step the rollout waits on goes on.
+async fn approve_rollout(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Json<RolloutOut>, ApiError> {
+    actor.require_approve()?;
+    body.require_json()?;
+    let input: AbortIn = serde_json::from_slice(&body.bytes).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_body",
+            format!("approve body must be {{\"reason\": \"...\"}}: {e}"),
+        )
+    })?;
+    if input.reason.trim().is_empty() {
+        return Err(ApiError::Unprocessable {
+            code: "missing_reason",
+            message: "reason must not be empty".into(),
+        });
+    }
+    let rollout = state
+        .engine
+        .approve(&id, &actor.name, &input.reason)
+        .await?;
     Ok(Json(rollout_out(&state, rollout).await?))
 }

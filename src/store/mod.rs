@@ -1,6 +1,7 @@
 //! SQLite persistence. SQL lives only here. Every state change is written together with its
 //! audit event in one transaction, and no transaction is ever held across a network call.
 
+mod approval;
 mod audit;
 #[cfg(feature = "testing")]
 mod bulk;
@@ -25,6 +26,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+pub use approval::{Approval, AWAITING_APPROVAL};
 pub use audit::AuditEntry;
 #[doc(hidden)]
 #[cfg(feature = "testing")]
@@ -52,6 +54,8 @@ pub enum StoreError {
     NotFound(String),
     #[error("invalid transition of {id}: {message}")]
     InvalidTransition { id: String, message: String },
+    #[error("rollout {0} is not waiting for an approval")]
+    NotAwaitingApproval(String),
     #[error("corrupt row in {table}: {message}")]
     Corrupt {
         table: &'static str,

@@ -134,6 +134,15 @@ async fn viewers_read_oncall_aborts_and_rolls_back_operators_start_canaries() {
         }
     }
 
+    // Approving a waiting step: operators only, refused before anything else is looked at.
+    let approve = format!("/v1/rollouts/{id}/approve");
+    for who in [&vw, &oc] {
+        let body = json!({"reason": "looks fine"});
+        let (status, answer) = call(&app, Method::POST, &approve, Some(who), Some(&body)).await;
+        assert_eq!(status, 403, "{answer}");
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+    }
+
     // Abort: not a viewer; on-call may.
     let reason = json!({"reason": "on-call stops it"});
     let abort = format!("/v1/rollouts/{id}/abort");

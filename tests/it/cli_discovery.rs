@@ -42,6 +42,7 @@ fn help_names_the_environment_the_client_commands_read() {
         &["rollout", "start", "--help"],
         &["rollout", "watch", "--help"],
         &["rollout", "abort", "--help"],
+        &["rollout", "approve", "--help"],
     ] {
         let (code, out, err) = run(&mut canaryd(args));
         assert_eq!(code, Some(0), "{args:?}: {err}");

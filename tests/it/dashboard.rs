@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 
+mod approve;
 mod doctor;
 mod left_down;
 
@@ -235,6 +236,11 @@ struct Daemon {
 
 impl Daemon {
     async fn start(tokens: Vec<ApiToken>) -> Daemon {
+        Self::start_with_canary(tokens, |text| text).await
+    }
+
+    /// As `start`, with the (patient) canary runbook's text edited by `edit`.
+    async fn start_with_canary(tokens: Vec<ApiToken>, edit: impl Fn(String) -> String) -> Daemon {
         let cfg = sim_config();
         let env = cfg.initial_env.clone();
         let sim = SimHost::start(cfg).await.expect("sim");
@@ -254,7 +260,7 @@ impl Daemon {
         assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
         runbooks.insert(
             "single-replica-canary".into(),
-            runbook::parse("single-replica-canary", "test", &patient).expect("runbook"),
+            runbook::parse("single-replica-canary", "test", &edit(patient)).expect("runbook"),
         );
         let app = App::build(config, runbooks).await.expect("daemon builds");
         let url = format!("http://{}", app.local_addr().expect("bound"));

@@ -2,6 +2,7 @@
 
 mod abort;
 mod analyze;
+mod approve;
 mod audit;
 mod auth;
 mod canary;

@@ -34,6 +34,7 @@ macro_rules! for_each_step_kind {
             Soak => soak::Soak,
             Smoke => smoke::Smoke,
             Analyze => analyze::Analyze,
+            Approve => approve::Approve,
         }
     };
 }

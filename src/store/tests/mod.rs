@@ -1,6 +1,7 @@
 //! The store on its own, on a temporary SQLite file: every query and transition, without the
 //! engine or the HTTP layer above it.
 
+mod approval;
 mod migrate;
 mod records;
 

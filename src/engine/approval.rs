@@ -1,0 +1,90 @@
+//! Waiting for an operator (docs/reference.md#approve): the `approve` step, and an `analyze`
+//! check with `on_inconclusive: ask`. The wait is recorded in the store (the step's evidence
+//! says `awaiting_approval`, an `approval_requested` event notifies), and the approval is read
+//! back from the store, so a restart neither loses an approval nor asks twice.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
+use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::Approve;
+use crate::store::{Approval, Step};
+
+/// How a wait for an approval ended.
+pub(crate) enum Waited {
+    Approved(Approval),
+    TimedOut,
+    Aborted,
+}
+
+/// Marks `step` as waiting (its evidence is `detail` plus `awaiting_approval` and the
+/// deadline), then polls for an approval until `deadline` or an abort.
+pub(crate) async fn wait(
+    run: &StepRun<'_>,
+    step: &Step,
+    mut detail: serde_json::Value,
+    deadline: DateTime<Utc>,
+    abort: &mut watch::Receiver<bool>,
+) -> Waited {
+    let store = &run.engine.inner.store;
+    detail[crate::store::AWAITING_APPROVAL] = json!(true);
+    detail["deadline"] = json!(deadline);
+    if let Err(e) = store
+        .request_approval(&step.rollout_id, &step.id, &step.name, &detail, Utc::now())
+        .await
+    {
+        // The wait goes on: an approval is still read back below, and a store that stays
+        // broken ends the wait at its deadline.
+        tracing::warn!(error = %e, "could not record that step {} waits for an approval", step.name);
+    }
+    loop {
+        match store.approval_of(&step.rollout_id, &step.name).await {
+            Ok(Some(approval)) => return Waited::Approved(approval),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the approval of step {}", step.name)
+            }
+        }
+        if Utc::now() >= deadline {
+            return Waited::TimedOut;
+        }
+        if pause(poll_interval(deadline).min(Duration::from_secs(1)), abort).await {
+            return Waited::Aborted;
+        }
+    }
+}
+
+/// The evidence of an approval, merged into a step's detail.
+pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> serde_json::Value {
+    json!({
+        "approved_by": approval.actor,
+        "reason": approval.reason,
+        "approved_at": approval.at,
+        "waited_s": (approval.at - waited_since).num_seconds().max(0),
+    })
+}
+
+impl Execute for Approve {
+    /// Waits for an operator's approval until the step's deadline.
+    async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        let step = at.step;
+        let since = step.started_at.unwrap_or_else(Utc::now);
+        let base = json!({"waiting_since": since});
+        match wait(run, step, base.clone(), at.deadline, at.abort).await {
+            Waited::Approved(a) => StepEnd::Succeeded(evidence(&a, since)),
+            Waited::TimedOut => StepEnd::failed(
+                ErrorCode::NotApproved,
+                format!(
+                    "no operator approved step {} before its deadline {}",
+                    step.name, at.deadline
+                ),
+                base,
+            ),
+            Waited::Aborted => StepEnd::Aborted(base),
+        }
+    }
+}
