@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::analysis::verdict_table;
 use crate::http::{RolloutOut, StepOut};
 
 /// `1m05s`, `850ms`.
@@ -167,6 +168,7 @@ pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> Strin
         if !ev.is_empty() {
             line.push_str(&format!("  {ev}"));
         }
+        line.extend(verdict_table(&s.detail).map(|t| format!("\n{t}")));
     }
     line
 }
@@ -200,6 +202,7 @@ pub fn timeline(r: &RolloutOut) -> String {
             step_duration(s, now),
             evidence(s)
         ));
+        out.extend(verdict_table(&s.detail).map(|t| format!("{t}\n")));
     }
     out
 }
