@@ -17,6 +17,7 @@ use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 
 mod doctor;
 mod left_down;
+mod verdict;
 
 /// One browser at a time: two Chromiums on a 2-core CI box starve the daemons under test.
 static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -235,6 +236,16 @@ struct Daemon {
 
 impl Daemon {
     async fn start(tokens: Vec<ApiToken>) -> Daemon {
+        let patient = FAST_CANARY.replace(
+            "kind: wait_health, timeout: 3s",
+            "kind: wait_health, timeout: 60s",
+        );
+        assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
+        Daemon::start_with(tokens, &patient).await
+    }
+
+    /// A daemon whose `single-replica-canary` runbook is `canary` (YAML).
+    async fn start_with(tokens: Vec<ApiToken>, canary: &str) -> Daemon {
         let cfg = sim_config();
         let env = cfg.initial_env.clone();
         let sim = SimHost::start(cfg).await.expect("sim");
@@ -247,14 +258,9 @@ impl Daemon {
         );
         config.tokens = tokens;
         let mut runbooks = fast_runbooks();
-        let patient = FAST_CANARY.replace(
-            "kind: wait_health, timeout: 3s",
-            "kind: wait_health, timeout: 60s",
-        );
-        assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
         runbooks.insert(
             "single-replica-canary".into(),
-            runbook::parse("single-replica-canary", "test", &patient).expect("runbook"),
+            runbook::parse("single-replica-canary", "test", canary).expect("runbook"),
         );
         let app = App::build(config, runbooks).await.expect("daemon builds");
         let url = format!("http://{}", app.local_addr().expect("bound"));
