@@ -11,6 +11,7 @@ mod compose_client;
 mod container;
 mod crash_binary;
 mod dashboard;
+mod demo;
 mod docs_links;
 mod doctor;
 mod helpers;
