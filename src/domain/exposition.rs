@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 
 use prom_text_format_parser::{parse_scrape, Labels, Metric, ScrapeParseError, Type, ValueType};
 
+mod stream;
+pub use stream::FamilyLines;
+
 /// The label the engine splits its counters and histograms by.
 pub const PRIORITY_LABEL: &str = "priority";
 /// The placeholder series' label pair, as it appears in a [`SeriesKey`].
@@ -69,29 +72,9 @@ impl Page {
     /// their samples, including `_bucket`, `_sum`, `_count`): what an analysis reads of a
     /// page of thousands of series, for a fraction of the cost of the whole page.
     pub fn parse_families(text: &str, families: &[&str]) -> Result<Page, ExpositionError> {
-        let wanted = |name: &str| {
-            families.iter().any(|f| {
-                name.strip_prefix(f)
-                    .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
-            })
-        };
         let mut kept = String::new();
         for line in text.lines() {
-            let trimmed = line.trim_start();
-            let name = match trimmed.strip_prefix('#') {
-                Some(comment) => {
-                    let mut words = comment.split_whitespace();
-                    match words.next() {
-                        Some("HELP" | "TYPE") => words.next().unwrap_or_default(),
-                        _ => continue,
-                    }
-                }
-                None => trimmed
-                    .split(|c: char| c == '{' || c.is_whitespace())
-                    .next()
-                    .unwrap_or_default(),
-            };
-            if !name.is_empty() && wanted(name) {
+            if is_family_line(line, families) {
                 kept.push_str(line);
                 kept.push('\n');
             }
@@ -177,6 +160,30 @@ impl Page {
 }
 
 /// Whether the first non-blank line reads like exposition text (a comment or a metric name).
+/// Whether `line` belongs to one of `families`: its `# HELP`/`# TYPE` line or one of its
+/// samples (`_bucket`, `_sum`, `_count` included).
+fn is_family_line(line: &str, families: &[&str]) -> bool {
+    let trimmed = line.trim_start();
+    let name = match trimmed.strip_prefix('#') {
+        Some(comment) => {
+            let mut words = comment.split_whitespace();
+            match words.next() {
+                Some("HELP" | "TYPE") => words.next().unwrap_or_default(),
+                _ => return false,
+            }
+        }
+        None => trimmed
+            .split(|c: char| c == '{' || c.is_whitespace())
+            .next()
+            .unwrap_or_default(),
+    };
+    !name.is_empty()
+        && families.iter().any(|f| {
+            name.strip_prefix(f)
+                .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
+        })
+}
+
 fn looks_like_exposition(text: &str) -> bool {
     text.lines()
         .map(str::trim)

@@ -19,8 +19,8 @@ use super::restart::RestartWatch;
 use super::steps::{pause, Progress, StepEnd, StepRun};
 use crate::domain::analysis::{judge, lost_early, AnalyzeSpec, Check, CheckVerdict, Observed};
 use crate::domain::exposition::{
-    add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
-    SeriesKey,
+    add_histogram, counter_series_delta, histogram_series_delta, quantile, FamilyLines, Histogram,
+    Page, SeriesKey,
 };
 use crate::store::Step;
 
@@ -161,7 +161,7 @@ impl Replica {
 }
 
 async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Result<Page, String> {
-    let res = client
+    let mut res = client
         .get(url)
         .send()
         .await
@@ -169,8 +169,12 @@ async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Resul
     if !res.status().is_success() {
         return Err(format!("HTTP {}", res.status().as_u16()));
     }
-    let text = res.text().await.map_err(|_| "body not read".to_owned())?;
-    Page::parse_families(&text, families).map_err(|e| e.to_string())
+    // Only the checks' families are kept as the body arrives: never the whole page.
+    let mut lines = FamilyLines::new(families);
+    while let Some(chunk) = res.chunk().await.map_err(|_| "body not read".to_owned())? {
+        lines.push(&chunk);
+    }
+    lines.finish().map_err(|e| e.to_string())
 }
 
 /// Judges every check over the window.
