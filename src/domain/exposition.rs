@@ -164,24 +164,30 @@ impl Page {
 /// samples (`_bucket`, `_sum`, `_count` included).
 fn is_family_line(line: &str, families: &[&str]) -> bool {
     let trimmed = line.trim_start();
-    let name = match trimmed.strip_prefix('#') {
+    let is_family = |name: &str, f: &str| {
+        name.strip_prefix(f)
+            .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
+    };
+    match trimmed.strip_prefix('#') {
         Some(comment) => {
             let mut words = comment.split_whitespace();
-            match words.next() {
-                Some("HELP" | "TYPE") => words.next().unwrap_or_default(),
-                _ => return false,
+            match (words.next(), words.next()) {
+                (Some("HELP" | "TYPE"), Some(name)) => families.iter().any(|f| is_family(name, f)),
+                _ => false,
             }
         }
-        None => trimmed
-            .split(|c: char| c == '{' || c.is_whitespace())
-            .next()
-            .unwrap_or_default(),
-    };
-    !name.is_empty()
-        && families.iter().any(|f| {
-            name.strip_prefix(f)
-                .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
-        })
+        // A sample: its name runs to `{` or a blank. Most lines of a page share no prefix
+        // with the families and are rejected by the first comparison.
+        None => families.iter().any(|f| {
+            trimmed.starts_with(f) && {
+                let name = trimmed
+                    .split(|c: char| c == '{' || c.is_whitespace())
+                    .next()
+                    .unwrap_or_default();
+                is_family(name, f)
+            }
+        }),
+    }
 }
 
 fn looks_like_exposition(text: &str) -> bool {

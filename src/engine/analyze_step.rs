@@ -238,7 +238,10 @@ impl StepRun<'_> {
                 ));
             }
         }
+        // No idle connections: a pooled connection keeps the read buffer a ~200 KiB page
+        // grew, per replica, between scrapes (hundreds of MiB for a fleet of canaries).
         let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
             .timeout(spec.interval.min(SCRAPE_TIMEOUT))
             .build()
             .unwrap_or_default();

@@ -31,23 +31,38 @@ impl<'a> FamilyLines<'a> {
 
     /// Feeds the next chunk of the body.
     pub fn push(&mut self, chunk: &[u8]) {
-        let mut rest = chunk;
-        while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
-            if self.partial.is_empty() {
-                self.line(&rest[..nl]);
-            } else {
-                self.partial.extend_from_slice(&rest[..nl]);
-                let line = std::mem::take(&mut self.partial);
-                self.line(&line);
+        let Some(last) = chunk.iter().rposition(|b| *b == b'\n') else {
+            self.partial.extend_from_slice(chunk);
+            return;
+        };
+        let (mut complete, rest) = (&chunk[..last], &chunk[last + 1..]);
+        if !self.partial.is_empty() {
+            // The line the previous chunk ended in.
+            let end = complete
+                .iter()
+                .position(|b| *b == b'\n')
+                .unwrap_or(complete.len());
+            self.partial.extend_from_slice(&complete[..end]);
+            let line = std::mem::take(&mut self.partial);
+            self.line(&line);
+            complete = complete.get(end + 1..).unwrap_or_default();
+        }
+        if !complete.is_empty() {
+            // Whole lines only: `\n` never falls inside a UTF-8 character.
+            match std::str::from_utf8(complete) {
+                Ok(text) => text.split('\n').for_each(|l| self.line_str(l)),
+                Err(_) => complete.split(|b| *b == b'\n').for_each(|l| self.line(l)),
             }
-            rest = &rest[nl + 1..];
         }
         self.partial.extend_from_slice(rest);
     }
 
     fn line(&mut self, bytes: &[u8]) {
-        let text = String::from_utf8_lossy(bytes);
-        let line = text.strip_suffix('\r').unwrap_or(&text);
+        self.line_str(&String::from_utf8_lossy(bytes));
+    }
+
+    fn line_str(&mut self, line: &str) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if self.head.len() < HEAD_BYTES {
             self.head.push_str(line);
             self.head.push('\n');
