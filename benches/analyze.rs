@@ -118,7 +118,7 @@ fn one_page() -> anyhow::Result<bool> {
     Ok(p99 < TARGET_P99_MS)
 }
 
-/// The benchmark runbook: one `analyze` step with the fleet checks (SPEC §11.2).
+/// The benchmark runbook: one `analyze` step with the shipped canary's checks.
 fn analysis_runbook(interval: Duration, window: Duration) -> String {
     let d = canaryd::testing::runbook_duration;
     format!(

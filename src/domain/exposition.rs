@@ -159,7 +159,6 @@ impl Page {
     }
 }
 
-/// Whether the first non-blank line reads like exposition text (a comment or a metric name).
 /// Whether `line` belongs to one of `families`: its `# HELP`/`# TYPE` line or one of its
 /// samples (`_bucket`, `_sum`, `_count` included).
 fn is_family_line(line: &str, families: &[&str]) -> bool {
@@ -190,6 +189,7 @@ fn is_family_line(line: &str, families: &[&str]) -> bool {
     }
 }
 
+/// Whether the first non-blank line reads like exposition text (a comment or a metric name).
 fn looks_like_exposition(text: &str) -> bool {
     text.lines()
         .map(str::trim)
