@@ -1,5 +1,8 @@
 //! `canaryd dev [--demo]`: the daemon against an embedded simulated host, with fast runbooks.
-//! `--demo` runs a canary of r2, then a one-click rollback, prints the timeline and exits.
+//! `--demo` runs a canary of r2 whose analysis passes, a one-click rollback, then a canary of
+//! a build whose engine answers twice as slowly: its analysis fails and the automatic
+//! rollback restores r2. It prints each timeline and analysis verdict, and exits 0 when all
+//! four ended as expected.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,7 +21,7 @@ use super::ApiClient;
 use crate::app::{shutdown_signal, App};
 use crate::config::{ComposeTuning, EnvMap, HostConfig, ReplicaConfig, ResolvedConfig, Secret};
 use crate::domain::runbook::{self, Runbook};
-use crate::sim::{SimConfig, SimHost};
+use crate::sim::{SimConfig, SimFaults, SimHost};
 use crate::telemetry::{self, LogFormat};
 
 /// The example compose file the simulated host serves.
@@ -52,7 +55,8 @@ pub struct DevArgs {
     /// SQLite file (default: a fresh one in a temporary folder).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Run a canary of r2 and a rollback, print the timeline, exit.
+    /// Run a canary of r2, a rollback, a failing canary and its automatic rollback, print
+    /// the timelines, exit.
     #[arg(long)]
     pub demo: bool,
 }
@@ -166,7 +170,7 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
     let server = tokio::spawn(app.run_until_stopped(async {
         let _ = stop_rx.await;
     }));
-    let ok = demo(&url).await;
+    let ok = demo(&url, &sim.faults()).await;
     let _ = stop_tx.send(());
     let _ = server.await;
     sim.shutdown().await;
@@ -207,7 +211,7 @@ impl Drop for TempDir {
     }
 }
 
-async fn demo(url: &str) -> anyhow::Result<ExitCode> {
+async fn demo(url: &str, faults: &SimFaults) -> anyhow::Result<ExitCode> {
     let client = ApiClient::new(url, None)?;
     outln!("== canary: {R2} to v0.0.452 (r1 keeps serving)")?;
     let plan = json!({
@@ -215,31 +219,70 @@ async fn demo(url: &str) -> anyhow::Result<ExitCode> {
         "reason": "demo: pin glm53 v452 on r2", "env": {"GLM53_R2_HICACHE_RAM_BUDGET": "406GiB"},
         "require_logs": ["rank_budget_bytes=108984795136"],
     });
-    let created = client.post("/v1/rollouts", &plan).await?;
-    let id = created_id(&created)?;
-    let canary = follow(&client, &id, |l| outln!("{l}")).await?;
-    outln!("\n{}", timeline(&canary))?;
+    let canary = run(&client, "/v1/rollouts", &plan).await?;
     outln!("== one-click rollback of {R2} to its prior deployment")?;
     let body = json!({"host": DEV_HOST, "service": R2, "reason": "demo: roll r2 back"});
-    let created = client.post("/v1/rollbacks", &body).await?;
-    let rb_id = created_id(&created)?;
-    let rollback = follow(&client, &rb_id, |l| outln!("{l}")).await?;
-    outln!("\n{}", timeline(&rollback))?;
-    let ok = canary.status == "succeeded" && rollback.status == "succeeded";
+    let rollback = run(&client, "/v1/rollbacks", &body).await?;
+    // The simulated engine of r2 serves every request twice as slowly (TTFT and inter-token
+    // latency) while this build runs: the analysis compares it with r1 and fails it.
+    outln!("== a bad build: {R2} to v0.0.451, whose engine answers 2× slower than r1")?;
+    faults.set_engine_slowdown(R2, 2.0);
+    let plan = json!({
+        "host": DEV_HOST, "file": DEV_FILE, "service": R2, "tag": "v0.0.451",
+        "reason": "demo: a build with a latency regression",
+    });
+    let bad = run(&client, "/v1/rollouts", &plan).await;
+    faults.set_engine_slowdown(R2, 1.0);
+    let bad = bad?;
+    let auto = match &bad.rolled_back_by {
+        Some(id) => {
+            outln!("== the analysis failed: the automatic rollback {id} restores {R2}")?;
+            let r = follow(&client, id, |l| outln!("{l}")).await?;
+            outln!("\n{}", timeline(&r))?;
+            Some(r)
+        }
+        None => None,
+    };
+    let bad_code = bad.error.as_ref().map_or("", |e| e.code.as_str());
+    let auto_ok = auto.as_ref().is_some_and(|r| r.status == "succeeded");
+    let ok = canary.status == "succeeded"
+        && rollback.status == "succeeded"
+        && bad.status == "failed"
+        && bad_code == "analysis_failed"
+        && auto_ok;
     outln!(
-        "demo {}: canary {} ({}), rollback {} ({}) back to {}",
+        "demo {}: canary {} ({}), rollback {} ({}) back to {}; bad canary {} ({} {bad_code}), automatic rollback {} ({}) back to {}",
         if ok { "finished" } else { "FAILED" },
         canary.id,
         canary.status,
         rollback.id,
         rollback.status,
-        rollback.tag
+        rollback.tag,
+        bad.id,
+        bad.status,
+        auto.as_ref().map_or("none", |r| r.id.as_str()),
+        auto.as_ref().map_or("-", |r| r.status.as_str()),
+        auto.as_ref().map_or("-", |r| r.tag.as_str()),
     )?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Starts a rollout (`POST path`), follows it to its end printing each step, then its
+/// timeline (with the analysis verdict, if it has one).
+async fn run(
+    client: &ApiClient,
+    path: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<crate::http::RolloutOut> {
+    let created = client.post(path, body).await?;
+    let id = created_id(&created)?;
+    let r = follow(client, &id, |l| outln!("{l}")).await?;
+    outln!("\n{}", timeline(&r))?;
+    Ok(r)
 }
 
 fn tempdir() -> anyhow::Result<TempDir> {

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::analysis::verdict_table;
 use crate::domain::runbook::StepKindName;
 use crate::http::{RolloutOut, StepOut};
 
@@ -69,6 +70,7 @@ pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> Strin
         if !ev.is_empty() {
             line.push_str(&format!("  {ev}"));
         }
+        line.extend(verdict_table(&s.detail).map(|t| format!("\n{t}")));
     }
     line
 }
@@ -102,6 +104,7 @@ pub fn timeline(r: &RolloutOut) -> String {
             step_duration(s, now),
             evidence(s)
         ));
+        out.extend(verdict_table(&s.detail).map(|t| format!("{t}\n")));
     }
     out
 }

@@ -20,6 +20,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::duration::serde_duration;
 
+mod verdict;
+pub use verdict::{verdict_event, verdict_table};
+
 /// Where the numbers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

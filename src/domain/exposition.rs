@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 
 use prom_text_format_parser::{parse_scrape, Labels, Metric, ScrapeParseError, Type, ValueType};
 
+mod stream;
+pub use stream::FamilyLines;
+
 /// The label the engine splits its counters and histograms by.
 pub const PRIORITY_LABEL: &str = "priority";
 /// The placeholder series' label pair, as it appears in a [`SeriesKey`].
@@ -69,29 +72,9 @@ impl Page {
     /// their samples, including `_bucket`, `_sum`, `_count`): what an analysis reads of a
     /// page of thousands of series, for a fraction of the cost of the whole page.
     pub fn parse_families(text: &str, families: &[&str]) -> Result<Page, ExpositionError> {
-        let wanted = |name: &str| {
-            families.iter().any(|f| {
-                name.strip_prefix(f)
-                    .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
-            })
-        };
         let mut kept = String::new();
         for line in text.lines() {
-            let trimmed = line.trim_start();
-            let name = match trimmed.strip_prefix('#') {
-                Some(comment) => {
-                    let mut words = comment.split_whitespace();
-                    match words.next() {
-                        Some("HELP" | "TYPE") => words.next().unwrap_or_default(),
-                        _ => continue,
-                    }
-                }
-                None => trimmed
-                    .split(|c: char| c == '{' || c.is_whitespace())
-                    .next()
-                    .unwrap_or_default(),
-            };
-            if !name.is_empty() && wanted(name) {
+            if is_family_line(line, families) {
                 kept.push_str(line);
                 kept.push('\n');
             }
@@ -173,6 +156,36 @@ impl Page {
             .map(|s| (series_key(&s.labels), s.value.value.as_f64()))
             .filter(|(key, _)| !key_is_stale(key))
             .collect()
+    }
+}
+
+/// Whether `line` belongs to one of `families`: its `# HELP`/`# TYPE` line or one of its
+/// samples (`_bucket`, `_sum`, `_count` included).
+fn is_family_line(line: &str, families: &[&str]) -> bool {
+    let trimmed = line.trim_start();
+    let is_family = |name: &str, f: &str| {
+        name.strip_prefix(f)
+            .is_some_and(|rest| matches!(rest, "" | "_bucket" | "_sum" | "_count"))
+    };
+    match trimmed.strip_prefix('#') {
+        Some(comment) => {
+            let mut words = comment.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("HELP" | "TYPE"), Some(name)) => families.iter().any(|f| is_family(name, f)),
+                _ => false,
+            }
+        }
+        // A sample: its name runs to `{` or a blank. Most lines of a page share no prefix
+        // with the families and are rejected by the first comparison.
+        None => families.iter().any(|f| {
+            trimmed.starts_with(f) && {
+                let name = trimmed
+                    .split(|c: char| c == '{' || c.is_whitespace())
+                    .next()
+                    .unwrap_or_default();
+                is_family(name, f)
+            }
+        }),
     }
 }
 

@@ -24,8 +24,8 @@ use crate::domain::analysis::{
 };
 use crate::domain::error_code::ErrorCode;
 use crate::domain::exposition::{
-    add_histogram, counter_series_delta, histogram_series_delta, quantile, Histogram, Page,
-    SeriesKey,
+    add_histogram, counter_series_delta, histogram_series_delta, quantile, FamilyLines, Histogram,
+    Page, SeriesKey,
 };
 use crate::store::Step;
 
@@ -170,7 +170,7 @@ impl Replica {
 }
 
 async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Result<Page, String> {
-    let res = client
+    let mut res = client
         .get(url)
         .send()
         .await
@@ -178,8 +178,12 @@ async fn scrape(client: &reqwest::Client, url: &str, families: &[&str]) -> Resul
     if !res.status().is_success() {
         return Err(format!("HTTP {}", res.status().as_u16()));
     }
-    let text = res.text().await.map_err(|_| "body not read".to_owned())?;
-    Page::parse_families(&text, families).map_err(|e| e.to_string())
+    // Only the checks' families are kept as the body arrives: never the whole page.
+    let mut lines = FamilyLines::new(families);
+    while let Some(chunk) = res.chunk().await.map_err(|_| "body not read".to_owned())? {
+        lines.push(&chunk);
+    }
+    lines.finish().map_err(|e| e.to_string())
 }
 
 /// Judges every check over the window.
@@ -252,7 +256,10 @@ impl StepRun<'_> {
                 ));
             }
         }
+        // No idle connections: a pooled connection keeps the read buffer a ~200 KiB page
+        // grew, per replica, between scrapes (hundreds of MiB for a fleet of canaries).
         let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
             .timeout(spec.interval.min(SCRAPE_TIMEOUT))
             .build()
             .unwrap_or_default();

@@ -154,6 +154,8 @@ impl Store {
         .await?;
         let audit_detail = match next {
             StepStatus::Failed | StepStatus::Aborted => detail.clone(),
+            // An analysis's verdict rides on its `step_succeeded` event (SSE).
+            StepStatus::Succeeded => crate::domain::analysis::verdict_event(detail),
             _ => serde_json::json!({}),
         };
         let entry = AuditEntry::new(at, "canaryd", AuditKind::step(next))

@@ -138,6 +138,27 @@ async fn a_canary_a_tenth_slower_than_its_peer_passes() {
         assert!((1.0..=1.2).contains(&ratio), "{name}: 1.1x reads {ratio}");
     }
     assert!(number(&check(&r, "took_traffic")["target"]["value"]) >= 1.0);
+    // The event stream carries the verdict on the analysis's `step_succeeded` event.
+    let stream = reqwest::get(format!("{}/v1/rollouts/{id}/events", app.url))
+        .await
+        .expect("the event stream answers")
+        .text()
+        .await
+        .expect("the stream ends with the rollout");
+    let event = stream
+        .split("\n\n")
+        .find(|e| e.contains("event: step_succeeded") && e.contains("\"step\":\"analysis\""))
+        .unwrap_or_else(|| panic!("no step_succeeded event of the analysis in:\n{stream}"));
+    let data: Value = event
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .and_then(|d| serde_json::from_str(d).ok())
+        .unwrap_or_else(|| panic!("no JSON data in {event}"));
+    assert_eq!(
+        data["detail"]["checks"],
+        step(&r, "analysis").detail["checks"],
+        "the stored verdict, on the event: {data:#}"
+    );
     app.stop().await;
 }
 

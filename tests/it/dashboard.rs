@@ -18,6 +18,7 @@ use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 mod approve;
 mod doctor;
 mod left_down;
+mod verdict;
 
 /// One browser at a time: two Chromiums on a 2-core CI box starve the daemons under test.
 static BROWSER_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -236,11 +237,25 @@ struct Daemon {
 
 impl Daemon {
     async fn start(tokens: Vec<ApiToken>) -> Daemon {
-        Self::start_with_canary(tokens, |text| text).await
+        let patient = FAST_CANARY.replace(
+            "kind: wait_health, timeout: 3s",
+            "kind: wait_health, timeout: 60s",
+        );
+        assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
+        Daemon::start_with(tokens, &patient).await
     }
 
     /// As `start`, with the (patient) canary runbook's text edited by `edit`.
     async fn start_with_canary(tokens: Vec<ApiToken>, edit: impl Fn(String) -> String) -> Daemon {
+        let patient = FAST_CANARY.replace(
+            "kind: wait_health, timeout: 3s",
+            "kind: wait_health, timeout: 60s",
+        );
+        Daemon::start_with(tokens, &edit(patient)).await
+    }
+
+    /// A daemon whose `single-replica-canary` runbook is `canary` (YAML).
+    async fn start_with(tokens: Vec<ApiToken>, canary: &str) -> Daemon {
         let cfg = sim_config();
         let env = cfg.initial_env.clone();
         let sim = SimHost::start(cfg).await.expect("sim");
@@ -253,14 +268,9 @@ impl Daemon {
         );
         config.tokens = tokens;
         let mut runbooks = fast_runbooks();
-        let patient = FAST_CANARY.replace(
-            "kind: wait_health, timeout: 3s",
-            "kind: wait_health, timeout: 60s",
-        );
-        assert_ne!(patient, *FAST_CANARY, "the health timeout was patched");
         runbooks.insert(
             "single-replica-canary".into(),
-            runbook::parse("single-replica-canary", "test", &edit(patient)).expect("runbook"),
+            runbook::parse("single-replica-canary", "test", canary).expect("runbook"),
         );
         let app = App::build(config, runbooks).await.expect("daemon builds");
         let url = format!("http://{}", app.local_addr().expect("bound"));

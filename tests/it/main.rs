@@ -12,6 +12,7 @@ mod compose_client;
 mod container;
 mod crash_binary;
 mod dashboard;
+mod demo;
 mod docs_links;
 mod doctor;
 mod helpers;
