@@ -42,6 +42,9 @@ pub enum OnInconclusive {
     Fail,
     /// The check passes.
     Pass,
+    /// An operator decides: the step waits for an approval (docs/reference.md#approve) up to
+    /// the step's `approve_timeout`, and fails `not_approved` without one.
+    Ask,
 }
 
 /// An `analyze` step's settings.
@@ -60,6 +63,22 @@ pub struct AnalyzeSpec {
     pub interval: Duration,
     /// At least one; names are unique.
     pub checks: Vec<Check>,
+    /// How long an inconclusive check with `on_inconclusive: ask` waits for an approval.
+    #[serde(with = "serde_duration", default = "default_approve_timeout")]
+    pub approve_timeout: Duration,
+}
+
+fn default_approve_timeout() -> Duration {
+    crate::domain::runbook::defaults::APPROVE_TIMEOUT
+}
+
+impl AnalyzeSpec {
+    /// Whether an inconclusive verdict of some check waits for an operator.
+    pub fn may_ask(&self) -> bool {
+        self.checks
+            .iter()
+            .any(|c| c.on_inconclusive == OnInconclusive::Ask)
+    }
 }
 
 /// One check: a histogram quantile or a counter increase over the window, and its limits.
@@ -134,6 +153,10 @@ pub struct CheckVerdict {
     /// Whether the step fails because of this check (a failure, or an inconclusive verdict
     /// with `on_inconclusive: fail`).
     pub fails_step: bool,
+    /// Whether this check leaves the decision to an operator (inconclusive, with
+    /// `on_inconclusive: ask`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub asks: bool,
     pub target: Observed,
     pub peers: BTreeMap<String, Observed>,
     /// Median of the peers whose value counts (`None` when none does).
@@ -241,10 +264,12 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
     };
     let fails_step = verdict == Verdict::Fail
         || (verdict == Verdict::Inconclusive && check.on_inconclusive == OnInconclusive::Fail);
+    let asks = verdict == Verdict::Inconclusive && check.on_inconclusive == OnInconclusive::Ask;
     CheckVerdict {
         name: check.name.clone(),
         verdict,
         fails_step,
+        asks,
         target,
         peers,
         peer_median,

@@ -333,11 +333,52 @@ impl StepRun<'_> {
         }
         let verdicts = verdicts(spec, &replicas);
         let d = detail(&replicas, &restarts, Some(&verdicts));
+        self.conclude(step, spec, &verdicts, d, abort).await
+    }
+
+    /// The step's end once every check is judged: a failed check fails it; else an
+    /// inconclusive check with `on_inconclusive: ask` waits for an operator's approval for
+    /// `approve_timeout` (within the step's deadline, which includes it); else it passes.
+    pub(super) async fn conclude(
+        &self,
+        step: &Step,
+        spec: &AnalyzeSpec,
+        verdicts: &[CheckVerdict],
+        mut d: serde_json::Value,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
         if verdicts.iter().any(|v| v.fails_step) {
-            let msg = format!("analysis failed: {}", failures(&verdicts));
+            let msg = format!("analysis failed: {}", failures(verdicts));
             return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
         }
-        StepEnd::Succeeded(d)
+        let asking: Vec<&str> = verdicts
+            .iter()
+            .filter(|v| v.asks)
+            .map(|v| v.name.as_str())
+            .collect();
+        if asking.is_empty() {
+            return StepEnd::Succeeded(d);
+        }
+        let asked_at = Utc::now();
+        d["asking"] = json!(asking);
+        let wait = chrono::Duration::from_std(spec.approve_timeout).unwrap_or_default();
+        let deadline = step
+            .deadline_at
+            .map_or(asked_at + wait, |d| d.min(asked_at + wait));
+        match super::approval::wait(self, step, d.clone(), deadline, abort).await {
+            super::approval::Waited::Approved(a) => {
+                d["approval"] = super::approval::evidence(&a, asked_at);
+                StepEnd::Succeeded(d)
+            }
+            super::approval::Waited::TimedOut => {
+                let msg = format!(
+                    "analysis inconclusive on {} and no operator approved before {deadline}",
+                    asking.join(", ")
+                );
+                StepEnd::failed(ErrorCode::NotApproved, msg, d)
+            }
+            super::approval::Waited::Aborted => StepEnd::Aborted(d),
+        }
     }
 
     /// A counter check the target has already lost, by name.

@@ -308,3 +308,94 @@ async fn an_abort_interrupts_the_analysis_between_two_scrapes() {
     );
     app.stop().await;
 }
+
+/// `with_analysis` of the fleet checks asking when inconclusive, with this `approve_timeout`.
+fn asking_analysis(approve_timeout: &str) -> BTreeMap<String, Runbook> {
+    let checks = fleet_checks(", on_inconclusive: ask");
+    let mut text = format!(
+        "{}  - name: analysis\n    kind: analyze\n    warmup: 500ms\n    duration: 1s\n    interval: 250ms\n    approve_timeout: {approve_timeout}\n    checks:\n",
+        FAST_CANARY.as_str()
+    );
+    for check in checks {
+        text.push_str(&format!("      - {check}\n"));
+    }
+    let mut books = fast_runbooks();
+    let rb = runbook::parse("single-replica-canary", "test", &text).expect("test runbook");
+    books.insert("single-replica-canary".to_owned(), rb);
+    books
+}
+
+#[tokio::test]
+async fn an_inconclusive_check_that_asks_waits_for_an_operator_and_goes_on_when_approved() {
+    let app = app_with(asking_analysis("30s")).await;
+    app.sim.faults().set_engine_traffic(R2, false);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    // The window ends inconclusive; the step then waits, saying so in its evidence.
+    let mut waiting = Value::Null;
+    for _ in 0..200 {
+        let r = app.rollout(&id).await;
+        assert!(matches!(r.status.as_str(), "pending" | "running"), "{r:#?}");
+        waiting = step(&r, "analysis").detail.clone();
+        if waiting["awaiting_approval"] == true {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(waiting["awaiting_approval"], true, "{waiting:#}");
+    assert_eq!(
+        waiting["asking"],
+        serde_json::json!(["ttft_p95", "itl_p95"])
+    );
+    let (status, body) = app
+        .post(
+            &format!("/v1/rollouts/{id}/approve"),
+            &serde_json::json!({"reason": "r2 gets no traffic on purpose: drained for a test"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let c = check(&r, "ttft_p95");
+    assert_eq!(c["verdict"], "inconclusive", "{c:#}");
+    assert_eq!(
+        (c["fails_step"].clone(), c["asks"].clone()),
+        (Value::Bool(false), Value::Bool(true))
+    );
+    let approval = &step(&r, "analysis").detail["approval"];
+    assert_eq!(approval["approved_by"], "local", "{approval:#}");
+    let kinds = app.audit_kinds(&id).await;
+    assert!(kinds.iter().any(|k| k == "approval_requested"), "{kinds:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_inconclusive_check_that_asks_fails_not_approved_when_nobody_answers() {
+    let app = app_with(asking_analysis("300ms")).await;
+    app.sim.faults().set_engine_traffic(R2, false);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(code(&r), Some("not_approved"), "{r:#?}");
+    let message = &r.error.as_ref().expect("error").message;
+    assert!(message.contains("ttft_p95"), "{message}");
+    assert!(r.rolled_back_by.is_some(), "rolled back");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_check_fails_at_once_even_when_another_asks() {
+    let mut checks = fleet_checks(", on_inconclusive: ask");
+    checks.push(TRAFFIC.to_owned());
+    let app = app_with(with_analysis("1s", &checks)).await;
+    app.sim.faults().set_engine_traffic(R2, false);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(code(&r), Some("analysis_failed"), "{r:#?}");
+    assert!(
+        !app.audit_kinds(&id)
+            .await
+            .iter()
+            .any(|k| k == "approval_requested"),
+        "nobody is asked about a canary that already failed"
+    );
+    app.stop().await;
+}

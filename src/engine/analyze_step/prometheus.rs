@@ -18,7 +18,7 @@ use chrono::Utc;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::{failures, next_wait};
+use super::next_wait;
 use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
 use crate::domain::error_code::ErrorCode;
 use crate::engine::doctor::mask;
@@ -225,10 +225,6 @@ impl StepRun<'_> {
         d["evaluated_at"] = json!(end);
         d["checks"] = checks.iter().map(|(_, c)| c.clone()).collect();
         let verdicts: Vec<_> = checks.into_iter().map(|(v, _)| v).collect();
-        if verdicts.iter().any(|v| v.fails_step) {
-            let msg = format!("analysis failed: {}", failures(&verdicts));
-            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
-        }
-        StepEnd::Succeeded(d)
+        self.conclude(step, spec, &verdicts, d, abort).await
     }
 }

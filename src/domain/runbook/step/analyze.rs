@@ -53,6 +53,7 @@ pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
     let duration = fields.duration("duration", defaults::ANALYZE_DURATION)?;
     let interval = fields.duration("interval", defaults::ANALYZE_INTERVAL)?;
     fields.interval_within(interval, duration, "duration")?;
+    let approve_timeout = fields.duration("approve_timeout", defaults::APPROVE_TIMEOUT)?;
     let Some(items) = fields.get("checks").and_then(Value::as_sequence) else {
         return fields.fail(
             "checks",
@@ -82,6 +83,7 @@ pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
         duration,
         interval,
         checks,
+        approve_timeout,
     })
 }
 
@@ -258,10 +260,11 @@ fn check(
     let on_inconclusive = match text("on_inconclusive")?.as_deref() {
         None | Some("fail") => OnInconclusive::Fail,
         Some("pass") => OnInconclusive::Pass,
+        Some("ask") => OnInconclusive::Ask,
         Some(other) => {
             return fields.fail(
                 "checks",
-                format!("{at}: `on_inconclusive` must be `fail` or `pass`, got \"{other}\""),
+                format!("{at}: `on_inconclusive` must be `fail`, `pass` or `ask`, got \"{other}\""),
             )
         }
     };
@@ -286,7 +289,14 @@ impl super::StepDef for AnalyzeSpec {
     const NAME: &'static str = "analyze";
     const DOC: &'static str =
         "scrapes the target and its peers; after `warmup`, judges each check over `duration`";
-    const FIELDS: &'static [&'static str] = &["source", "warmup", "duration", "interval", "checks"];
+    const FIELDS: &'static [&'static str] = &[
+        "source",
+        "warmup",
+        "duration",
+        "interval",
+        "checks",
+        "approve_timeout",
+    ];
 
     fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
         parse(fields)
@@ -294,7 +304,9 @@ impl super::StepDef for AnalyzeSpec {
 
     /// Scrapes run until warmup + duration; a last slow scrape may end past it.
     fn budget(&self) -> std::time::Duration {
-        self.warmup + self.duration + self.interval + std::time::Duration::from_secs(60)
+        let scrapes = self.warmup + self.duration + self.interval + std::time::Duration::from_secs(60);
+        // An inconclusive check that asks waits for an operator after the window.
+        scrapes + if self.may_ask() { self.approve_timeout } else { std::time::Duration::ZERO }
     }
 
     /// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
@@ -334,9 +346,34 @@ mod tests {
 
     use crate::domain::analysis::{AnalysisSource, OnInconclusive};
     use crate::domain::runbook::{parse, StepKind};
+    use crate::domain::runbook::step::StepDef;
 
     fn one(step: &str) -> Result<crate::domain::runbook::Runbook, String> {
         parse("r", "r.yaml", &format!("steps:\n  - {step}\n")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_check_that_asks_adds_the_approval_wait_to_the_budget_and_old_runbooks_keep_loading() {
+        let spec = |on: &str| {
+            let rb = one(&format!("{{kind: analyze, warmup: 1m, duration: 10m, interval: 30s, approve_timeout: 1h, checks: [{{name: t, counter: c, min: 1, on_inconclusive: {on}}}]}}"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let StepKind::Analyze(spec) = rb.steps[0].kind.clone() else {
+                panic!("an analyze step");
+            };
+            spec
+        };
+        let asks = spec("ask");
+        assert_eq!(asks.checks[0].on_inconclusive, OnInconclusive::Ask);
+        assert_eq!(asks.approve_timeout, Duration::from_secs(3600));
+        let scrapes = Duration::from_secs(60 + 600 + 30 + 60);
+        assert_eq!(StepDef::budget(&asks), scrapes + Duration::from_secs(3600));
+        assert_eq!(StepDef::budget(&spec("fail")), scrapes, "nobody is asked: no wait");
+        // A runbook stored before `approve_timeout` existed reads with the default.
+        let mut json = serde_json::to_value(&asks).expect("serialises");
+        json.as_object_mut().expect("object").remove("approve_timeout");
+        let old: crate::domain::analysis::AnalyzeSpec =
+            serde_json::from_value(json).expect("an old stored step");
+        assert_eq!(old.approve_timeout, crate::domain::runbook::defaults::APPROVE_TIMEOUT);
     }
 
     #[test]
@@ -416,9 +453,9 @@ mod tests {
             ("no limit", format!("{{name: a, kind: analyze, checks: [{{name: t, {h}}}]}}"), "give at least one limit"),
             ("min above max", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 5, max: 1}]}".to_owned(), "`min` (5) is above `max` (1)"),
             ("duplicate check", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1}, {name: t, counter: c, min: 1}]}".to_owned(), "duplicate check name \"t\""),
-            ("bad on_inconclusive", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1, on_inconclusive: ask}]}".to_owned(), "`on_inconclusive` must be `fail` or `pass`"),
+            ("bad on_inconclusive", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1, on_inconclusive: maybe}]}".to_owned(), "`on_inconclusive` must be `fail`, `pass` or `ask`, got \"maybe\""),
             ("interval over duration", "{name: a, kind: analyze, duration: 1s, interval: 5s, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "`interval` (5s) is longer than `duration` (1s)"),
-            ("unknown step field", "{name: a, kind: analyze, timeout: 5m, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "unknown field `timeout` (a `analyze` step takes: source, warmup, duration, interval, checks)"),
+            ("unknown step field", "{name: a, kind: analyze, timeout: 5m, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "unknown field `timeout` (a `analyze` step takes: source, warmup, duration, interval, checks, approve_timeout)"),
         ];
         for (case, step, expected) in cases {
             let err = one(&step).expect_err(case);
