@@ -7,9 +7,10 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::step_run::{StepEnd, StepRun};
+use super::step_run::{abort_watch, StepEnd, StepRun};
 use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::domain::error_code::ErrorCode;
@@ -25,7 +26,11 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 ///
 /// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
 /// as after a restart, a few times with backoff, before giving up until next start.
-pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
+///
+/// `abort` is the rollout's abort signal (cancelled by an abort request or a shutdown); the
+/// executors read it as a watch channel, fed by it alongside the drives.
+pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
+    let (abort, feed) = abort_watch(abort);
     let drive_once = || {
         let span = tracing::info_span!(
             "rollout",
@@ -35,7 +40,11 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>)
         );
         drive(engine, id, abort.clone()).instrument(span)
     };
-    retry_storage_errors(id, || engine.is_stopping(), drive_once).await;
+    let drives = retry_storage_errors(id, || engine.is_stopping(), drive_once);
+    tokio::select! {
+        _ = drives => {}
+        () = feed => {}
+    }
 }
 
 /// Drives until a drive ends without error: `TRIES` drives at most, `FIRST_BACKOFF` (doubling)

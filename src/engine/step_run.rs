@@ -4,11 +4,13 @@
 //! inside `engine/` point one way.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
@@ -146,6 +148,23 @@ pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
 pub(crate) fn poll_interval(deadline: DateTime<Utc>) -> Duration {
     let left = (deadline - Utc::now()).to_std().unwrap_or_default();
     (left / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// The rollout's abort signal as executors read it: a watch channel that turns `true` once
+/// `token` is cancelled, and the future that feeds it (it never ends: run it alongside the
+/// rollout, in the same task, so stopping the task stops it too). A watch rather than the
+/// token itself keeps the executors' `abort: &mut watch::Receiver<bool>` unchanged.
+pub(crate) fn abort_watch(
+    token: CancellationToken,
+) -> (watch::Receiver<bool>, impl Future<Output = ()>) {
+    let (tx, rx) = watch::channel(false);
+    let feed = async move {
+        token.cancelled().await;
+        let _ = tx.send(true);
+        // The sender lives as long as the drives: `pause` takes a gone sender for no abort.
+        std::future::pending::<()>().await;
+    };
+    (rx, feed)
 }
 
 /// Sleeps for `d`, or less if an abort arrives; true when aborted.
