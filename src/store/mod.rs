@@ -75,8 +75,35 @@ struct EventBus {
     wake: tokio::sync::Notify,
 }
 
+/// Makes `step_kind` (what the triggers on `step.kind` accept, migration 0011) the registered
+/// step kinds: each inserted if missing; a name no longer registered removed unless a step row
+/// still uses it (that row stays readable and resumable). One transaction, at every start.
+async fn register_step_kinds(pool: &SqlitePool) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    for kind in crate::domain::runbook::StepKindName::ALL {
+        sqlx::query("insert or ignore into step_kind (name) values (?)")
+            .bind(kind.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    let registered: Vec<&str> = crate::domain::runbook::StepKindName::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    sqlx::query(
+        "delete from step_kind where name not in (select value from json_each(?)) \
+         and not exists (select 1 from step where step.kind = step_kind.name)",
+    )
+    .bind(serde_json::to_string(&registered).unwrap_or_default())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 impl Store {
-    /// Opens (creating if missing) and migrates the database at `path`.
+    /// Opens (creating if missing) and migrates the database at `path`, and registers the step
+    /// kinds (`register_step_kinds`).
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
@@ -90,6 +117,7 @@ impl Store {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
+        register_step_kinds(&pool).await?;
         let (last,): (i64,) = sqlx::query_as("select coalesce(max(seq), 0) from audit_event")
             .fetch_one(&pool)
             .await?;
