@@ -33,9 +33,6 @@ mod prometheus;
 
 pub(super) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
 
-/// The longest a scrape may take.
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// One check's series on one page.
 enum Extract {
     Histogram(BTreeMap<SeriesKey, Histogram>),
@@ -253,7 +250,7 @@ impl StepRun<'_> {
             }
         }
         let client = reqwest::Client::builder()
-            .timeout(spec.interval.min(SCRAPE_TIMEOUT))
+            .timeout(spec.interval.min(self.engine.inner.timings.scrape_timeout))
             .build()
             .unwrap_or_default();
         let started = step.started_at.unwrap_or_else(Utc::now);

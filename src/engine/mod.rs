@@ -29,7 +29,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tokio_util::task::TaskTracker;
 
 use crate::compose::{ClientOptions, ComposeClient, ComposeObserver};
-use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
+use crate::config::{ComposeTuning, EngineTuning, HostConfig, ResolvedConfig};
 use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     pub hosts: BTreeMap<String, HostRuntime>,
     pub runbooks: BTreeMap<String, Runbook>,
     pub tuning: ComposeTuning,
+    /// The engine's own timings (`engine:` in the config).
+    pub timings: EngineTuning,
     pub prober: HealthProber,
     /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
     pub engine_api: EngineApi,
@@ -194,7 +196,8 @@ impl Engine {
             hosts,
             runbooks,
             tuning: config.compose.clone(),
-            prober: HealthProber::new(Duration::from_secs(3)),
+            timings: config.engine,
+            prober: HealthProber::new(config.engine.health_timeout),
             engine_api: EngineApi::new(config.compose.connect_timeout),
             prometheus: config
                 .prometheus

@@ -47,7 +47,9 @@ mod tests {
     use std::pin::Pin;
 
     use super::*;
-    use crate::engine::rollback::PREEMPT_WAIT;
+
+    /// The preempt wait (`engine.preempt_wait`, by default).
+    const PREEMPT_WAIT: Duration = Duration::from_secs(120);
 
     type End = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -97,10 +99,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_preempt_wait_gives_up_after_120_s_of_a_rollout_that_never_ends() {
-        assert_eq!(PREEMPT_WAIT, Duration::from_secs(120));
+        let default = crate::config::EngineTuning::default().preempt_wait;
+        assert_eq!(PREEMPT_WAIT, default);
         let (reads, took) = count_reads(PREEMPT_WAIT, None, None).await;
         assert_eq!(took, PREEMPT_WAIT, "the read at the deadline is the last");
-        assert_eq!(reads, 2, "one read at once, one at the deadline: no polling");
+        assert_eq!(
+            reads, 2,
+            "one read at once, one at the deadline: no polling"
+        );
     }
 
     #[tokio::test(start_paused = true)]
