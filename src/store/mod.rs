@@ -77,26 +77,40 @@ struct EventBus {
 
 /// Makes `step_kind` (what the triggers on `step.kind` accept, migration 0011) the registered
 /// step kinds: each inserted if missing; a name no longer registered removed unless a step row
-/// still uses it (that row stays readable and resumable). One transaction, at every start.
+/// still uses it (that row stays readable and resumable). Read first: a start whose table is
+/// already right writes nothing (a restart may find the previous process still writing).
 async fn register_step_kinds(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = pool.begin().await?;
-    for kind in crate::domain::runbook::StepKindName::ALL {
-        sqlx::query("insert or ignore into step_kind (name) values (?)")
-            .bind(kind.as_str())
-            .execute(&mut *tx)
-            .await?;
-    }
     let registered: Vec<&str> = crate::domain::runbook::StepKindName::ALL
         .iter()
         .map(|k| k.as_str())
         .collect();
-    sqlx::query(
-        "delete from step_kind where name not in (select value from json_each(?)) \
-         and not exists (select 1 from step where step.kind = step_kind.name)",
-    )
-    .bind(serde_json::to_string(&registered).unwrap_or_default())
-    .execute(&mut *tx)
-    .await?;
+    let registered_json = serde_json::to_string(&registered).unwrap_or_default();
+    let stored: Vec<(String,)> = sqlx::query_as("select name from step_kind")
+        .fetch_all(pool)
+        .await?;
+    let missing = registered
+        .iter()
+        .any(|k| !stored.iter().any(|(name,)| name == k));
+    const UNUSED: &str = "from step_kind where name not in (select value from json_each(?)) \
+         and not exists (select 1 from step where step.kind = step_kind.name)";
+    let (unused,): (i64,) = sqlx::query_as(&format!("select count(*) {UNUSED}"))
+        .bind(&registered_json)
+        .fetch_one(pool)
+        .await?;
+    if !missing && unused == 0 {
+        return Ok(());
+    }
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    for kind in &registered {
+        sqlx::query("insert or ignore into step_kind (name) values (?)")
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(&format!("delete {UNUSED}"))
+        .bind(&registered_json)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
