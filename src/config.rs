@@ -41,6 +41,8 @@ pub struct ResolvedConfig {
     pub compose: ComposeTuning,
     /// The API server's read timeouts.
     pub http: HttpTuning,
+    /// The rollout engine's own timings.
+    pub engine: EngineTuning,
     /// How long finished rollouts are kept; `None` keeps them forever.
     pub retention_days: Option<u32>,
     /// Webhook notifications (none unless configured).
@@ -267,6 +269,55 @@ impl Default for ComposeTuning {
             busy_retry_initial: Duration::from_secs(2),
             busy_retry_max: Duration::from_secs(60),
             settle_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The rollout engine's own timings (`engine:` in the config; all optional). The defaults are
+/// what canaryd always used; each is a trade-off an operator may need to move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineTuning {
+    /// Timeout of one `/health` sample of an engine (default 3s): a health endpoint answers
+    /// from memory, so a slower answer counts as unhealthy rather than stalling a wait.
+    pub health_timeout: Duration,
+    /// How long a preempting rollback waits for the rollout it aborted to end (default 120s):
+    /// the aborted rollout's compose call in flight finishes first; after it, `host_busy`.
+    pub preempt_wait: Duration,
+    /// Wait after a rollout's first storage error before its task resumes it from the
+    /// database; doubles after each (default 200ms: a busy SQLite clears in milliseconds).
+    pub storage_retry_initial: Duration,
+    /// Drives of a rollout before its task gives up on storage errors until the next start
+    /// (default 5: with the doubling, about 3 s of retries).
+    pub storage_tries: u32,
+    /// Shortest poll interval of a wait without one of its own, which polls a tenth of its
+    /// time left (default 50ms: keeps short waits from spinning).
+    pub poll_min: Duration,
+    /// Longest such poll interval (default 1s: a long wait still notices within a second).
+    pub poll_max: Duration,
+    /// How often a running wait saves its evidence (default 5s; the final evidence is written
+    /// when the step ends): bounded so that many waits do not queue on SQLite's one writer.
+    pub progress_every: Duration,
+    /// Longest scrape of an engine's `/metrics` by `analyze` (default 10s; never longer than
+    /// the step's `interval`).
+    pub scrape_timeout: Duration,
+    /// Longest wait for one compose-manager answer in the host doctor (default 10s, or
+    /// `compose.request_timeout` if shorter): its two rounds of calls stay inside the CLI's
+    /// 30 s.
+    pub doctor_call_timeout: Duration,
+}
+
+impl Default for EngineTuning {
+    fn default() -> Self {
+        Self {
+            health_timeout: Duration::from_secs(3),
+            preempt_wait: Duration::from_secs(120),
+            storage_retry_initial: Duration::from_millis(200),
+            storage_tries: 5,
+            poll_min: Duration::from_millis(50),
+            poll_max: Duration::from_secs(1),
+            progress_every: Duration::from_secs(5),
+            scrape_timeout: Duration::from_secs(10),
+            doctor_call_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -116,6 +116,7 @@ pub fn dev_config(
         hosts: BTreeMap::from([(DEV_HOST.to_owned(), host)]),
         compose,
         http: Default::default(),
+        engine: Default::default(),
         retention_days: None,
         notifications: Default::default(),
         prometheus: None,

@@ -9,9 +9,9 @@ use serde::Deserialize;
 
 use super::url::{check_url, origin};
 use super::{
-    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EnvMap, HostConfig, HttpTuning,
-    NotificationsConfig, PrometheusConfig, ReplicaConfig, ResolvedConfig, Role, Secret,
-    WebhookConfig, WebhookFormat,
+    env_file, ApiToken, ComposeTuning, ConfigError, DeliveryTuning, EngineTuning, EnvMap,
+    HostConfig, HttpTuning, NotificationsConfig, PrometheusConfig, ReplicaConfig, ResolvedConfig,
+    Role, Secret, WebhookConfig, WebhookFormat,
 };
 use crate::domain::duration::parse_duration;
 use crate::domain::notification::NotifyEvent;
@@ -31,6 +31,8 @@ struct ConfigFile {
     compose: Option<ComposeFile>,
     #[serde(default)]
     http: Option<HttpFile>,
+    #[serde(default)]
+    engine: Option<EngineFile>,
     #[serde(default)]
     retention_days: Option<u32>,
     #[serde(default)]
@@ -128,6 +130,20 @@ struct ComposeFile {
 struct HttpFile {
     header_read_timeout: Option<String>,
     body_read_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct EngineFile {
+    health_timeout: Option<String>,
+    preempt_wait: Option<String>,
+    storage_retry_initial: Option<String>,
+    storage_tries: Option<u32>,
+    poll_min: Option<String>,
+    poll_max: Option<String>,
+    progress_every: Option<String>,
+    scrape_timeout: Option<String>,
+    doctor_call_timeout: Option<String>,
 }
 
 /// Builds errors that point at a key of the config file.
@@ -301,6 +317,7 @@ pub(super) fn resolve(
     }
     let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
     let http = resolve_http(&src, raw.http.unwrap_or_default())?;
+    let engine = resolve_engine(&src, raw.engine.unwrap_or_default())?;
     if raw.retention_days == Some(0) {
         let why = "must be at least 1 (leave it out to keep everything)";
         return Err(src.error(&[Key("retention_days")], why));
@@ -318,6 +335,7 @@ pub(super) fn resolve(
         hosts,
         compose,
         http,
+        engine,
         retention_days: raw.retention_days,
         notifications,
         prometheus,
@@ -542,6 +560,41 @@ fn resolve_http(src: &Source<'_>, h: HttpFile) -> Result<HttpTuning, ConfigError
             d.body_read_timeout,
         )?,
     })
+}
+
+fn resolve_engine(src: &Source<'_>, e: EngineFile) -> Result<EngineTuning, ConfigError> {
+    let d = EngineTuning::default();
+    let read = |key: &str, text: Option<String>, default: Duration| {
+        duration(src, "engine", key, text, default)
+    };
+    let tuning = EngineTuning {
+        health_timeout: read("health_timeout", e.health_timeout, d.health_timeout)?,
+        preempt_wait: read("preempt_wait", e.preempt_wait, d.preempt_wait)?,
+        storage_retry_initial: read(
+            "storage_retry_initial",
+            e.storage_retry_initial,
+            d.storage_retry_initial,
+        )?,
+        storage_tries: e.storage_tries.unwrap_or(d.storage_tries),
+        poll_min: read("poll_min", e.poll_min, d.poll_min)?,
+        poll_max: read("poll_max", e.poll_max, d.poll_max)?,
+        progress_every: read("progress_every", e.progress_every, d.progress_every)?,
+        scrape_timeout: read("scrape_timeout", e.scrape_timeout, d.scrape_timeout)?,
+        doctor_call_timeout: read(
+            "doctor_call_timeout",
+            e.doctor_call_timeout,
+            d.doctor_call_timeout,
+        )?,
+    };
+    if tuning.storage_tries == 0 {
+        let at = [Seg::Key("engine"), Seg::Key("storage_tries")];
+        return Err(src.error(&at, "must be at least 1"));
+    }
+    if tuning.poll_min > tuning.poll_max {
+        let at = [Seg::Key("engine"), Seg::Key("poll_min")];
+        return Err(src.error(&at, "must not be longer than poll_max"));
+    }
+    Ok(tuning)
 }
 
 fn resolve_notifications(

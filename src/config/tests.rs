@@ -80,6 +80,7 @@ fn a_valid_config_resolves_paths_secrets_and_defaults() {
     );
     assert_eq!(config.compose, ComposeTuning::default());
     assert_eq!(config.http, HttpTuning::default());
+    assert_eq!(config.engine, EngineTuning::default());
     assert_eq!(config.retention_days, None);
     assert!(config.is_loopback_listen());
     assert_eq!(config.check_listen_safety(), Ok(()));
@@ -210,6 +211,11 @@ fn bad_optional_settings_are_refused_naming_the_key() {
         ("backoff that starts above its cap", "compose:\n  busy_retry_initial: 2m\n  busy_retry_max: 1m\n", "compose.busy_retry_initial: must not be longer than busy_retry_max"),
         ("an unknown compose knob", "compose:\n  retries: 3\n", "compose: unknown field `retries`"),
         ("a zero read timeout", "http:\n  header_read_timeout: 0s\n", "http.header_read_timeout: must be longer than zero"),
+        ("a zero engine timing", "engine:\n  preempt_wait: 0s\n", "engine.preempt_wait: must be longer than zero"),
+        ("an engine timing without a unit", "engine:\n  health_timeout: 3\n", "engine.health_timeout: invalid duration `3`: missing unit"),
+        ("no storage tries", "engine:\n  storage_tries: 0\n", "engine.storage_tries: must be at least 1"),
+        ("a poll range upside down", "engine:\n  poll_min: 2s\n  poll_max: 1s\n", "engine.poll_min: must not be longer than poll_max"),
+        ("an unknown engine knob", "engine:\n  poll_every: 1s\n", "engine: unknown field `poll_every`"),
         ("zero retention", "retention_days: 0\n", "retention_days: must be at least 1"),
         ("negative retention", "retention_days: -1\n", "retention_days: invalid type: integer `-1`, expected u32"),
     ];
@@ -679,5 +685,44 @@ steps:
         bare.check_runbooks(&engine_only),
         Ok(()),
         "the shipped runbooks"
+    );
+}
+
+#[test]
+fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() {
+    let d = EngineTuning::default();
+    let s = Duration::from_secs;
+    assert_eq!(
+        (
+            d.health_timeout,
+            d.preempt_wait,
+            d.storage_retry_initial,
+            d.storage_tries
+        ),
+        (s(3), s(120), Duration::from_millis(200), 5)
+    );
+    assert_eq!(
+        (d.poll_min, d.poll_max, d.progress_every),
+        (Duration::from_millis(50), s(1), s(5))
+    );
+    assert_eq!((d.scrape_timeout, d.doctor_call_timeout), (s(10), s(10)));
+    let set = "engine:\n  health_timeout: 1s\n  preempt_wait: 5m\n  storage_retry_initial: 1s\n  \
+               storage_tries: 2\n  poll_min: 10ms\n  poll_max: 10ms\n  progress_every: 30s\n  \
+               scrape_timeout: 2s\n  doctor_call_timeout: 20s\n";
+    let config = load_text(&format!("{BASE}{set}")).unwrap_or_else(|e| panic!("{e}"));
+    let ms = Duration::from_millis;
+    assert_eq!(
+        config.engine,
+        EngineTuning {
+            health_timeout: s(1),
+            preempt_wait: s(300),
+            storage_retry_initial: s(1),
+            storage_tries: 2,
+            poll_min: ms(10),
+            poll_max: ms(10),
+            progress_every: s(30),
+            scrape_timeout: s(2),
+            doctor_call_timeout: s(20),
+        }
     );
 }

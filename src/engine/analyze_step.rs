@@ -33,9 +33,6 @@ mod prometheus;
 
 pub(super) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
 
-/// The longest a scrape may take.
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// One check's series on one page.
 enum Extract {
     Histogram(BTreeMap<SeriesKey, Histogram>),
@@ -260,7 +257,7 @@ impl StepRun<'_> {
         // grew, per replica, between scrapes (hundreds of MiB for a fleet of canaries).
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
-            .timeout(spec.interval.min(SCRAPE_TIMEOUT))
+            .timeout(spec.interval.min(self.engine.inner.timings.scrape_timeout))
             .build()
             .unwrap_or_default();
         let started = step.started_at.unwrap_or_else(Utc::now);

@@ -28,9 +28,6 @@ use verdict::{dry_run_check, fail, health_check, newest_tag_check, pass, peers_c
 
 /// Log lines asked for by the logs check: enough to prove the call works.
 const LOGS_TAIL: u32 = 5;
-/// Longest wait for one compose-manager answer (or the config's `request_timeout`, if
-/// shorter): the two rounds of calls stay well inside the CLI's 30 s.
-const CALL_TIMEOUT_CAP: Duration = Duration::from_secs(10);
 
 /// One check of a host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +94,12 @@ impl Engine {
 }
 
 async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
-    let limit = engine.inner.tuning.request_timeout.min(CALL_TIMEOUT_CAP);
+    // `engine.doctor_call_timeout`, or `compose.request_timeout` if shorter.
+    let limit = engine
+        .inner
+        .tuning
+        .request_timeout
+        .min(engine.inner.timings.doctor_call_timeout);
     let (token, dry_run, version) = tokio::join!(
         bounded(limit, "GET /status", check_token(host)),
         bounded(limit, "POST /docker/evict", host.client.supports_dry_run()),

@@ -20,17 +20,17 @@ mod steps;
 mod wait;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
 use tokio::task::AbortHandle;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::task::TaskTracker;
 
 use crate::compose::{ClientOptions, ComposeClient, ComposeObserver};
-use crate::config::{ComposeTuning, HostConfig, ResolvedConfig};
+use crate::config::{ComposeTuning, EngineTuning, HostConfig, ResolvedConfig};
 use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::Runbook;
@@ -118,22 +118,35 @@ pub(crate) struct Inner {
     pub hosts: BTreeMap<String, HostRuntime>,
     pub runbooks: BTreeMap<String, Runbook>,
     pub tuning: ComposeTuning,
+    /// The engine's own timings (`engine:` in the config).
+    pub timings: EngineTuning,
     pub prober: HealthProber,
     /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
     pub engine_api: EngineApi,
     /// The config's Prometheus server (`analyze` with `source: prometheus`), if any.
     pub prometheus: Option<Prometheus>,
-    /// Abort signals of the rollouts whose task is running.
-    pub running: Mutex<HashMap<String, watch::Sender<bool>>>,
-    /// The tasks, so shutdown can stop the ones that outlive their grace.
-    pub tasks: Mutex<Vec<AbortHandle>>,
-    /// Set by `shutdown`: tasks stop at their next step boundary or wait, leaving their
-    /// rollout resumable, and no new task starts.
-    pub stopping: AtomicBool,
+    /// The rollouts whose task is running, by id.
+    pub running: Mutex<HashMap<String, RolloutTask>>,
+    /// Every rollout task, so `shutdown` can wait for them (bounded by its grace).
+    pub tasks: TaskTracker,
+    /// Cancelled by `shutdown` (and `kill`): every rollout's abort signal, a child of it, fires
+    /// (tasks stop at their next step boundary or wait, leaving their rollout resumable) and no
+    /// new task starts.
+    pub stop: CancellationToken,
     #[cfg(feature = "testing")]
     pub hooks: hooks::Hooks,
     /// The last doctor report of each host (`canaryd doctor`).
     pub doctor_reports: doctor::LastReports,
+}
+
+/// A running rollout task.
+pub(crate) struct RolloutTask {
+    /// Its abort signal: a child of `Inner::stop`, cancelled by `Engine::abort` too.
+    abort: CancellationToken,
+    /// Cancelled when the task ends, however it ends (`Engine::wait_terminal`).
+    ended: CancellationToken,
+    /// To stop it dead (`Engine::kill`).
+    handle: AbortHandle,
 }
 
 /// The rollout engine. Cheap to clone.
@@ -187,15 +200,16 @@ impl Engine {
             hosts,
             runbooks,
             tuning: config.compose.clone(),
-            prober: HealthProber::new(Duration::from_secs(3)),
+            timings: config.engine,
+            prober: HealthProber::new(config.engine.health_timeout),
             engine_api: EngineApi::new(config.compose.connect_timeout),
             prometheus: config
                 .prometheus
                 .as_ref()
                 .map(|p| Prometheus::new(p, analyze_step::PROMETHEUS_QUERY_TIMEOUT)),
             running: Mutex::new(HashMap::new()),
-            tasks: Mutex::new(Vec::new()),
-            stopping: AtomicBool::new(false),
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
             #[cfg(feature = "testing")]
             hooks: hooks::Hooks::default(),
             doctor_reports: doctor::LastReports::default(),
@@ -285,9 +299,7 @@ impl Engine {
         }
         tracing::info!(rollout.id = %id, actor, "abort of {id} requested");
         match self.signal(id) {
-            Some(tx) => {
-                let _ = tx.send(true);
-            }
+            Some(abort) => abort.cancel(),
             // No task (it gave up on storage errors): one that sees the request finishes it.
             None => self.spawn(id.to_owned()),
         }
@@ -315,15 +327,23 @@ impl Engine {
         self.get(id).await
     }
 
-    /// Waits (bounded) until a rollout is terminal; used by preempt and tests.
+    /// Waits (bounded) until a rollout is terminal; used by preempt and tests. Reads it, then
+    /// waits for its task to end, no polling; returns it as last read (not terminal when the
+    /// timeout passed, or when no task runs it: then it resumes at next start).
     pub async fn wait_terminal(&self, id: &str, timeout: Duration) -> Result<Rollout, EngineError> {
-        wait::poll_until(
+        wait::until_done(
             timeout,
-            wait::POLL,
+            || self.task_ended(id),
             || self.get(id),
             |r| r.status.is_terminal(),
         )
         .await
+    }
+
+    /// Resolves when the running task of rollout `id` ends; `None` when none runs.
+    fn task_ended(&self, id: &str) -> Option<WaitForCancellationFutureOwned> {
+        let running = self.inner.running.lock().ok()?;
+        running.get(id).map(|t| t.ended.clone().cancelled_owned())
     }
 
     /// Resumes every unfinished rollout (safety rule 9, docs/safety.md). Call before accepting new
@@ -381,46 +401,54 @@ impl Engine {
             .ok_or_else(|| EngineError::UnknownRunbook(name.to_owned()))
     }
 
-    fn signal(&self, id: &str) -> Option<watch::Sender<bool>> {
+    fn signal(&self, id: &str) -> Option<CancellationToken> {
         self.inner
             .running
             .lock()
             .ok()
-            .and_then(|m| m.get(id).cloned())
+            .and_then(|m| m.get(id).map(|t| t.abort.clone()))
     }
 
     /// Starts the task of a rollout (once: a second call for a running rollout does nothing).
     pub(crate) fn spawn(&self, id: String) {
+        // Under the lock, so `kill` cannot miss a task started while it runs.
+        let Ok(mut running) = self.inner.running.lock() else {
+            return;
+        };
         if self.is_stopping() {
             tracing::info!(rollout.id = %id, "shutting down: rollout {id} starts at next start");
             return;
         }
-        let (tx, rx) = watch::channel(false);
-        {
-            let Ok(mut running) = self.inner.running.lock() else {
-                return;
-            };
-            if running.contains_key(&id) {
-                return;
-            }
-            running.insert(id.clone(), tx);
+        if running.contains_key(&id) {
+            return;
         }
+        let abort = self.inner.stop.child_token();
+        let ended = CancellationToken::new();
         let engine = self.clone();
-        let task = tokio::spawn(async move {
-            runner::run(&engine, &id, rx).await;
+        let (task_abort, task_ended) = (abort.clone(), ended.clone());
+        let task_id = id.clone();
+        let handle = self.inner.tasks.spawn(async move {
+            // Fires when the task ends, aborted by `kill` too (the future is dropped).
+            let _ended = task_ended.drop_guard();
+            runner::run(&engine, &task_id, task_abort).await;
             if let Ok(mut running) = engine.inner.running.lock() {
-                running.remove(&id);
+                running.remove(&task_id);
             }
         });
-        if let Ok(mut tasks) = self.inner.tasks.lock() {
-            tasks.retain(|t| !t.is_finished());
-            tasks.push(task.abort_handle());
-        }
+        let handle = handle.abort_handle();
+        running.insert(
+            id,
+            RolloutTask {
+                abort,
+                ended,
+                handle,
+            },
+        );
     }
 
-    /// Whether `shutdown` was called.
+    /// Whether `shutdown` (or `kill`) was called.
     pub fn is_stopping(&self) -> bool {
-        self.inner.stopping.load(Ordering::SeqCst)
+        self.inner.stop.is_cancelled()
     }
 
     /// Graceful stop (SIGTERM): no new task starts; running tasks stop at their next step
@@ -428,21 +456,13 @@ impl Engine {
     /// failed; after `grace`, tasks still running are stopped where they are (their compose
     /// call, if any, is reconciled at next start). Returns how many had to be stopped.
     pub async fn shutdown(&self, grace: Duration) -> usize {
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        let signals: Vec<watch::Sender<bool>> = self
-            .inner
-            .running
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
-        for tx in signals {
-            let _ = tx.send(true);
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.active_tasks() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let left = self.active_tasks();
+        // Every rollout's abort signal is a child of `stop`: one cancel reaches them all.
+        self.inner.stop.cancel();
+        self.inner.tasks.close();
+        let left = match tokio::time::timeout(grace, self.inner.tasks.wait()).await {
+            Ok(()) => 0,
+            Err(_) => self.inner.tasks.len(),
+        };
         if left > 0 {
             tracing::warn!(
                 rollouts = left,
@@ -457,15 +477,15 @@ impl Engine {
     /// the end of a graceful shutdown). Nothing is written.
     #[doc(hidden)]
     pub fn kill(&self) {
-        self.inner.stopping.store(true, Ordering::SeqCst);
-        if let Ok(mut tasks) = self.inner.tasks.lock() {
-            for task in tasks.drain(..) {
-                task.abort();
+        // Under the lock no task starts; each is stopped before the abort signals fire, so
+        // none runs on to see them.
+        let running = self.inner.running.lock();
+        if let Ok(mut running) = running {
+            for (_, task) in running.drain() {
+                task.handle.abort();
             }
         }
-        if let Ok(mut running) = self.inner.running.lock() {
-            running.clear();
-        }
+        self.inner.stop.cancel();
     }
 
     /// Test hook: the next rollout task that reaches checkpoint `point` freezes there (see

@@ -2,8 +2,6 @@
 //! with optional preemption, and the automatic rollback of a canary that failed after touching
 //! its replica.
 
-use std::time::Duration;
-
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
@@ -24,10 +22,6 @@ pub struct RollbackRequest {
     #[serde(default)]
     pub preempt: bool,
 }
-
-/// How long a preempting rollback waits for the rollout it aborted to end (its compose call in
-/// flight finishes first); after it, the rollback is refused `host_busy`.
-pub(super) const PREEMPT_WAIT: Duration = Duration::from_secs(120);
 
 /// What a rollback of a replica redeploys, and the rollout it undoes.
 struct Choice {
@@ -152,7 +146,9 @@ pub(super) async fn submit(
             Err(e) => return Err(e),
         }
         // The aborted rollout finishes its current call first (never cut a compose stream).
-        engine.wait_terminal(&active.id, PREEMPT_WAIT).await?;
+        // How long: `engine.preempt_wait`; after it, the rollback is refused `host_busy`.
+        let wait = engine.inner.timings.preempt_wait;
+        engine.wait_terminal(&active.id, wait).await?;
         // It may have touched the replica meanwhile: choose again from what runs now.
         choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
     }

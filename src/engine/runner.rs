@@ -2,30 +2,30 @@
 //! optional automatic rollback, or aborted). Resumes from whatever SQLite says after a restart.
 
 use std::future::Future;
-use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::step_run::{StepEnd, StepRun};
+use super::step_run::{abort_watch, with_timings, StepEnd, StepRun};
 use super::steps;
 use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
+use crate::config::EngineTuning;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
-
-/// How many times a rollout's task drives it before it gives up until the next start.
-const TRIES: u32 = 5;
-/// The wait after a drive's first storage error; it doubles after each.
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
 ///
 /// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
 /// as after a restart, a few times with backoff, before giving up until next start.
-pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>) {
+///
+/// `abort` is the rollout's abort signal (cancelled by an abort request or a shutdown); the
+/// executors read it as a watch channel, fed by it alongside the drives.
+pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
+    let (abort, feed) = abort_watch(abort);
     let drive_once = || {
         let span = tracing::info_span!(
             "rollout",
@@ -35,25 +35,36 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: watch::Receiver<bool>)
         );
         drive(engine, id, abort.clone()).instrument(span)
     };
-    retry_storage_errors(id, || engine.is_stopping(), drive_once).await;
+    let timings = engine.inner.timings;
+    let drives = retry_storage_errors(id, &timings, || engine.is_stopping(), drive_once);
+    let both = async {
+        tokio::select! {
+            _ = drives => {}
+            () = feed => {}
+        }
+    };
+    with_timings(timings, both).await;
 }
 
-/// Drives until a drive ends without error: `TRIES` drives at most, `FIRST_BACKOFF` (doubling)
-/// apart, none after `stopping()`. True when a drive ended well.
+/// Drives until a drive ends without error: `storage_tries` drives at most,
+/// `storage_retry_initial` (doubling) apart, none after `stopping()`. True when a drive ended
+/// well.
 async fn retry_storage_errors<Fut>(
     id: &str,
+    timings: &EngineTuning,
     stopping: impl Fn() -> bool,
     mut drive: impl FnMut() -> Fut,
 ) -> bool
 where
     Fut: Future<Output = Result<(), super::EngineError>>,
 {
-    let mut backoff = FIRST_BACKOFF;
-    for n in 1..=TRIES {
+    let tries = timings.storage_tries;
+    let mut backoff = timings.storage_retry_initial;
+    for n in 1..=tries {
         let Err(e) = drive().await else {
             return true;
         };
-        if n == TRIES || stopping() {
+        if n == tries || stopping() {
             tracing::error!(rollout.id = %id, error = %e, "rollout {id} stopped on a storage error; it resumes at next start");
             return false;
         }
@@ -425,6 +436,7 @@ mod tests {
         let drives = RefCell::new(Vec::new());
         let ended_well = retry_storage_errors(
             "ro_1",
+            &EngineTuning::default(),
             || stopping,
             || {
                 let n = {

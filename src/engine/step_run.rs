@@ -4,14 +4,17 @@
 //! inside `engine/` point one way.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
+use crate::config::EngineTuning;
 use crate::domain::error_code::ErrorCode;
 use crate::store::{Rollout, Step};
 
@@ -142,10 +145,46 @@ pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
             .any(|l| l == format!("com.docker.compose.service={service}"))
 }
 
-/// Poll interval for waits without one of their own: a tenth of the time left, 50 ms to 1 s.
+tokio::task_local! {
+    /// The engine's timings (`engine:` in the config) inside a rollout's task, for the helpers
+    /// executors call without the engine at hand (`poll_interval`, `Progress`): so their
+    /// signatures, and the executors, stay as they are.
+    static TIMINGS: EngineTuning;
+}
+
+/// Runs a rollout's task with the engine's timings (`runner::run`).
+pub(crate) async fn with_timings<F: Future>(timings: EngineTuning, f: F) -> F::Output {
+    TIMINGS.scope(timings, f).await
+}
+
+/// The timings of the rollout task running this; the defaults outside one (unit tests).
+fn timings() -> EngineTuning {
+    TIMINGS.try_with(|t| *t).unwrap_or_default()
+}
+
+/// Poll interval for waits without one of their own: a tenth of the time left, between
+/// `engine.poll_min` and `engine.poll_max` (50 ms and 1 s by default).
 pub(crate) fn poll_interval(deadline: DateTime<Utc>) -> Duration {
     let left = (deadline - Utc::now()).to_std().unwrap_or_default();
-    (left / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    let t = timings();
+    (left / 10).clamp(t.poll_min, t.poll_max)
+}
+
+/// The rollout's abort signal as executors read it: a watch channel that turns `true` once
+/// `token` is cancelled, and the future that feeds it (it never ends: run it alongside the
+/// rollout, in the same task, so stopping the task stops it too). A watch rather than the
+/// token itself keeps the executors' `abort: &mut watch::Receiver<bool>` unchanged.
+pub(crate) fn abort_watch(
+    token: CancellationToken,
+) -> (watch::Receiver<bool>, impl Future<Output = ()>) {
+    let (tx, rx) = watch::channel(false);
+    let feed = async move {
+        token.cancelled().await;
+        let _ = tx.send(true);
+        // The sender lives as long as the drives: `pause` takes a gone sender for no abort.
+        std::future::pending::<()>().await;
+    };
+    (rx, feed)
 }
 
 /// Sleeps for `d`, or less if an abort arrives; true when aborted.
@@ -162,11 +201,9 @@ pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> boo
     }
 }
 
-/// How often a running wait saves its evidence (the final evidence is written when the step
-/// ends). Bounded so that many concurrent waits do not queue on SQLite's single writer.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
-
-/// Saves a wait's evidence at its first probe, then at most every `PROGRESS_EVERY`.
+/// Saves a wait's evidence at its first probe, then at most every `engine.progress_every` (5 s
+/// by default; the final evidence is written when the step ends): bounded so that many
+/// concurrent waits do not queue on SQLite's single writer.
 #[derive(Default)]
 pub(super) struct Progress {
     last: Option<std::time::Instant>,
@@ -179,12 +216,35 @@ impl Progress {
         step_id: &str,
         detail: &serde_json::Value,
     ) {
-        if self.last.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+        let every = timings().progress_every;
+        if self.last.is_some_and(|t| t.elapsed() < every) {
             return;
         }
         self.last = Some(std::time::Instant::now());
         if let Err(e) = store.update_step_detail(step_id, detail).await {
             tracing::warn!(error = %e, "could not save the progress of step {step_id}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_wait_helpers_read_the_timings_of_their_rollout_task() {
+        let timings = EngineTuning {
+            poll_min: Duration::from_secs(2),
+            poll_max: Duration::from_secs(3),
+            ..EngineTuning::default()
+        };
+        let now = Utc::now();
+        let far = now + chrono::Duration::hours(1);
+        let (low, high) =
+            with_timings(timings, async { (poll_interval(now), poll_interval(far)) }).await;
+        assert_eq!((low, high), (timings.poll_min, timings.poll_max));
+        // Outside a rollout task: the defaults, 50 ms to 1 s.
+        assert_eq!(poll_interval(now), Duration::from_millis(50));
+        assert_eq!(poll_interval(far), Duration::from_secs(1));
     }
 }

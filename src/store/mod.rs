@@ -79,8 +79,49 @@ struct EventBus {
     wake: tokio::sync::Notify,
 }
 
+/// Makes `step_kind` (what the triggers on `step.kind` accept, migration 0011) the registered
+/// step kinds: each inserted if missing; a name no longer registered removed unless a step row
+/// still uses it (that row stays readable and resumable). Read first: a start whose table is
+/// already right writes nothing (a restart may find the previous process still writing).
+async fn register_step_kinds(pool: &SqlitePool) -> Result<(), StoreError> {
+    let registered: Vec<&str> = crate::domain::runbook::StepKindName::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let registered_json = serde_json::to_string(&registered).unwrap_or_default();
+    let stored: Vec<(String,)> = sqlx::query_as("select name from step_kind")
+        .fetch_all(pool)
+        .await?;
+    let missing = registered
+        .iter()
+        .any(|k| !stored.iter().any(|(name,)| name == k));
+    const UNUSED: &str = "from step_kind where name not in (select value from json_each(?)) \
+         and not exists (select 1 from step where step.kind = step_kind.name)";
+    let (unused,): (i64,) = sqlx::query_as(&format!("select count(*) {UNUSED}"))
+        .bind(&registered_json)
+        .fetch_one(pool)
+        .await?;
+    if !missing && unused == 0 {
+        return Ok(());
+    }
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    for kind in &registered {
+        sqlx::query("insert or ignore into step_kind (name) values (?)")
+            .bind(kind)
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::query(&format!("delete {UNUSED}"))
+        .bind(&registered_json)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 impl Store {
-    /// Opens (creating if missing) and migrates the database at `path`.
+    /// Opens (creating if missing) and migrates the database at `path`, and registers the step
+    /// kinds (`register_step_kinds`).
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
@@ -94,6 +135,7 @@ impl Store {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
+        register_step_kinds(&pool).await?;
         let (last,): (i64,) = sqlx::query_as("select coalesce(max(seq), 0) from audit_event")
             .fetch_one(&pool)
             .await?;

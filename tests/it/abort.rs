@@ -321,6 +321,36 @@ async fn a_graceful_shutdown_leaves_a_rollout_resumable_and_it_finishes_after_re
     app.stop().await;
 }
 
+/// `shutdown` waits for the rollout tasks up to its grace, then stops the ones still busy
+/// where they are and says how many; their rollout stays resumable (that `wait_terminal` does
+/// not wait for a rollout without a task is `engine::wait`'s test, on the paused clock).
+#[tokio::test]
+async fn a_shutdown_stops_a_task_still_busy_after_its_grace_and_counts_it() {
+    let app = TestApp::spawn().await;
+    let mut pause = app.engine.pause_at("step:down:before");
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert!(pause.reached(Duration::from_secs(10)).await.is_some());
+    assert_eq!(app.engine.active_tasks(), 1);
+    // Frozen at a checkpoint, the task never reads its abort signal: the grace runs out.
+    assert_eq!(app.engine.shutdown(Duration::from_millis(200)).await, 1);
+    assert_eq!(app.engine.active_tasks(), 0);
+    assert!(app.engine.is_stopping());
+    let r = app
+        .engine
+        .wait_terminal(&id, Duration::from_secs(30))
+        .await
+        .expect("read");
+    assert_eq!(r.status.as_str(), "running", "left resumable: {r:#?}");
+    pause.release();
+    let downs = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.path == "/compose/down")
+        .count();
+    assert_eq!(downs, 0);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome() {
     let opts = TestOptions {

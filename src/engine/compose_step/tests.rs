@@ -43,6 +43,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         hosts: BTreeMap::from([("h1".to_owned(), host)]),
         compose: tuning,
         http: HttpTuning::default(),
+        engine: Default::default(),
         retention_days: None,
         notifications: NotificationsConfig::default(),
         prometheus: None,
