@@ -13,10 +13,12 @@ use tokio::sync::watch;
 
 use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use super::Checkpoint;
-use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
+use crate::compose::{
+    ComposeError, ComposeRequest, ForceRecreate, Services, StreamOutcome, StreamResult,
+};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
-use crate::domain::runbook::step::{Down, Plan, Up};
+use crate::domain::runbook::step::{Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
 
@@ -35,24 +37,66 @@ enum Call<T> {
     },
 }
 
-/// The one request of a rollout's compose calls: its target, tag, file and env.
-fn compose_request(run: &StepRun<'_>) -> ComposeRequest {
-    ComposeRequest {
+/// The request of a step's compose call: the rollout's tag, file and env, and the step's
+/// scope — the target alone, or the step's companion services (`services`, narrowed to what the
+/// dry run planned for a reconcile). Safety rule 15, checked again here (fail closed): a
+/// companion list never names the target nor a configured replica, and `force_recreate`
+/// exists only for services of the config's `force_recreate_allowed`.
+fn compose_request(
+    run: &StepRun<'_>,
+    scope: &Scope,
+    services: Option<&[String]>,
+) -> Result<ComposeRequest, StepEnd> {
+    let refuse = |msg: String| {
+        StepEnd::failed(
+            ErrorCode::InvalidRequest,
+            msg,
+            json!({"services": scope.services}),
+        )
+    };
+    let services = if scope.is_companion() {
+        let names = services.unwrap_or(&scope.services).to_vec();
+        let replicas = &run.host.config.replicas;
+        if let Some(replica) = names
+            .iter()
+            .find(|s| **s == run.rollout.service || replicas.contains_key(*s))
+        {
+            return Err(refuse(format!(
+                "companion services name `{replica}`, a replica: a replica is only ever touched as the rollout's target; nothing sent"
+            )));
+        }
+        Services::list(names).map_err(|e| refuse(e.to_string()))?
+    } else {
+        Services::one(run.rollout.service.clone())
+    };
+    let force_recreate = if scope.force_recreate {
+        let allowed = &run.engine.inner.tuning.force_recreate_allowed;
+        Some(ForceRecreate::allowed(&services, allowed).map_err(|e| refuse(e.to_string()))?)
+    } else {
+        None
+    };
+    Ok(ComposeRequest {
         tag: run.rollout.tag.clone(),
         file: run.rollout.file.clone(),
-        service: run.rollout.service.clone(),
+        services,
         env: run.env.clone(),
-    }
+        force_recreate,
+    })
 }
 
 /// The dry-run gate: probe support (rule 4), dry run, and check the plan.
 async fn plan(
     run: &StepRun<'_>,
     step: &Step,
-    allow: &[String],
+    spec: &Plan,
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
+    let allow = spec.allow.as_slice();
+    let req = match compose_request(run, &spec.scope, None) {
+        Ok(req) => req,
+        Err(end) => return end,
+    };
     let client = &run.host.client;
     match client.supports_dry_run().await {
         Ok(true) => {}
@@ -78,7 +122,6 @@ async fn plan(
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    let req = compose_request(run);
     let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
         client.dry_run(&req)
     })
@@ -118,6 +161,19 @@ async fn plan(
             json!({"tail": tail}),
         );
     };
+    if spec.scope.is_companion() {
+        let services = &spec.scope.services;
+        let only = spec.scope.only_out_of_date;
+        return match plan_gate::check_companions(&dry_plan, services, allow, only) {
+            Ok(apply) => StepEnd::Succeeded(
+                json!({"plan": dry_plan, "allow": allow, "services": services, "apply": apply, "tail": tail}),
+            ),
+            Err(violation) => {
+                let detail = json!({"plan": dry_plan, "allow": allow, "services": services, "violation": violation.to_string(), "tail": tail});
+                StepEnd::failed(violation.code(), violation.to_string(), detail)
+            }
+        };
+    }
     match plan_gate::check(&dry_plan, &run.rollout.service, allow) {
         Ok(()) => StepEnd::Succeeded(json!({"plan": dry_plan, "allow": allow, "tail": tail})),
         Err(violation) => {
@@ -129,7 +185,18 @@ async fn plan(
 
 impl Execute for Plan {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        plan(run, at.step, &self.allow, at.deadline, at.abort).await
+        plan(run, at.step, self, at.deadline, at.abort).await
+    }
+
+    /// A companion gate leaves what its `up` may apply (a reconcile applies only that).
+    fn carry(run: &mut StepRun<'_>, _step: &Step, detail: &serde_json::Value) {
+        let names = |v: &serde_json::Value| -> Option<Vec<String>> {
+            serde_json::from_value(v.clone()).ok()
+        };
+        if let (Some(services), Some(apply)) = (names(&detail["services"]), names(&detail["apply"]))
+        {
+            run.companion_plans.insert(services, apply);
+        }
     }
 }
 
@@ -142,30 +209,71 @@ enum Scoped {
 
 impl Execute for Down {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        scoped(run, at, Scoped::Down).await
+        match compose_request(run, &self.scope, None) {
+            Ok(req) => scoped(run, at, Scoped::Down, req).await,
+            Err(end) => end,
+        }
     }
 }
 
 impl Execute for Up {
-    /// A rollback then checks the tag still means the same.
+    /// A rollback then checks the tag still means the same. A reconcile (`only_out_of_date`)
+    /// applies only what its gate planned, and sends nothing when nothing is out of date.
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        match scoped(run, at, Scoped::Up).await {
-            StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
+        let scope = &self.scope;
+        let apply = if scope.only_out_of_date {
+            match run.companion_plans.get(&scope.services) {
+                Some(apply) if apply.is_empty() => {
+                    return StepEnd::Succeeded(
+                        json!({"skipped": true, "reason": "the dry run found nothing out of date", "services": scope.services, "apply": []}),
+                    )
+                }
+                Some(apply) => Some(apply.clone()),
+                None => {
+                    let msg = format!(
+                        "no passing dry run of {} in this rollout to reconcile from: nothing sent",
+                        scope.shown()
+                    );
+                    return StepEnd::failed(
+                        ErrorCode::InvalidRequest,
+                        msg,
+                        json!({"services": scope.services}),
+                    );
+                }
+            }
+        } else {
+            None
+        };
+        let req = match compose_request(run, scope, apply.as_deref()) {
+            Ok(req) => req,
+            Err(end) => return end,
+        };
+        match scoped(run, at, Scoped::Up, req).await {
+            StepEnd::Succeeded(detail)
+                if run.rollout.kind == RolloutKind::Rollback && !scope.is_companion() =>
+            {
                 check_tag(run, detail).await
             }
             other => other,
         }
     }
 
-    /// The target's engine has run since the `up` ended (restart detection).
-    fn carry(run: &mut StepRun<'_>, step: &Step, _detail: &serde_json::Value) {
-        run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+    /// The target's engine has run since the target's `up` ended (restart detection); a
+    /// companion `up` (its detail names `services`) changes nothing of the target.
+    fn carry(run: &mut StepRun<'_>, step: &Step, detail: &serde_json::Value) {
+        if detail.get("services").is_none() {
+            run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+        }
     }
 }
 
-/// Scoped `compose/down` or `compose/up` of the target.
-async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepEnd {
-    let req = compose_request(run);
+/// Scoped `compose/down` or `compose/up` of the target or of a step's companion services.
+async fn scoped(
+    run: &StepRun<'_>,
+    at: &mut Running<'_>,
+    which: Scoped,
+    req: ComposeRequest,
+) -> StepEnd {
     let client = &run.host.client;
     let endpoint = match which {
         Scoped::Down => "compose/down",
@@ -177,7 +285,17 @@ async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepE
             Scoped::Up => client.up(&req).await,
         }
     };
-    mutate(run, at.step, endpoint, at.deadline, at.abort, send).await
+    let companions = (req.services.names() != [run.rollout.service.as_str()])
+        .then(|| req.services.names().to_vec());
+    match mutate(run, at.step, endpoint, at.deadline, at.abort, send).await {
+        StepEnd::Succeeded(mut detail) => {
+            if let (Some(services), Some(map)) = (companions, detail.as_object_mut()) {
+                map.insert("services".into(), json!(services));
+            }
+            StepEnd::Succeeded(detail)
+        }
+        other => other,
+    }
 }
 
 async fn mutate<F, Fut>(

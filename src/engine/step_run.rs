@@ -72,6 +72,9 @@ pub(crate) struct StepRun<'a> {
     pub settle_checked: std::sync::atomic::AtomicBool,
     /// When the target's `up` ended: its engine has run since (restart detection).
     pub up_done_at: Option<DateTime<Utc>>,
+    /// Companion gates passed in this rollout: the step's `services` → what its dry run
+    /// planned (what a reconcile `up` applies).
+    pub companion_plans: BTreeMap<Vec<String>, Vec<String>>,
 }
 
 impl<'a> StepRun<'a> {
@@ -97,6 +100,7 @@ impl<'a> StepRun<'a> {
             snapshot: None,
             settle_checked: std::sync::atomic::AtomicBool::new(false),
             up_done_at: None,
+            companion_plans: BTreeMap::new(),
         }
     }
 }
