@@ -77,6 +77,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_pattern", 422),
     ("invalid_on_failure", 422),
     ("unknown_target", 422),
+    ("companion_is_replica", 422),
     ("internal", 500),
     ("not_ready", 503),
 ];
@@ -193,6 +194,10 @@ impl From<EngineError> for ApiError {
             },
             EngineError::UnknownRunbook(_) => ApiError::Unprocessable {
                 code: "unknown_runbook",
+                message,
+            },
+            EngineError::CompanionIsReplica(_) => ApiError::Unprocessable {
+                code: "companion_is_replica",
                 message,
             },
             EngineError::Store(_) => ApiError::Internal(message),

@@ -7,6 +7,7 @@ mod auth;
 mod canary;
 mod cli;
 mod cli_discovery;
+mod companions;
 mod compose_client;
 mod container;
 mod crash_binary;
