@@ -128,10 +128,14 @@ impl StepRun<'_> {
             })
     }
 
-    pub(super) async fn fetch_logs(&self) -> Result<String, crate::compose::ComposeError> {
+    /// The last 500 log lines of `service` (the target, or a companion a `wait_logs` names).
+    pub(super) async fn fetch_logs(
+        &self,
+        service: &str,
+    ) -> Result<String, crate::compose::ComposeError> {
         let req = LogsRequest {
             file: self.rollout.file.clone(),
-            service: self.rollout.service.clone(),
+            service: service.to_owned(),
             tail: 500,
         };
         self.host.client.logs(&req).await

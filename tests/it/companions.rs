@@ -256,3 +256,78 @@ async fn a_runbook_whose_companion_names_a_replica_is_refused_through_the_api_wi
         app.stop().await;
     }
 }
+
+/// The perception check brought up after the canary and judged from its own logs.
+const PERCEPTION: &str = r#"
+  - {name: plan-check, kind: plan, services: [glm53-perception-check]}
+  - {name: up-check, kind: up, services: [glm53-perception-check], timeout: 5s}
+  - name: perception
+    kind: wait_logs
+    service: glm53-perception-check
+    timeout: 3s
+    interval: 50ms
+    require: ['"event": "qualification_finished", "ok": true']
+    forbid: ['"ok": false']
+  - {name: down-check, kind: down, services: [glm53-perception-check], timeout: 5s}
+"#;
+
+#[tokio::test]
+async fn the_perception_check_is_judged_from_its_own_logs() {
+    let opts = TestOptions {
+        runbooks: Some(runbooks_with("perception", PERCEPTION)),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["runbook"] = json!("perception");
+    let id = app.start_canary(&plan).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let verdict = step(&r, "perception");
+    assert_eq!(
+        verdict.detail["service"],
+        json!(CHECK),
+        "{:#?}",
+        verdict.detail
+    );
+    let logs: Vec<Value> = app
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/compose/logs")
+        .map(|c| c.body["services"].clone())
+        .collect();
+    assert!(
+        logs.contains(&json!([CHECK])),
+        "the check's logs were read: {logs:?}"
+    );
+    assert_safe(&app, &app.compose_calls());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_perception_check_fails_the_rollout_and_rolls_back() {
+    let opts = TestOptions {
+        runbooks: Some(runbooks_with("perception", PERCEPTION)),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    app.sim.faults().set_logs_on_start(
+        CHECK,
+        Some(vec![
+            r#"{"event": "qualification_finished", "ok": false, "failed": "model-sg-glm53-w4afp8-tp4-r2"}"#.to_string(),
+        ]),
+    );
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["runbook"] = json!("perception");
+    let id = app.start_canary(&plan).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    assert_eq!(step(&r, "perception").status, "failed");
+    let error = r.error.as_ref().expect("error");
+    assert_eq!(error.code, "forbidden_log_line", "{error:?}");
+    let rollback = r.rolled_back_by.as_deref().expect("rolled back");
+    let rb = app.wait_terminal(rollback).await;
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    app.stop().await;
+}

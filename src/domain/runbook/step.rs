@@ -373,6 +373,21 @@ impl Fields<'_> {
         Ok(out)
     }
 
+    /// An optional compose service name.
+    fn service(&self, field: &str) -> Result<Option<String>, StepError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::String(name)) if valid_name(name) => Ok(Some(name.clone())),
+            Some(other) => self.fail(
+                field,
+                format!(
+                    "`{field}` must be one compose service name, got {}",
+                    show(other)
+                ),
+            ),
+        }
+    }
+
     fn flag(&self, field: &str) -> Result<bool, StepError> {
         match self.get(field) {
             None => Ok(false),

@@ -172,6 +172,7 @@ fn omitted_fields_take_the_documented_defaults() {
             require: vec![],
             forbid: vec![],
             max_log_failures: 3,
+            service: None,
         }),
         StepKind::Soak(Soak {
             duration: m(10),
