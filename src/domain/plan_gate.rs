@@ -157,7 +157,7 @@ fn sorted_removals(plan: &DryRunPlan) -> Vec<String> {
     removals
 }
 
-/// The gate of a companion step (SPEC §13): create ∪ recreate may hold only the step's
+/// The gate of a companion step (docs/reference.md#companion-services): create ∪ recreate may hold only the step's
 /// `services` (plus `allow`ed one-shots as create), nothing is removed, and every listed
 /// service is planned. With `only_out_of_date` (the reconcile) a subset is accepted: the
 /// answer is what the `up` applies, in the step's order, and an empty answer means nothing

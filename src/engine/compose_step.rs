@@ -287,7 +287,8 @@ async fn scoped(
     };
     let companions = (req.services.names() != [run.rollout.service.as_str()])
         .then(|| req.services.names().to_vec());
-    match mutate(run, at.step, endpoint, at.deadline, at.abort, send).await {
+    let watched = req.services.names();
+    match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
         StepEnd::Succeeded(mut detail) => {
             if let (Some(services), Some(map)) = (companions, detail.as_object_mut()) {
                 map.insert("services".into(), json!(services));
@@ -302,6 +303,7 @@ async fn mutate<F, Fut>(
     run: &StepRun<'_>,
     step: &Step,
     endpoint: &str,
+    watched: &[String],
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
     send: F,
@@ -312,14 +314,19 @@ where
 {
     let store = &run.engine.inner.store;
     // A step caught mid-call by a restart: the call may have happened. Never resend it.
-    if let Some(end) = reconcile_previous_attempt(run, step, deadline, abort).await {
+    if let Some(end) = reconcile_previous_attempt(run, step, watched, deadline, abort).await {
         return end;
     }
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    if let Err(e) = store.mark_touched(&run.rollout.id).await {
-        return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
+    // Only a call of the target touches the replica (a companion call never names one): a
+    // rollout that only called companions neither rolls back nor ends `replica_left_down`.
+    let targets_replica = watched == [run.rollout.service.as_str()];
+    if targets_replica {
+        if let Err(e) = store.mark_touched(&run.rollout.id).await {
+            return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
+        }
     }
     match call(run, step, endpoint, deadline, abort, send).await {
         Call::Done { attempt, value } => {
@@ -344,7 +351,7 @@ where
                 }
                 StreamOutcome::Unknown => {
                     finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
-                    outcome_unknown(run, endpoint, deadline, detail, abort).await
+                    outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
                 }
             }
         }
@@ -357,7 +364,7 @@ where
             )
             .await;
             let detail = json!({"error": error.to_string()});
-            outcome_unknown(run, endpoint, deadline, detail, abort).await
+            outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
         }
         Call::Error { attempt, error } => call_error(run, &attempt, error).await,
         Call::Aborted => StepEnd::Aborted(json!({"endpoint": endpoint, "sent": false})),
@@ -489,6 +496,7 @@ async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
 async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
+    watched: &[String],
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Option<StepEnd> {
@@ -514,7 +522,7 @@ async fn reconcile_previous_attempt(
                 )
                 .await;
             let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
-            Some(outcome_unknown(run, &last.endpoint, deadline, detail, abort).await)
+            Some(outcome_unknown(run, &last.endpoint, watched, deadline, detail, abort).await)
         }
         Some(AttemptOutcome::Succeeded) => Some(StepEnd::Succeeded(last.detail)),
         // It ended `done` `success:false` before the restart: that is the step's outcome.
@@ -526,7 +534,7 @@ async fn reconcile_previous_attempt(
             Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, last.detail))
         }
         Some(AttemptOutcome::Unknown) => {
-            Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
+            Some(outcome_unknown(run, &last.endpoint, watched, deadline, last.detail, abort).await)
         }
         Some(_) => None,
     }
@@ -537,6 +545,7 @@ async fn reconcile_previous_attempt(
 async fn outcome_unknown(
     run: &StepRun<'_>,
     endpoint: &str,
+    watched: &[String],
     deadline: DateTime<Utc>,
     detail: serde_json::Value,
     abort: &mut watch::Receiver<bool>,
@@ -544,7 +553,7 @@ async fn outcome_unknown(
     let client = &run.host.client;
     let started = Utc::now();
     let limit = deadline.max(started + chrono::Duration::seconds(30));
-    let settle = settle(run, limit, abort).await;
+    let settle = settle(run, watched, limit, abort).await;
     run.settle_checked
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if settle.aborted {
@@ -603,20 +612,22 @@ impl Settle {
     }
 }
 
-/// Safety rule 13: waits until `GET /status` reads idle **and** the target's container (id,
-/// image, state) is the same in two `GET /docker/ps` reads `settle_interval` apart, or until
-/// `limit`. compose-manager frees its lock with the HTTP stream, not with the `docker
-/// compose` child: after a stream that ended early, idle alone does not mean done.
+/// Safety rule 13: waits until `GET /status` reads idle **and** the containers of `watched`
+/// (the call's services: the target, or a companion step's list) are the same (id, image,
+/// state) in two `GET /docker/ps` reads `settle_interval` apart, or until `limit`.
+/// compose-manager frees its lock with the HTTP stream, not with the `docker compose` child:
+/// after a stream that ended early, idle alone does not mean done.
 async fn settle(
     run: &StepRun<'_>,
+    watched: &[String],
     limit: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Settle {
     let client = &run.host.client;
     let interval = run.engine.inner.tuning.settle_interval;
     let mut out = Settle::default();
-    // The target's (id, image, state), and since when it has been seen unchanged.
-    type Seen = Option<(String, String, String)>;
+    // Each watched service's (id, image, state), and since when they have been seen unchanged.
+    type Seen = Vec<Option<(String, String, String)>>;
     let mut last: Option<(std::time::Instant, Seen)> = None;
     loop {
         out.host_idle = matches!(client.status().await, Ok(s) if s.in_flight.is_none());
@@ -628,10 +639,14 @@ async fn settle(
         match read {
             Some(ps) => {
                 out.reads += 1;
-                let now = ps
+                let now: Seen = watched
                     .iter()
-                    .find(|c| is_service(c, &run.rollout.service))
-                    .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()));
+                    .map(|service| {
+                        ps.iter()
+                            .find(|c| is_service(c, service))
+                            .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()))
+                    })
+                    .collect();
                 match &last {
                     Some((since, seen)) if *seen == now => {
                         if since.elapsed() >= interval {
@@ -689,7 +704,8 @@ async fn settle_before_first_call(
         return None;
     }
     tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
-    let settle = settle(run, deadline, abort).await;
+    let target = [run.rollout.service.clone()];
+    let settle = settle(run, &target, deadline, abort).await;
     if settle.aborted {
         return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
     }

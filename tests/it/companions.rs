@@ -1,4 +1,4 @@
-//! Companion steps end to end against the simulated host (issue 15, SPEC §13): `plan`/`up`/`down`
+//! Companion steps end to end against the simulated host (docs/reference.md#companion-services): `plan`/`up`/`down`
 //! with `services: [...]`, the reconcile (`only_out_of_date`), `force_recreate` of the
 //! collector, and safety rule 15 restated over every call they make.
 
@@ -51,7 +51,7 @@ fn services(call: &canaryd::sim::RecordedCall) -> Vec<String> {
     serde_json::from_value(call.body["services"].clone()).expect("services is a list")
 }
 
-/// SPEC §9 rules 1–3 with rule 15: every call carries an explicit non-empty list, the target
+/// Safety rules 1–3 with rule 15 (docs/safety.md): every call carries an explicit non-empty list, the target
 /// alone or companions that are never a replica; `force_recreate` only on the allowed
 /// collector; the host's full env; the plan's tag and file.
 fn assert_safe(app: &TestApp, calls: &[canaryd::sim::RecordedCall]) {
@@ -329,5 +329,55 @@ async fn a_failing_perception_check_fails_the_rollout_and_rolls_back() {
     let rollback = r.rolled_back_by.as_deref().expect("rolled back");
     let rb = app.wait_terminal(rollback).await;
     assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_abandoned_companion_up_settles_on_the_companion_and_is_never_resent() {
+    // Companion steps only: the target is never called, so nothing rolls it back.
+    let text = r#"
+description: the collector alone
+steps:
+  - {name: snapshot, kind: snapshot}
+  - {name: peers, kind: peers_healthy, timeout: 3s}
+  - {name: plan-otel, kind: plan, services: [otelcol-contrib], force_recreate: true}
+  - {name: up-otel, kind: up, services: [otelcol-contrib], force_recreate: true, timeout: 5s}
+"#;
+    let mut books = fast_runbooks();
+    let rb = runbook::parse("otel-only", "otel-only", text).expect("parses");
+    books.insert("otel-only".to_owned(), rb);
+    let opts = TestOptions {
+        runbooks: Some(books),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    // The up's stream ends early; compose goes on: the collector stops 400 ms later and comes
+    // back with a new id at 800 ms, while /status reads idle. The settle wait must watch the
+    // collector's container, not the target's.
+    app.sim
+        .faults()
+        .abandon_up(std::time::Duration::from_millis(1200));
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["runbook"] = json!("otel-only");
+    let id = app.start_canary(&plan).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let error = r.error.as_ref().expect("error");
+    assert_eq!(error.code, "compose_outcome_unknown", "{error:?}");
+    let up = step(&r, "up-otel");
+    assert_eq!(up.detail["target_settled"], true, "{:#}", up.detail);
+    assert!(
+        up.detail["settle"]["target_changes"].as_u64() >= Some(1),
+        "the settle wait saw the companion change: {:#}",
+        up.detail
+    );
+    let real_ups = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.path == "/compose/up" && !is_dry_run(c))
+        .count();
+    assert_eq!(real_ups, 1, "sent once, never again");
+    assert!(r.rolled_back_by.is_none(), "the replica was never touched");
+    assert_safe(&app, &app.compose_calls());
     app.stop().await;
 }
