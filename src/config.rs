@@ -258,6 +258,9 @@ pub struct ComposeTuning {
     /// (default 5s): compose-manager frees its lock with the HTTP stream, not with the
     /// `docker compose` child, so `/status` can read idle while the child still works.
     pub settle_interval: Duration,
+    /// The companion services a runbook step may `force_recreate` (default
+    /// `[otelcol-contrib]`, the one exception the runbooks name). Never a replica.
+    pub force_recreate_allowed: Vec<String>,
 }
 
 impl Default for ComposeTuning {
@@ -269,6 +272,7 @@ impl Default for ComposeTuning {
             busy_retry_initial: Duration::from_secs(2),
             busy_retry_max: Duration::from_secs(60),
             settle_interval: Duration::from_secs(5),
+            force_recreate_allowed: vec!["otelcol-contrib".to_owned()],
         }
     }
 }
@@ -467,38 +471,64 @@ impl ResolvedConfig {
     }
 
     /// Refuses a runbook this config cannot run: an `analyze` step with `source: prometheus`
-    /// without `prometheus:` in the config. The error names the runbook file (in
-    /// `runbooks_dir`), the line of the step's `source` when the file can be read, and the
-    /// step.
+    /// without `prometheus:` in the config; a `plan`/`down`/`up` step whose `services` name a
+    /// configured replica (safety rule 15); `force_recreate: true` on a step with a service
+    /// outside `compose.force_recreate_allowed`. The error names the runbook file (in
+    /// `runbooks_dir`), the line of the step's offending field when the file can be read, and
+    /// the step.
     pub fn check_runbooks(&self, runbooks: &BTreeMap<String, Runbook>) -> Result<(), RunbookError> {
-        if self.prometheus.is_some() {
-            return Ok(());
-        }
         for runbook in runbooks.values() {
             for (index, step) in runbook.steps.iter().enumerate() {
-                let StepKind::Analyze(spec) = &step.kind else {
-                    continue;
-                };
-                if spec.source != AnalysisSource::Prometheus {
-                    continue;
+                if let Some((field, message)) = self.step_problem(&step.kind) {
+                    let file = self.runbooks_dir.join(format!("{}.yaml", runbook.name));
+                    let line = std::fs::read_to_string(&file).ok().and_then(|text| {
+                        let at = [Seg::Key("steps"), Seg::Index(index), Seg::Key(field)];
+                        locate(&text, &at)
+                    });
+                    return Err(RunbookError {
+                        file: file.display().to_string(),
+                        line,
+                        message: format!("step {} \"{}\": {message}", index + 1, step.name),
+                    });
                 }
-                let file = self.runbooks_dir.join(format!("{}.yaml", runbook.name));
-                let line = std::fs::read_to_string(&file).ok().and_then(|text| {
-                    let at = [Seg::Key("steps"), Seg::Index(index), Seg::Key("source")];
-                    locate(&text, &at)
-                });
-                return Err(RunbookError {
-                    file: file.display().to_string(),
-                    line,
-                    message: format!(
-                        "step {} \"{}\": `source: prometheus` needs a `prometheus:` server in the daemon config (`prometheus: {{url, token_env}}`), which has none",
-                        index + 1,
-                        step.name
-                    ),
-                });
             }
         }
         Ok(())
+    }
+
+    /// What this config cannot run in one step: its field and why.
+    fn step_problem(&self, kind: &StepKind) -> Option<(&'static str, String)> {
+        if let StepKind::Analyze(spec) = kind {
+            if spec.source == AnalysisSource::Prometheus && self.prometheus.is_none() {
+                return Some(("source", "`source: prometheus` needs a `prometheus:` server in the daemon config (`prometheus: {url, token_env}`), which has none".to_string()));
+            }
+        }
+        let scope = kind.scope()?;
+        // Safety rule 15: a replica is only ever touched as the rollout's target.
+        let replicas = self.replica_names();
+        if let Some(replica) = scope.services.iter().find(|s| replicas.contains(*s)) {
+            return Some(("services", format!("`services` names `{replica}`, a configured replica: a replica is only ever touched as the rollout's target, never as a companion service")));
+        }
+        let allowed = &self.compose.force_recreate_allowed;
+        if scope.force_recreate {
+            let others: Vec<&String> = scope
+                .services
+                .iter()
+                .filter(|s| !allowed.contains(s))
+                .collect();
+            if !others.is_empty() {
+                return Some(("force_recreate", format!("`force_recreate: true` is allowed only when every service is in the config's `compose.force_recreate_allowed` ({allowed:?}); not {others:?}")));
+            }
+        }
+        None
+    }
+
+    /// Every service name a host's replica is configured under.
+    pub fn replica_names(&self) -> BTreeSet<&String> {
+        self.hosts
+            .values()
+            .flat_map(|h| h.replicas.keys())
+            .collect()
     }
 
     /// The hosts and replicas a plan may name, with the given runbook names.

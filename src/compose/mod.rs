@@ -2,7 +2,7 @@
 //!
 //! How compose-manager behaves is in docs/compose-manager.md. Every call carries `Authorization:
 //! Bearer <token>` and `X-Triggered-By`. `up`, `down` and `dry_run` read the NDJSON stream to its
-//! end ([`stream`]); their bodies can only name one service ([`request`]). A streaming call whose
+//! end ([`stream`]); their bodies name an explicit, non-empty list of services ([`request`]). A streaming call whose
 //! answer may have reached the host but gave no verdict returns [`StreamOutcome::Unknown`], never
 //! an error, so nobody resends `up` blindly (safety rule 5, docs/safety.md). The token and env
 //! values are never logged nor shown by `Debug`.
@@ -25,7 +25,7 @@ use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 
 pub use error::ComposeError;
-pub use request::{ComposeRequest, LogsRequest};
+pub use request::{ComposeRequest, ForceRecreate, LogsRequest, Services};
 pub use stream::{DryRunResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
 pub use wire::{DeployedRecord, HostStatus, InFlight, ProjectDeployments, PsEntry, VersionInfo};
 
@@ -149,7 +149,8 @@ impl ComposeClient {
         &self.base_url
     }
 
-    /// A real scoped `compose/up` of `req.service` (never `dry_run`, never `force_recreate`).
+    /// A real scoped `compose/up` of `req.services` (never `dry_run`; `force_recreate` only
+    /// through [`ForceRecreate`]).
     pub async fn up(&self, req: &ComposeRequest) -> Result<StreamResult, ComposeError> {
         let body = ComposeBody::up(req)?;
         self.log_compose_call(UP, &body, req.env.len(), &req.tag);
@@ -176,7 +177,7 @@ impl ComposeClient {
         })
     }
 
-    /// A scoped `compose/down` of `req.service` (never `volumes`).
+    /// A scoped `compose/down` of `req.services` (never `volumes`).
     pub async fn down(&self, req: &ComposeRequest) -> Result<StreamResult, ComposeError> {
         let body = ComposeBody::down(req)?;
         self.log_compose_call(DOWN, &body, req.env.len(), &req.tag);
@@ -233,7 +234,7 @@ impl ComposeClient {
         tracing::debug!(
             compose.url = %self.base_url,
             compose.endpoint = what,
-            compose.service = body.service(),
+            compose.service = %body.services_shown(),
             compose.tag = tag,
             env.keys = env_keys,
             "calling compose-manager"

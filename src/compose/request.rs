@@ -1,9 +1,11 @@
 //! What the engine asks compose-manager to do, and the only bodies the client can send.
 //!
-//! The safety rules of docs/safety.md live in the shapes here: a compose body has `services: [one]`
-//! (an array of one, not a list), no `force_recreate` field, always the full `env`, and
-//! `dry_run` only when built by [`ComposeBody::dry_run`]. Every field is checked before a
-//! request exists. `Debug` prints env keys, never values.
+//! The safety rules of docs/safety.md live in the shapes here: a compose body's `services` is a
+//! [`Services`] (a non-empty list: the target alone, or a runbook step's companion services,
+//! rule 15), `force_recreate` only through a [`ForceRecreate`] (which exists only for services
+//! of the config's `force_recreate_allowed`), always the full `env`, and `dry_run` only when
+//! built by [`ComposeBody::dry_run`]. Every field is checked before a request exists. `Debug`
+//! prints env keys, never values.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,9 +14,66 @@ use serde::Serialize;
 
 use super::error::ComposeError;
 
-/// A scoped compose call of one service: what `up`, its dry run and `down` send. The same
-/// value serves both calls of a rollout (same tag, file, service and env), so what is taken
-/// down is what is brought up.
+/// The services of one compose call: a list that is never empty and has no duplicates, so no
+/// call can be unscoped. The target's calls carry [`Services::one`]; a runbook's companion step
+/// carries its fixed list ([`Services::list`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Services(Vec<String>);
+
+impl Services {
+    /// The one service of a target's call.
+    pub fn one(service: impl Into<String>) -> Self {
+        Services(vec![service.into()])
+    }
+
+    /// A fixed list of services (a companion step's): refused when empty or with a duplicate.
+    /// Each name is checked when the body is built.
+    pub fn list(services: Vec<String>) -> Result<Self, ComposeError> {
+        if services.is_empty() {
+            return Err(refuse(
+                "services is empty: refusing an unscoped compose call".into(),
+            ));
+        }
+        for (i, name) in services.iter().enumerate() {
+            if services[..i].contains(name) {
+                return Err(refuse(format!("service {name:?} is listed twice")));
+            }
+        }
+        Ok(Services(services))
+    }
+
+    /// The names, in the step's order.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// Permission to send `force_recreate: true`: built only by [`ForceRecreate::allowed`], for
+/// services that are all in the config's `force_recreate_allowed` (never a replica).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForceRecreate(());
+
+impl ForceRecreate {
+    /// `Some` when every one of `services` is in `allowed`; the error names the others.
+    pub fn allowed(services: &Services, allowed: &[String]) -> Result<Self, ComposeError> {
+        let others: Vec<&String> = services
+            .names()
+            .iter()
+            .filter(|s| !allowed.contains(s))
+            .collect();
+        if others.is_empty() {
+            Ok(ForceRecreate(()))
+        } else {
+            Err(refuse(format!(
+                "force_recreate refused: {others:?} not in force_recreate_allowed {allowed:?}"
+            )))
+        }
+    }
+}
+
+/// A scoped compose call: what `up`, its dry run and `down` send. The same value serves both
+/// calls of a rollout's target (same tag, file, service and env), so what is taken down is what
+/// is brought up.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ComposeRequest {
     /// Git ref of the compose repo, e.g. `v0.0.452` (compose-manager checks it, including its
@@ -22,10 +81,13 @@ pub struct ComposeRequest {
     pub tag: String,
     /// Compose file path in the repo, e.g. `prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml`.
     pub file: String,
-    /// The one compose service to bring up or take down.
-    pub service: String,
+    /// The services to bring up or take down: the target alone or a step's companions.
+    pub services: Services,
     /// The host's full env map merged with the plan's overrides. Values are secret.
     pub env: BTreeMap<String, String>,
+    /// `force_recreate: true` on `up` and its dry run (ignored by `down`), only for services of
+    /// the config's `force_recreate_allowed`.
+    pub force_recreate: Option<ForceRecreate>,
 }
 
 /// The last `tail` log lines of one service.
@@ -44,8 +106,9 @@ impl fmt::Debug for ComposeRequest {
         f.debug_struct("ComposeRequest")
             .field("tag", &self.tag)
             .field("file", &self.file)
-            .field("service", &self.service)
+            .field("services", &self.services.names())
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .field("force_recreate", &self.force_recreate.is_some())
             .finish()
     }
 }
@@ -55,8 +118,10 @@ impl fmt::Debug for ComposeRequest {
 pub(crate) struct ComposeBody<'a> {
     tag: &'a str,
     file: &'a str,
-    services: [&'a str; 1],
+    services: &'a [String],
     env: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "is_false")]
+    force_recreate: bool,
     #[serde(skip_serializing_if = "is_false")]
     dry_run: bool,
 }
@@ -64,35 +129,44 @@ pub(crate) struct ComposeBody<'a> {
 impl<'a> ComposeBody<'a> {
     /// A real `compose/up`: never carries `dry_run`.
     pub(crate) fn up(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
-        Self::checked(req, false)
+        Self::checked(req, false, req.force_recreate.is_some())
     }
 
-    /// A `compose/up` with `"dry_run": true`.
+    /// A `compose/up` with `"dry_run": true` (and the up's `force_recreate`, so the dry run
+    /// sees the identical payload).
     pub(crate) fn dry_run(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
-        Self::checked(req, true)
+        Self::checked(req, true, req.force_recreate.is_some())
     }
 
-    /// A scoped `compose/down` (never `volumes`, never `dry_run`: down ignores it).
+    /// A scoped `compose/down` (never `volumes`, `dry_run` nor `force_recreate`).
     pub(crate) fn down(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
-        Self::checked(req, false)
+        Self::checked(req, false, false)
     }
 
-    fn checked(req: &'a ComposeRequest, dry_run: bool) -> Result<Self, ComposeError> {
+    fn checked(
+        req: &'a ComposeRequest,
+        dry_run: bool,
+        force_recreate: bool,
+    ) -> Result<Self, ComposeError> {
         check_tag(&req.tag)?;
         check_file(&req.file)?;
-        check_service(&req.service)?;
+        for service in req.services.names() {
+            check_service(service)?;
+        }
         check_env(&req.env)?;
         Ok(Self {
             tag: &req.tag,
             file: &req.file,
-            services: [&req.service],
+            services: req.services.names(),
             env: &req.env,
+            force_recreate,
             dry_run,
         })
     }
 
-    pub(crate) fn service(&self) -> &'a str {
-        self.services[0]
+    /// The services, joined with `,` (for logs).
+    pub(crate) fn services_shown(&self) -> String {
+        self.services.join(",")
     }
 }
 
@@ -204,9 +278,37 @@ mod tests {
         ComposeRequest {
             tag: "v0.0.452".into(),
             file: "prod/a.yaml".into(),
-            service: service.into(),
+            services: Services::one(service),
             env: BTreeMap::from([("HF_TOKEN".to_owned(), "hf_secret".to_owned())]),
+            force_recreate: None,
         }
+    }
+
+    #[test]
+    fn companion_lists_are_non_empty_and_force_recreate_needs_every_service_allowed() {
+        assert!(Services::list(vec![]).is_err());
+        assert!(Services::list(vec!["a".into(), "a".into()]).is_err());
+        let both =
+            Services::list(vec!["proxy-glm53".into(), "otelcol-contrib".into()]).expect("ok");
+        let allowed = vec!["otelcol-contrib".to_string()];
+        assert!(ForceRecreate::allowed(&both, &allowed).is_err());
+        let otel = Services::list(vec!["otelcol-contrib".into()]).expect("ok");
+        let force = ForceRecreate::allowed(&otel, &allowed).expect("allowed");
+        let mut req = up("x");
+        req.services = both;
+        let body = serde_json::to_value(ComposeBody::up(&req).expect("valid")).expect("json");
+        assert_eq!(body["services"], json!(["proxy-glm53", "otelcol-contrib"]));
+        assert!(body.get("force_recreate").is_none());
+        req.services = otel;
+        req.force_recreate = Some(force);
+        let body = serde_json::to_value(ComposeBody::dry_run(&req).expect("valid")).expect("json");
+        assert_eq!(body["services"], json!(["otelcol-contrib"]));
+        assert_eq!(body["force_recreate"], json!(true));
+        assert_eq!(body["dry_run"], json!(true));
+        let down = serde_json::to_value(ComposeBody::down(&req).expect("valid")).expect("json");
+        assert!(down.get("force_recreate").is_none());
+        req.services = Services::list(vec!["ok".into(), "a,b".into()]).expect("listed");
+        assert!(ComposeBody::up(&req).is_err(), "each name is checked");
     }
 
     #[test]

@@ -123,6 +123,7 @@ struct ComposeFile {
     busy_retry_initial: Option<String>,
     busy_retry_max: Option<String>,
     settle_interval: Option<String>,
+    force_recreate_allowed: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -316,6 +317,17 @@ pub(super) fn resolve(
         hosts.insert(name, host);
     }
     let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
+    let replica = compose.force_recreate_allowed.iter().find(|s| {
+        hosts
+            .values()
+            .any(|h: &HostConfig| h.replicas.contains_key(*s))
+    });
+    if let Some(replica) = replica {
+        let at = [Key("compose"), Key("force_recreate_allowed")];
+        let why =
+            format!("`{replica}` is a configured replica: a replica is never force-recreated");
+        return Err(src.error(&at, why));
+    }
     let http = resolve_http(&src, raw.http.unwrap_or_default())?;
     let engine = resolve_engine(&src, raw.engine.unwrap_or_default())?;
     if raw.retention_days == Some(0) {
@@ -517,6 +529,7 @@ fn resolve_compose(src: &Source<'_>, c: ComposeFile) -> Result<ComposeTuning, Co
         )?,
         busy_retry_max: read("busy_retry_max", c.busy_retry_max, d.busy_retry_max)?,
         settle_interval: read("settle_interval", c.settle_interval, d.settle_interval)?,
+        force_recreate_allowed: c.force_recreate_allowed.unwrap_or(d.force_recreate_allowed),
     };
     if tuning.busy_retry_initial > tuning.busy_retry_max {
         let at = [Seg::Key("compose"), Seg::Key("busy_retry_initial")];

@@ -726,3 +726,56 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
         }
     );
 }
+
+#[test]
+fn a_runbook_naming_a_replica_as_companion_or_force_recreating_an_unlisted_service_is_refused() {
+    let head = "steps:\n  - {kind: peers_healthy}\n";
+    let cases = [
+        (
+            "a replica as a companion",
+            format!("{head}  - name: stop-r1\n    kind: down\n    services: [nginx, model-sg-glm53-w4afp8-tp4-r1]\n"),
+            ":5: step 2 \"stop-r1\": `services` names `model-sg-glm53-w4afp8-tp4-r1`, a configured replica",
+        ),
+        (
+            "force_recreate of an unlisted service",
+            format!("{head}  - name: plan-proxy\n    kind: plan\n    services: [otelcol-contrib, proxy-glm53]\n    force_recreate: true\n"),
+            ":6: step 2 \"plan-proxy\": `force_recreate: true` is allowed only when every service is in the config's `compose.force_recreate_allowed` ([\"otelcol-contrib\"]); not [\"proxy-glm53\"]",
+        ),
+    ];
+    for (case, runbook, expected) in cases {
+        let (dir, path) = write_setup(BASE, ENV_FILE);
+        std::fs::write(dir.path().join("runbooks/c.yaml"), runbook).expect("write runbook");
+        let config = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+        let runbooks = crate::domain::runbook::load_dir(&config.runbooks_dir)
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let err = config
+            .check_runbooks(&runbooks)
+            .expect_err(case)
+            .to_string();
+        let file = dir.path().join("runbooks/c.yaml");
+        let expected = format!("{}{expected}", file.display());
+        assert!(
+            err.starts_with(&expected),
+            "{case}:\n  got:      {err}\n  expected: {expected}"
+        );
+    }
+    // The default list allows the collector; a config may list others, never a replica.
+    let (dir, path) = write_setup(BASE, ENV_FILE);
+    let ok =
+        format!("{head}  - {{kind: plan, services: [otelcol-contrib], force_recreate: true}}\n");
+    std::fs::write(dir.path().join("runbooks/c.yaml"), ok).expect("write runbook");
+    let config = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.compose.force_recreate_allowed, ["otelcol-contrib"]);
+    let runbooks = crate::domain::runbook::load_dir(&config.runbooks_dir).expect("loads");
+    assert_eq!(config.check_runbooks(&runbooks), Ok(()));
+    let replica = format!("{BASE}compose:\n  force_recreate_allowed: [otelcol-contrib, model-sg-glm53-w4afp8-tp4-r2]\n");
+    let err = load_text(&replica)
+        .expect_err("a replica listed")
+        .to_string();
+    assert!(
+        err.contains(
+            "force_recreate_allowed: `model-sg-glm53-w4afp8-tp4-r2` is a configured replica"
+        ),
+        "{err}"
+    );
+}

@@ -35,6 +35,11 @@ pub struct GateViolation {
     pub extra: Vec<String>,
     /// Services or containers the plan would remove (orphan removal); never allowed.
     pub removals: Vec<String>,
+    /// A companion step's services the plan would neither create nor recreate (the gate of a
+    /// companion step without `only_out_of_date` wants exactly its list). Reported as
+    /// `services_not_planned`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 impl GateViolation {
@@ -55,6 +60,9 @@ impl GateViolation {
         }
         if !self.removals.is_empty() {
             reasons.push("removals");
+        }
+        if !self.missing.is_empty() {
+            reasons.push("services_not_planned");
         }
         reasons
     }
@@ -80,6 +88,12 @@ impl std::fmt::Display for GateViolation {
             parts.push(format!(
                 "removals: it would remove {}",
                 quote_list(&self.removals)
+            ));
+        }
+        if !self.missing.is_empty() {
+            parts.push(format!(
+                "services_not_planned: it would neither create nor recreate {}",
+                quote_list(&self.missing)
             ));
         }
         write!(f, "dry-run plan refused: {}", parts.join("; "))
@@ -126,18 +140,77 @@ pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), Ga
     let violation = GateViolation {
         missing_target: !changed.contains(target),
         extra: extra.iter().map(|name| name.to_string()).collect(),
-        removals: {
-            let mut removals = plan.remove.clone();
-            removals.sort();
-            removals.dedup();
-            removals
-        },
+        removals: sorted_removals(plan),
+        missing: Vec::new(),
     };
     if violation.reasons().is_empty() {
         Ok(())
     } else {
         Err(violation)
     }
+}
+
+fn sorted_removals(plan: &DryRunPlan) -> Vec<String> {
+    let mut removals = plan.remove.clone();
+    removals.sort();
+    removals.dedup();
+    removals
+}
+
+/// The gate of a companion step (docs/reference.md#companion-services): create ∪ recreate may hold only the step's
+/// `services` (plus `allow`ed one-shots as create), nothing is removed, and every listed
+/// service is planned. With `only_out_of_date` (the reconcile) a subset is accepted: the
+/// answer is what the `up` applies, in the step's order, and an empty answer means nothing
+/// is out of date (the `up` is skipped).
+pub fn check_companions(
+    plan: &DryRunPlan,
+    services: &[String],
+    allow: &[String],
+    only_out_of_date: bool,
+) -> Result<Vec<String>, GateViolation> {
+    let listed = |name: &str| services.iter().any(|s| s == name);
+    let allowed = |name: &str| allow.iter().any(|a| a == name);
+    let changed: std::collections::BTreeSet<&str> = plan
+        .create
+        .iter()
+        .chain(&plan.recreate)
+        .map(String::as_str)
+        .collect();
+    let extra: std::collections::BTreeSet<&str> = plan
+        .create
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !listed(name) && !allowed(name))
+        .chain(
+            plan.recreate
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !listed(name)),
+        )
+        .collect();
+    let missing = if only_out_of_date {
+        Vec::new()
+    } else {
+        services
+            .iter()
+            .filter(|s| !changed.contains(s.as_str()))
+            .cloned()
+            .collect()
+    };
+    let violation = GateViolation {
+        missing_target: false,
+        extra: extra.iter().map(|name| name.to_string()).collect(),
+        removals: sorted_removals(plan),
+        missing,
+    };
+    if !violation.reasons().is_empty() {
+        return Err(violation);
+    }
+    Ok(services
+        .iter()
+        .filter(|s| changed.contains(s.as_str()))
+        .cloned()
+        .collect())
 }
 
 #[cfg(test)]
@@ -158,6 +231,45 @@ mod tests {
             unchanged: names(unchanged),
             resources: names(&["Network work_default"]),
         }
+    }
+
+    #[test]
+    fn the_companion_gate_wants_exactly_its_list_or_a_subset_when_reconciling() {
+        let infra = names(&["nginx", "proxy-glm53", "otelcol-contrib"]);
+        // Exactly the list: passes, applies the list.
+        let all = plan(&[], &["nginx", "proxy-glm53", "otelcol-contrib"], &[], &[]);
+        assert_eq!(
+            check_companions(&all, &infra, &[], false),
+            Ok(infra.clone())
+        );
+        // A subset without only_out_of_date: the rest is reported missing.
+        let some = plan(&[], &["proxy-glm53"], &[], &["nginx", "otelcol-contrib"]);
+        let err = check_companions(&some, &infra, &[], false).expect_err("missing");
+        assert_eq!(err.reasons(), ["services_not_planned"]);
+        assert_eq!(err.missing, names(&["nginx", "otelcol-contrib"]));
+        assert!(
+            err.to_string().contains("`nginx`, `otelcol-contrib`"),
+            "{err}"
+        );
+        // The reconcile applies only what is out of date, and nothing when nothing is.
+        assert_eq!(
+            check_companions(&some, &infra, &[], true),
+            Ok(names(&["proxy-glm53"]))
+        );
+        let none = plan(&[], &[], &[], &["nginx", "proxy-glm53", "otelcol-contrib"]);
+        assert_eq!(check_companions(&none, &infra, &[], true), Ok(vec![]));
+        // A replica (or anything else) planned besides the list, or a removal: refused.
+        let replica = plan(&[], &["proxy-glm53", R2], &[], &[]);
+        let err = check_companions(&replica, &infra, &[], true).expect_err("extra");
+        assert_eq!(err.extra, names(&[R2]));
+        let orphan = plan(&[], &["proxy-glm53"], &["old-r2"], &[]);
+        let err = check_companions(&orphan, &infra, &[], true).expect_err("removal");
+        assert_eq!(err.reasons(), ["removals"]);
+        // An allowed one-shot may be created, never recreated.
+        let dl = plan(&["model-downloader"], &["proxy-glm53"], &[], &[]);
+        let proxy = names(&["proxy-glm53"]);
+        assert!(check_companions(&dl, &proxy, &names(&["model-downloader"]), false).is_ok());
+        assert!(check_companions(&dl, &proxy, &[], false).is_err());
     }
 
     #[test]

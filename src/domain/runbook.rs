@@ -14,7 +14,7 @@ use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
 
 pub mod step;
 
-pub use step::{StepKind, StepKindName};
+pub use step::{Scope, StepKind, StepKindName};
 
 /// The runbook a canary plan uses when it names none.
 pub const DEFAULT_CANARY: &str = "single-replica-canary";
@@ -121,26 +121,43 @@ impl Runbook {
     }
 }
 
-/// The first unsafe step: its index and a message naming it.
+/// The first unsafe step: its index and a message naming it. Companion steps (`services`)
+/// follow the same rules with their own scope: an `up` needs an earlier `plan` of exactly the
+/// same scope (services, `only_out_of_date`, `force_recreate`); only the target's `down` needs
+/// a later `up` of the target (a companion may be taken down at the end).
 fn safety_violation(steps: &[Step]) -> Option<(usize, String)> {
-    let (mut planned, mut peers_checked, mut snapshotted) = (false, false, false);
+    let (mut peers_checked, mut snapshotted) = (false, false);
+    let mut planned: Vec<&step::Scope> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         match &step.kind {
-            StepKind::Plan(_) => planned = true,
+            StepKind::Plan(p) => planned.push(&p.scope),
             StepKind::PeersHealthy(_) => peers_checked = true,
             StepKind::Snapshot(_) => snapshotted = true,
             _ => {}
         }
-        let is_up = matches!(step.kind, StepKind::Up(_));
-        let is_down = matches!(step.kind, StepKind::Down(_));
+        let up = match &step.kind {
+            StepKind::Up(u) => Some(&u.scope),
+            _ => None,
+        };
+        let down = match &step.kind {
+            StepKind::Down(d) => Some(&d.scope),
+            _ => None,
+        };
+        let (is_up, is_down) = (up.is_some(), down.is_some());
+        let target_up_later = || {
+            steps[i..]
+                .iter()
+                .any(|s| matches!(&s.kind, StepKind::Up(u) if !u.scope.is_companion()))
+        };
         let problem = if (is_up || is_down) && !peers_checked {
-            Some("needs a `peers_healthy` step before it (the peer must carry the traffic while the replica is out)")
-        } else if is_up && !planned {
-            Some("needs a `plan` step before it (the dry-run gate)")
+            Some("needs a `peers_healthy` step before it (the peer must carry the traffic while the replica is out)".to_string())
+        } else if up.is_some_and(|scope| !planned.contains(&scope)) {
+            let scope = up.map(step::Scope::shown).unwrap_or_default();
+            Some(format!("needs a `plan` step before it (the dry-run gate) with the same scope ({scope}, `only_out_of_date` and `force_recreate`)"))
         } else if matches!(step.kind, StepKind::VerifyNeighbours(_)) && !snapshotted {
-            Some("needs a `snapshot` step before it")
-        } else if is_down && !steps[i..].iter().any(|s| matches!(s.kind, StepKind::Up(_))) {
-            Some("needs an `up` step after it (the replica would be left down)")
+            Some("needs a `snapshot` step before it".to_string())
+        } else if down.is_some_and(|scope| !scope.is_companion()) && !target_up_later() {
+            Some("needs an `up` step after it (the replica would be left down)".to_string())
         } else {
             None
         };

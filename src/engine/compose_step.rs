@@ -13,10 +13,12 @@ use tokio::sync::watch;
 
 use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use super::Checkpoint;
-use crate::compose::{ComposeError, ComposeRequest, StreamOutcome, StreamResult};
+use crate::compose::{
+    ComposeError, ComposeRequest, ForceRecreate, Services, StreamOutcome, StreamResult,
+};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
-use crate::domain::runbook::step::{Down, Plan, Up};
+use crate::domain::runbook::step::{Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::store::Step;
 
@@ -35,24 +37,66 @@ enum Call<T> {
     },
 }
 
-/// The one request of a rollout's compose calls: its target, tag, file and env.
-fn compose_request(run: &StepRun<'_>) -> ComposeRequest {
-    ComposeRequest {
+/// The request of a step's compose call: the rollout's tag, file and env, and the step's
+/// scope — the target alone, or the step's companion services (`services`, narrowed to what the
+/// dry run planned for a reconcile). Safety rule 15, checked again here (fail closed): a
+/// companion list never names the target nor a configured replica, and `force_recreate`
+/// exists only for services of the config's `force_recreate_allowed`.
+fn compose_request(
+    run: &StepRun<'_>,
+    scope: &Scope,
+    services: Option<&[String]>,
+) -> Result<ComposeRequest, StepEnd> {
+    let refuse = |msg: String| {
+        StepEnd::failed(
+            ErrorCode::InvalidRequest,
+            msg,
+            json!({"services": scope.services}),
+        )
+    };
+    let services = if scope.is_companion() {
+        let names = services.unwrap_or(&scope.services).to_vec();
+        let replicas = &run.host.config.replicas;
+        if let Some(replica) = names
+            .iter()
+            .find(|s| **s == run.rollout.service || replicas.contains_key(*s))
+        {
+            return Err(refuse(format!(
+                "companion services name `{replica}`, a replica: a replica is only ever touched as the rollout's target; nothing sent"
+            )));
+        }
+        Services::list(names).map_err(|e| refuse(e.to_string()))?
+    } else {
+        Services::one(run.rollout.service.clone())
+    };
+    let force_recreate = if scope.force_recreate {
+        let allowed = &run.engine.inner.tuning.force_recreate_allowed;
+        Some(ForceRecreate::allowed(&services, allowed).map_err(|e| refuse(e.to_string()))?)
+    } else {
+        None
+    };
+    Ok(ComposeRequest {
         tag: run.rollout.tag.clone(),
         file: run.rollout.file.clone(),
-        service: run.rollout.service.clone(),
+        services,
         env: run.env.clone(),
-    }
+        force_recreate,
+    })
 }
 
 /// The dry-run gate: probe support (rule 4), dry run, and check the plan.
 async fn plan(
     run: &StepRun<'_>,
     step: &Step,
-    allow: &[String],
+    spec: &Plan,
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
+    let allow = spec.allow.as_slice();
+    let req = match compose_request(run, &spec.scope, None) {
+        Ok(req) => req,
+        Err(end) => return end,
+    };
     let client = &run.host.client;
     match client.supports_dry_run().await {
         Ok(true) => {}
@@ -78,7 +122,6 @@ async fn plan(
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    let req = compose_request(run);
     let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
         client.dry_run(&req)
     })
@@ -118,6 +161,19 @@ async fn plan(
             json!({"tail": tail}),
         );
     };
+    if spec.scope.is_companion() {
+        let services = &spec.scope.services;
+        let only = spec.scope.only_out_of_date;
+        return match plan_gate::check_companions(&dry_plan, services, allow, only) {
+            Ok(apply) => StepEnd::Succeeded(
+                json!({"plan": dry_plan, "allow": allow, "services": services, "apply": apply, "tail": tail}),
+            ),
+            Err(violation) => {
+                let detail = json!({"plan": dry_plan, "allow": allow, "services": services, "violation": violation.to_string(), "tail": tail});
+                StepEnd::failed(violation.code(), violation.to_string(), detail)
+            }
+        };
+    }
     match plan_gate::check(&dry_plan, &run.rollout.service, allow) {
         Ok(()) => StepEnd::Succeeded(json!({"plan": dry_plan, "allow": allow, "tail": tail})),
         Err(violation) => {
@@ -129,7 +185,18 @@ async fn plan(
 
 impl Execute for Plan {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        plan(run, at.step, &self.allow, at.deadline, at.abort).await
+        plan(run, at.step, self, at.deadline, at.abort).await
+    }
+
+    /// A companion gate leaves what its `up` may apply (a reconcile applies only that).
+    fn carry(run: &mut StepRun<'_>, _step: &Step, detail: &serde_json::Value) {
+        let names = |v: &serde_json::Value| -> Option<Vec<String>> {
+            serde_json::from_value(v.clone()).ok()
+        };
+        if let (Some(services), Some(apply)) = (names(&detail["services"]), names(&detail["apply"]))
+        {
+            run.companion_plans.insert(services, apply);
+        }
     }
 }
 
@@ -142,30 +209,71 @@ enum Scoped {
 
 impl Execute for Down {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        scoped(run, at, Scoped::Down).await
+        match compose_request(run, &self.scope, None) {
+            Ok(req) => scoped(run, at, Scoped::Down, req).await,
+            Err(end) => end,
+        }
     }
 }
 
 impl Execute for Up {
-    /// A rollback then checks the tag still means the same.
+    /// A rollback then checks the tag still means the same. A reconcile (`only_out_of_date`)
+    /// applies only what its gate planned, and sends nothing when nothing is out of date.
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        match scoped(run, at, Scoped::Up).await {
-            StepEnd::Succeeded(detail) if run.rollout.kind == RolloutKind::Rollback => {
+        let scope = &self.scope;
+        let apply = if scope.only_out_of_date {
+            match run.companion_plans.get(&scope.services) {
+                Some(apply) if apply.is_empty() => {
+                    return StepEnd::Succeeded(
+                        json!({"skipped": true, "reason": "the dry run found nothing out of date", "services": scope.services, "apply": []}),
+                    )
+                }
+                Some(apply) => Some(apply.clone()),
+                None => {
+                    let msg = format!(
+                        "no passing dry run of {} in this rollout to reconcile from: nothing sent",
+                        scope.shown()
+                    );
+                    return StepEnd::failed(
+                        ErrorCode::InvalidRequest,
+                        msg,
+                        json!({"services": scope.services}),
+                    );
+                }
+            }
+        } else {
+            None
+        };
+        let req = match compose_request(run, scope, apply.as_deref()) {
+            Ok(req) => req,
+            Err(end) => return end,
+        };
+        match scoped(run, at, Scoped::Up, req).await {
+            StepEnd::Succeeded(detail)
+                if run.rollout.kind == RolloutKind::Rollback && !scope.is_companion() =>
+            {
                 check_tag(run, detail).await
             }
             other => other,
         }
     }
 
-    /// The target's engine has run since the `up` ended (restart detection).
-    fn carry(run: &mut StepRun<'_>, step: &Step, _detail: &serde_json::Value) {
-        run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+    /// The target's engine has run since the target's `up` ended (restart detection); a
+    /// companion `up` (its detail names `services`) changes nothing of the target.
+    fn carry(run: &mut StepRun<'_>, step: &Step, detail: &serde_json::Value) {
+        if detail.get("services").is_none() {
+            run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+        }
     }
 }
 
-/// Scoped `compose/down` or `compose/up` of the target.
-async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepEnd {
-    let req = compose_request(run);
+/// Scoped `compose/down` or `compose/up` of the target or of a step's companion services.
+async fn scoped(
+    run: &StepRun<'_>,
+    at: &mut Running<'_>,
+    which: Scoped,
+    req: ComposeRequest,
+) -> StepEnd {
     let client = &run.host.client;
     let endpoint = match which {
         Scoped::Down => "compose/down",
@@ -177,13 +285,25 @@ async fn scoped(run: &StepRun<'_>, at: &mut Running<'_>, which: Scoped) -> StepE
             Scoped::Up => client.up(&req).await,
         }
     };
-    mutate(run, at.step, endpoint, at.deadline, at.abort, send).await
+    let companions = (req.services.names() != [run.rollout.service.as_str()])
+        .then(|| req.services.names().to_vec());
+    let watched = req.services.names();
+    match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
+        StepEnd::Succeeded(mut detail) => {
+            if let (Some(services), Some(map)) = (companions, detail.as_object_mut()) {
+                map.insert("services".into(), json!(services));
+            }
+            StepEnd::Succeeded(detail)
+        }
+        other => other,
+    }
 }
 
 async fn mutate<F, Fut>(
     run: &StepRun<'_>,
     step: &Step,
     endpoint: &str,
+    watched: &[String],
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
     send: F,
@@ -194,14 +314,19 @@ where
 {
     let store = &run.engine.inner.store;
     // A step caught mid-call by a restart: the call may have happened. Never resend it.
-    if let Some(end) = reconcile_previous_attempt(run, step, deadline, abort).await {
+    if let Some(end) = reconcile_previous_attempt(run, step, watched, deadline, abort).await {
         return end;
     }
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    if let Err(e) = store.mark_touched(&run.rollout.id).await {
-        return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
+    // Only a call of the target touches the replica (a companion call never names one): a
+    // rollout that only called companions neither rolls back nor ends `replica_left_down`.
+    let targets_replica = watched == [run.rollout.service.as_str()];
+    if targets_replica {
+        if let Err(e) = store.mark_touched(&run.rollout.id).await {
+            return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
+        }
     }
     match call(run, step, endpoint, deadline, abort, send).await {
         Call::Done { attempt, value } => {
@@ -226,7 +351,7 @@ where
                 }
                 StreamOutcome::Unknown => {
                     finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
-                    outcome_unknown(run, endpoint, deadline, detail, abort).await
+                    outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
                 }
             }
         }
@@ -239,7 +364,7 @@ where
             )
             .await;
             let detail = json!({"error": error.to_string()});
-            outcome_unknown(run, endpoint, deadline, detail, abort).await
+            outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
         }
         Call::Error { attempt, error } => call_error(run, &attempt, error).await,
         Call::Aborted => StepEnd::Aborted(json!({"endpoint": endpoint, "sent": false})),
@@ -371,6 +496,7 @@ async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
 async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
+    watched: &[String],
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Option<StepEnd> {
@@ -396,7 +522,7 @@ async fn reconcile_previous_attempt(
                 )
                 .await;
             let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
-            Some(outcome_unknown(run, &last.endpoint, deadline, detail, abort).await)
+            Some(outcome_unknown(run, &last.endpoint, watched, deadline, detail, abort).await)
         }
         Some(AttemptOutcome::Succeeded) => Some(StepEnd::Succeeded(last.detail)),
         // It ended `done` `success:false` before the restart: that is the step's outcome.
@@ -408,7 +534,7 @@ async fn reconcile_previous_attempt(
             Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, last.detail))
         }
         Some(AttemptOutcome::Unknown) => {
-            Some(outcome_unknown(run, &last.endpoint, deadline, last.detail, abort).await)
+            Some(outcome_unknown(run, &last.endpoint, watched, deadline, last.detail, abort).await)
         }
         Some(_) => None,
     }
@@ -419,6 +545,7 @@ async fn reconcile_previous_attempt(
 async fn outcome_unknown(
     run: &StepRun<'_>,
     endpoint: &str,
+    watched: &[String],
     deadline: DateTime<Utc>,
     detail: serde_json::Value,
     abort: &mut watch::Receiver<bool>,
@@ -426,7 +553,7 @@ async fn outcome_unknown(
     let client = &run.host.client;
     let started = Utc::now();
     let limit = deadline.max(started + chrono::Duration::seconds(30));
-    let settle = settle(run, limit, abort).await;
+    let settle = settle(run, watched, limit, abort).await;
     run.settle_checked
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if settle.aborted {
@@ -485,20 +612,22 @@ impl Settle {
     }
 }
 
-/// Safety rule 13: waits until `GET /status` reads idle **and** the target's container (id,
-/// image, state) is the same in two `GET /docker/ps` reads `settle_interval` apart, or until
-/// `limit`. compose-manager frees its lock with the HTTP stream, not with the `docker
-/// compose` child: after a stream that ended early, idle alone does not mean done.
+/// Safety rule 13: waits until `GET /status` reads idle **and** the containers of `watched`
+/// (the call's services: the target, or a companion step's list) are the same (id, image,
+/// state) in two `GET /docker/ps` reads `settle_interval` apart, or until `limit`.
+/// compose-manager frees its lock with the HTTP stream, not with the `docker compose` child:
+/// after a stream that ended early, idle alone does not mean done.
 async fn settle(
     run: &StepRun<'_>,
+    watched: &[String],
     limit: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Settle {
     let client = &run.host.client;
     let interval = run.engine.inner.tuning.settle_interval;
     let mut out = Settle::default();
-    // The target's (id, image, state), and since when it has been seen unchanged.
-    type Seen = Option<(String, String, String)>;
+    // Each watched service's (id, image, state), and since when they have been seen unchanged.
+    type Seen = Vec<Option<(String, String, String)>>;
     let mut last: Option<(std::time::Instant, Seen)> = None;
     loop {
         out.host_idle = matches!(client.status().await, Ok(s) if s.in_flight.is_none());
@@ -510,10 +639,14 @@ async fn settle(
         match read {
             Some(ps) => {
                 out.reads += 1;
-                let now = ps
+                let now: Seen = watched
                     .iter()
-                    .find(|c| is_service(c, &run.rollout.service))
-                    .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()));
+                    .map(|service| {
+                        ps.iter()
+                            .find(|c| is_service(c, service))
+                            .map(|c| (c.id.clone(), c.image.clone(), c.state.clone()))
+                    })
+                    .collect();
                 match &last {
                     Some((since, seen)) if *seen == now => {
                         if since.elapsed() >= interval {
@@ -571,7 +704,8 @@ async fn settle_before_first_call(
         return None;
     }
     tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
-    let settle = settle(run, deadline, abort).await;
+    let target = [run.rollout.service.clone()];
+    let settle = settle(run, &target, deadline, abort).await;
     if settle.aborted {
         return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
     }

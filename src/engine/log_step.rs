@@ -108,6 +108,8 @@ fn log_detail(watch: &LogWatch, reads: &LogReads) -> serde_json::Value {
 
 /// The step's fields, as the runbook gave them.
 pub(super) struct LogWait {
+    /// Whose logs: the target, or the companion a `wait_logs` names.
+    pub service: String,
     pub interval: Duration,
     pub require: Vec<LogPattern>,
     pub forbid: Vec<LogPattern>,
@@ -115,16 +117,23 @@ pub(super) struct LogWait {
 }
 
 impl Execute for WaitLogs {
-    /// The runbook's `require` lines and the plan's `require_logs`.
+    /// The runbook's `require` lines, and the plan's `require_logs` when it reads the target.
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let mut require = self.require.clone();
-        require.extend(
-            run.rollout
-                .require_logs
-                .iter()
-                .filter_map(|p| LogPattern::parse(p).ok()),
-        );
+        let service = self
+            .service
+            .clone()
+            .unwrap_or_else(|| run.rollout.service.clone());
+        if service == run.rollout.service {
+            require.extend(
+                run.rollout
+                    .require_logs
+                    .iter()
+                    .filter_map(|p| LogPattern::parse(p).ok()),
+            );
+        }
         let spec = LogWait {
+            service,
             interval: self.interval,
             require,
             forbid: self.forbid.clone(),
@@ -138,6 +147,7 @@ impl Execute for WaitLogs {
 impl Execute for Soak {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let spec = LogWait {
+            service: run.rollout.service.clone(),
             interval: self.interval,
             require: Vec::new(),
             forbid: self.forbid.clone(),
@@ -202,9 +212,15 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let mut progress = Progress::default();
         loop {
-            if let Some(output) = reads.record(self.fetch_logs().await) {
+            if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 match watch.observe(&output, Utc::now()) {
-                    LogVerdict::Satisfied => return StepEnd::Succeeded(log_detail(&watch, &reads)),
+                    LogVerdict::Satisfied => {
+                        let mut detail = log_detail(&watch, &reads);
+                        if spec.service != self.rollout.service {
+                            detail["service"] = json!(spec.service);
+                        }
+                        return StepEnd::Succeeded(detail);
+                    }
                     LogVerdict::Forbidden { pattern, line } => {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
@@ -216,11 +232,12 @@ impl StepRun<'_> {
             }
             let detail = log_detail(&watch, &reads);
             if reads.exhausted() {
-                return reads.unavailable(&self.rollout.service, detail);
+                return reads.unavailable(&spec.service, detail);
             }
             if Utc::now() >= deadline {
                 let msg = format!(
-                    "required log lines never seen: {:?}{}",
+                    "required log lines of {} never seen: {:?}{}",
+                    spec.service,
                     watch.missing(),
                     reads.last_error_suffix()
                 );
@@ -265,7 +282,7 @@ impl StepRun<'_> {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
                 return StepEnd::failed(ErrorCode::SoakHealth, msg, detail);
             }
-            if let Some(output) = reads.record(self.fetch_logs().await) {
+            if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");

@@ -92,6 +92,10 @@ pub enum EngineError {
     UnknownRunbook(String),
     #[error("rollout {0} is not waiting for an approval (no running approve step, no analysis check asking)")]
     NotAwaitingApproval(String),
+    /// A companion step of the runbook names the target or another replica of the host
+    /// (safety rule 15).
+    #[error("{0}")]
+    CompanionIsReplica(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -147,6 +151,32 @@ pub(crate) struct RolloutTask {
     ended: CancellationToken,
     /// To stop it dead (`Engine::kill`).
     handle: AbortHandle,
+}
+
+/// Safety rule 15 at submission: a runbook whose companion step names the plan's target or
+/// another replica of the host is refused before anything is written (the config's runbook
+/// check refuses it at load too; this covers a runbook set loaded without it).
+fn companions_are_not_replicas(
+    runbook: &Runbook,
+    target: &str,
+    host: &crate::config::HostConfig,
+) -> Result<(), EngineError> {
+    for (i, step) in runbook.steps.iter().enumerate() {
+        let companions = step.kind.companions();
+        if let Some(replica) = companions
+            .iter()
+            .find(|s| *s == target || host.replicas.contains_key(*s))
+        {
+            return Err(EngineError::CompanionIsReplica(format!(
+                "runbook {} step {} \"{}\" names `{replica}` in `services`, a replica of host {}: a replica is only ever touched as the rollout's target",
+                runbook.name,
+                i + 1,
+                step.name,
+                host.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The rollout engine. Cheap to clone.
@@ -237,6 +267,7 @@ impl Engine {
     ) -> Result<Rollout, EngineError> {
         let host = self.host(&plan.host)?;
         let runbook = self.runbook(&plan.runbook)?;
+        companions_are_not_replicas(runbook, &plan.service, &host.config)?;
         let new = NewRollout {
             id: new_id("ro"),
             kind: RolloutKind::Canary,

@@ -75,6 +75,9 @@ pub(crate) struct StepRun<'a> {
     pub settle_checked: std::sync::atomic::AtomicBool,
     /// When the target's `up` ended: its engine has run since (restart detection).
     pub up_done_at: Option<DateTime<Utc>>,
+    /// Companion gates passed in this rollout: the step's `services` → what its dry run
+    /// planned (what a reconcile `up` applies).
+    pub companion_plans: BTreeMap<Vec<String>, Vec<String>>,
 }
 
 impl<'a> StepRun<'a> {
@@ -100,6 +103,7 @@ impl<'a> StepRun<'a> {
             snapshot: None,
             settle_checked: std::sync::atomic::AtomicBool::new(false),
             up_done_at: None,
+            companion_plans: BTreeMap::new(),
         }
     }
 }
@@ -127,10 +131,14 @@ impl StepRun<'_> {
             })
     }
 
-    pub(super) async fn fetch_logs(&self) -> Result<String, crate::compose::ComposeError> {
+    /// The last 500 log lines of `service` (the target, or a companion a `wait_logs` names).
+    pub(super) async fn fetch_logs(
+        &self,
+        service: &str,
+    ) -> Result<String, crate::compose::ComposeError> {
         let req = LogsRequest {
             file: self.rollout.file.clone(),
-            service: self.rollout.service.clone(),
+            service: service.to_owned(),
             tail: 500,
         };
         self.host.client.logs(&req).await

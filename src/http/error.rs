@@ -78,6 +78,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_pattern", 422),
     ("invalid_on_failure", 422),
     ("unknown_target", 422),
+    ("companion_is_replica", 422),
     ("internal", 500),
     ("not_ready", 503),
 ];
@@ -200,6 +201,10 @@ impl From<EngineError> for ApiError {
                 code: "not_awaiting_approval",
                 message,
                 rollout_id: None,
+            },
+            EngineError::CompanionIsReplica(_) => ApiError::Unprocessable {
+                code: "companion_is_replica",
+                message,
             },
             EngineError::Store(_) => ApiError::Internal(message),
         }

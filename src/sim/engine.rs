@@ -132,6 +132,13 @@ fn stamp(line: &str) -> String {
 
 /// Startup lines of a service that is not an engine (written at once).
 fn plain_startup(service: &str, one_shot: bool) -> Vec<String> {
+    if service.ends_with("perception-check") {
+        // The perception check qualifies the replicas and prints its verdict as one JSON line.
+        return vec![
+            format!("{service}: started"),
+            r#"{"event": "qualification_finished", "ok": true, "replicas": 2}"#.to_string(),
+        ];
+    }
     if one_shot {
         return vec![
             format!("{service}: starting"),
@@ -227,7 +234,13 @@ pub(crate) fn apply_steps(
             if engine {
                 writers.push((step.service.clone(), generation, mode == StartMode::Warm));
             } else {
-                for line in plain_startup(&step.service, one_shot) {
+                // `SimFaults::set_logs_on_start` replaces a plain service's lines too (the
+                // perception check's failing verdict).
+                let lines = st.faults.logs_on_start.get(&step.service).cloned();
+                let Some(c) = st.containers.get_mut(&step.service) else {
+                    continue;
+                };
+                for line in lines.unwrap_or_else(|| plain_startup(&step.service, one_shot)) {
                     c.push_log(line);
                 }
             }

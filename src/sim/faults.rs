@@ -325,7 +325,8 @@ impl SimFaults {
     }
 
     /// Sticky: engines of `service` started from now on print these lines over their cold
-    /// start instead of the usual ones (`None` restores the usual lines).
+    /// start instead of the usual ones (`None` restores the usual lines); a plain service
+    /// (the perception check) prints them at its start.
     pub fn set_logs_on_start(&self, service: &str, lines: Option<Vec<String>>) {
         let mut st = self.shared.state();
         match lines {

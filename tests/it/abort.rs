@@ -361,6 +361,7 @@ async fn an_abort_interrupts_the_wait_for_an_idle_host_after_an_unknown_outcome(
             busy_retry_initial: Duration::from_millis(50),
             busy_retry_max: Duration::from_millis(200),
             settle_interval: Duration::from_millis(200),
+            ..Default::default()
         }),
         ..TestOptions::default()
     };

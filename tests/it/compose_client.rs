@@ -41,8 +41,9 @@ impl Fixture {
         ComposeRequest {
             tag: tag.into(),
             file: EXAMPLE_FILE.into(),
-            service: service.into(),
+            services: canaryd::compose::Services::one(service),
             env: self.env.clone(),
+            force_recreate: None,
         }
     }
 
@@ -50,8 +51,9 @@ impl Fixture {
         ComposeRequest {
             tag: tag.into(),
             file: EXAMPLE_FILE.into(),
-            service: service.into(),
+            services: canaryd::compose::Services::one(service),
             env: self.env.clone(),
+            force_recreate: None,
         }
     }
 

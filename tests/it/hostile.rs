@@ -77,6 +77,7 @@ fn quick_timeouts() -> TestOptions {
             busy_retry_initial: Duration::from_millis(50),
             busy_retry_max: Duration::from_millis(200),
             settle_interval: Duration::from_millis(200),
+            ..Default::default()
         }),
         ..TestOptions::default()
     }
@@ -192,8 +193,9 @@ async fn an_up_or_down_stream_cut_at_any_line_is_never_taken_for_a_success() {
     let req = ComposeRequest {
         tag: "v0.0.452".into(),
         file: FILE.into(),
-        service: R2.into(),
+        services: canaryd::compose::Services::one(R2),
         env: sim_config().initial_env,
+        force_recreate: None,
     };
     let total = up_stream_len(&client, &req).await;
     assert!(total >= 2, "a real stream has lines: {total}");
@@ -209,8 +211,9 @@ async fn an_up_or_down_stream_cut_at_any_line_is_never_taken_for_a_success() {
     let down = canaryd::compose::ComposeRequest {
         tag: req.tag.clone(),
         file: req.file.clone(),
-        service: req.service.clone(),
+        services: req.services.clone(),
         env: req.env.clone(),
+        force_recreate: None,
     };
     let _first = client.down(&down).await.expect("a normal down");
     let full = client.down(&down).await.expect("a repeat down");

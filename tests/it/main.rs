@@ -8,6 +8,7 @@ mod auth;
 mod canary;
 mod cli;
 mod cli_discovery;
+mod companions;
 mod compose_client;
 mod container;
 mod crash_binary;

@@ -47,8 +47,9 @@ pub(super) fn up_req(service: &str) -> ComposeRequest {
     ComposeRequest {
         tag: "v0.0.452".into(),
         file: FILE.into(),
-        service: service.into(),
+        services: super::Services::one(service),
         env: env(),
+        force_recreate: None,
     }
 }
 
@@ -56,8 +57,9 @@ pub(super) fn down_req(service: &str) -> ComposeRequest {
     ComposeRequest {
         tag: "v0.0.451".into(),
         file: FILE.into(),
-        service: service.into(),
+        services: super::Services::one(service),
         env: env(),
+        force_recreate: None,
     }
 }
 

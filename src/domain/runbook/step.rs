@@ -174,6 +174,23 @@ macro_rules! step_kinds {
 
 for_each_step_kind!(step_kinds);
 
+impl StepKind {
+    /// The scope of a `plan`, `down` or `up` step; `None` for the other kinds.
+    pub fn scope(&self) -> Option<&Scope> {
+        match self {
+            StepKind::Plan(p) => Some(&p.scope),
+            StepKind::Down(d) => Some(&d.scope),
+            StepKind::Up(u) => Some(&u.scope),
+            _ => None,
+        }
+    }
+
+    /// The companion services the step names (empty for the target's steps and other kinds).
+    pub fn companions(&self) -> &[String] {
+        self.scope().map(|s| s.services.as_slice()).unwrap_or(&[])
+    }
+}
+
 impl std::fmt::Display for StepKindName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -207,6 +224,46 @@ impl<'de> serde::Deserialize<'de> for StepKindName {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a `plan`, `down` or `up` step acts on: the rollout's target (no `services`), or the
+/// runbook's fixed list of companion services of the compose file (proxy, collector,
+/// verification relay, perception check; never a configured replica, which the config's
+/// runbook check refuses). Safety rule 15: every compose call carries an explicit non-empty list
+/// fixed by the step.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Scope {
+    /// Companion services; empty means the target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    /// The reconcile: apply only what the dry run plans out of date (a subset of `services`),
+    /// and skip the `up` when nothing is.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub only_out_of_date: bool,
+    /// `force_recreate: true` on the `up` and its dry run; only for services of the config's
+    /// `force_recreate_allowed`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub force_recreate: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Scope {
+    /// Whether the step acts on companion services rather than the target.
+    pub fn is_companion(&self) -> bool {
+        !self.services.is_empty()
+    }
+
+    /// `target` or the list, for messages.
+    pub fn shown(&self) -> String {
+        if self.services.is_empty() {
+            "the target".into()
+        } else {
+            format!("services [{}]", self.services.join(", "))
+        }
     }
 }
 
@@ -315,6 +372,80 @@ impl Fields<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// An optional compose service name.
+    fn service(&self, field: &str) -> Result<Option<String>, StepError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::String(name)) if valid_name(name) => Ok(Some(name.clone())),
+            Some(other) => self.fail(
+                field,
+                format!(
+                    "`{field}` must be one compose service name, got {}",
+                    show(other)
+                ),
+            ),
+        }
+    }
+
+    fn flag(&self, field: &str) -> Result<bool, StepError> {
+        match self.get(field) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => self.fail(
+                field,
+                format!("`{field}` must be `true` or `false`, got {}", show(other)),
+            ),
+        }
+    }
+
+    /// The step's [`Scope`]: `services` (compose service names, no duplicates) and, when
+    /// `flags`, `only_out_of_date` and `force_recreate`, which need `services` (never the
+    /// target).
+    fn scope(&self, flags: bool) -> Result<Scope, StepError> {
+        let services = self.strings("services")?;
+        if self.get("services").is_some() && services.is_empty() {
+            return self.fail(
+                "services",
+                "`services` is empty: leave it out to act on the target, or name companion services",
+            );
+        }
+        for (i, name) in services.iter().enumerate() {
+            if !valid_name(name) {
+                return self.fail(
+                    "services",
+                    format!("`services[{i}]` {name:?} is not a compose service name"),
+                );
+            }
+            if services[..i].contains(name) {
+                return self.fail(
+                    "services",
+                    format!("`services[{i}]` {name:?} is listed twice"),
+                );
+            }
+        }
+        let (only_out_of_date, force_recreate) = if flags {
+            (self.flag("only_out_of_date")?, self.flag("force_recreate")?)
+        } else {
+            (false, false)
+        };
+        for (field, on) in [
+            ("only_out_of_date", only_out_of_date),
+            ("force_recreate", force_recreate),
+        ] {
+            if on && services.is_empty() {
+                return self.fail(
+                    field,
+                    format!("`{field}: true` needs `services` (companion services): never on the target replica"),
+                );
+            }
+        }
+        Ok(Scope {
+            services,
+            only_out_of_date,
+            force_recreate,
+        })
     }
 
     /// A required, non-blank string; `what` says what it is for.

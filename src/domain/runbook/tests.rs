@@ -149,9 +149,18 @@ fn omitted_fields_take_the_documented_defaults() {
     let expected = vec![
         StepKind::Snapshot(Snapshot),
         StepKind::PeersHealthy(PeersHealthy { timeout: m(2) }),
-        StepKind::Plan(Plan { allow: vec![] }),
-        StepKind::Down(Down { timeout: m(10) }),
-        StepKind::Up(Up { timeout: m(30) }),
+        StepKind::Plan(Plan {
+            allow: vec![],
+            scope: Default::default(),
+        }),
+        StepKind::Down(Down {
+            timeout: m(10),
+            scope: Default::default(),
+        }),
+        StepKind::Up(Up {
+            timeout: m(30),
+            scope: Default::default(),
+        }),
         StepKind::WaitHealth(WaitHealth {
             timeout: m(60),
             interval: Duration::from_secs(5),
@@ -163,6 +172,7 @@ fn omitted_fields_take_the_documented_defaults() {
             require: vec![],
             forbid: vec![],
             max_log_failures: 3,
+            service: None,
         }),
         StepKind::Soak(Soak {
             duration: m(10),
@@ -195,7 +205,7 @@ const SAFE_HEAD: &str = "steps:\n  - {name: snap, kind: snapshot}\n  - {name: pe
 fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
     // (case, yaml, expected "line: message" fragment)
     let cases: &[(&str, String, &str)] = &[
-        ("a field another kind takes", format!("{SAFE_HEAD}  - {{name: down, kind: down, interval: 5s}}\n  - {{name: up, kind: up}}\n"), "r.yaml:5: step 4 \"down\": unknown field `interval` (a `down` step takes: timeout)"),
+        ("a field another kind takes", format!("{SAFE_HEAD}  - {{name: down, kind: down, interval: 5s}}\n  - {{name: up, kind: up}}\n"), "r.yaml:5: step 4 \"down\": unknown field `interval` (a `down` step takes: timeout, services)"),
         ("an unknown kind", format!("{SAFE_HEAD}  - {{name: x, kind: reboot}}\n"), "r.yaml:5: step 4 \"x\": unknown kind `reboot` (expected one of: snapshot, peers_healthy"),
         ("a field no kind takes, in block style", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    retries: 3\n"), "r.yaml:7: step 4 \"health\": unknown field `retries` (a `wait_health` step takes: timeout, interval, consecutive)"),
         ("a field on a kind that takes none", "steps:\n  - {name: s, kind: snapshot, timeout: 1m}\n".into(), "r.yaml:2: step 1 \"s\": unknown field `timeout` (a `snapshot` step takes: no other fields)"),
@@ -272,6 +282,36 @@ fn a_smoke_step_reads_every_field() {
 }
 
 #[test]
+fn companion_steps_parse_with_their_scope_and_a_companion_down_needs_no_later_up() {
+    let yaml = "steps:\n  - {kind: peers_healthy}\n  - {name: plan-otel, kind: plan, services: [otelcol-contrib], force_recreate: true}\n  - {name: up-otel, kind: up, services: [otelcol-contrib], force_recreate: true}\n  - {name: plan-infra, kind: plan, services: [nginx, proxy-glm53], only_out_of_date: true}\n  - {name: up-infra, kind: up, services: [nginx, proxy-glm53], only_out_of_date: true}\n  - {name: down-check, kind: down, services: [glm53-perception-check]}\n";
+    let runbook = parse("r", "r.yaml", yaml).expect("a companion runbook loads");
+    let StepKind::Up(up) = &runbook.steps[2].kind else {
+        panic!("up")
+    };
+    assert_eq!(up.scope.services, ["otelcol-contrib"]);
+    assert!(up.scope.force_recreate && !up.scope.only_out_of_date);
+    assert_eq!(runbook.steps[4].kind.companions(), ["nginx", "proxy-glm53"]);
+    assert_eq!(
+        runbook.steps[5].kind.companions(),
+        ["glm53-perception-check"]
+    );
+    let json = serde_json::to_value(&runbook.steps[4]).expect("serialises");
+    assert_eq!(
+        json["services"],
+        serde_json::json!(["nginx", "proxy-glm53"])
+    );
+    assert_eq!(json["only_out_of_date"], serde_json::json!(true));
+    assert!(json.get("force_recreate").is_none());
+    let back: Step = serde_json::from_value(json).expect("deserialises");
+    assert_eq!(back, runbook.steps[4]);
+    // A stored target step (before companions existed) still reads back.
+    let old: Step =
+        serde_json::from_value(serde_json::json!({"name": "up", "kind": "up", "timeout": "30m"}))
+            .expect("old shape");
+    assert!(old.kind.companions().is_empty());
+}
+
+#[test]
 fn unsafe_orders_are_refused_naming_the_step() {
     let cases: &[(&str, &str, &str)] = &[
         ("up without a plan", "steps:\n  - {kind: peers_healthy}\n  - {name: go, kind: up}\n", "r.yaml:3: step 2 \"go\": an `up` step needs a `plan` step before it"),
@@ -279,6 +319,16 @@ fn unsafe_orders_are_refused_naming_the_step() {
         ("up without any peers check", "steps:\n  - {kind: plan}\n  - {kind: up}\n", "step 2 \"up\": an `up` step needs a `peers_healthy` step"),
         ("a down that is never followed by an up", "steps:\n  - {kind: peers_healthy}\n  - {kind: down}\n", "step 2 \"down\": a `down` step needs an `up` step after it"),
         ("neighbours without a snapshot", "steps:\n  - {kind: verify_neighbours}\n", "step 1 \"verify_neighbours\": a `verify_neighbours` step needs a `snapshot` step before it"),
+        ("a companion up gated only by the target's plan", "steps:\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {name: proxy, kind: up, services: [proxy-glm53]}\n", "step 3 \"proxy\": an `up` step needs a `plan` step before it (the dry-run gate) with the same scope (services [proxy-glm53]"),
+        ("a companion up whose plan lacks its force_recreate", "steps:\n  - {kind: peers_healthy}\n  - {kind: plan, services: [otelcol-contrib]}\n  - {kind: up, services: [otelcol-contrib], force_recreate: true}\n", "step 3 \"up\": an `up` step needs a `plan` step before it"),
+        ("a target up gated only by a companion plan", "steps:\n  - {kind: peers_healthy}\n  - {kind: plan, services: [nginx]}\n  - {kind: up}\n", "step 3 \"up\": an `up` step needs a `plan` step before it"),
+        ("a target down followed only by a companion up", "steps:\n  - {kind: peers_healthy}\n  - {kind: plan, services: [nginx]}\n  - {kind: down}\n  - {kind: up, services: [nginx]}\n", "step 3 \"down\": a `down` step needs an `up` step after it"),
+        ("force_recreate on the target", "steps:\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {kind: up, force_recreate: true}\n", "r.yaml:4: step 3 \"up\": `force_recreate: true` needs `services` (companion services): never on the target replica"),
+        ("only_out_of_date on the target", "steps:\n  - {kind: plan, only_out_of_date: true}\n", "step 1 \"plan\": `only_out_of_date: true` needs `services`"),
+        ("an empty companion list", "steps:\n  - {kind: peers_healthy}\n  - {kind: down, services: []}\n", "step 2 \"down\": `services` is empty"),
+        ("a companion listed twice", "steps:\n  - {kind: plan, services: [nginx, nginx]}\n", "`services[1]` \"nginx\" is listed twice"),
+        ("a list-like companion name", "steps:\n  - {kind: plan, services: [\"a,b\"]}\n", "`services[0]` \"a,b\" is not a compose service name"),
+        ("force_recreate on a down", "steps:\n  - {kind: peers_healthy}\n  - {kind: down, services: [nginx], force_recreate: true}\n", "unknown field `force_recreate` (a `down` step takes: timeout, services)"),
     ];
     for (case, yaml, expected) in cases {
         let err = parse("r", "r.yaml", yaml).expect_err(case).to_string();
@@ -294,6 +344,7 @@ fn unsafe_orders_are_refused_naming_the_step() {
             name: "up".into(),
             kind: StepKind::Up(Up {
                 timeout: Duration::from_secs(1),
+                scope: Default::default(),
             }),
         }],
     };

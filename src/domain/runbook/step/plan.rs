@@ -4,26 +4,34 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{shown, Fields, StepDef, StepError, QUICK_STEP_BUDGET};
+use super::{shown, Fields, Scope, StepDef, StepError, QUICK_STEP_BUDGET};
 
 /// `compose/up` dry run, then the plan gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// Services tolerated besides the target (e.g. `model-downloader`).
     pub allow: Vec<String>,
+    /// The target, or the companion services of the `up` it gates (the same `services`,
+    /// `only_out_of_date` and `force_recreate`, so the dry run sees the up's payload).
+    #[serde(flatten)]
+    pub scope: Scope,
 }
 
 impl StepDef for Plan {
     const NAME: &'static str = "plan";
     const DOC: &'static str = "the capability probe, then a `compose/up` dry run and the plan gate";
-    const FIELDS: &'static [&'static str] = &["allow"];
+    const FIELDS: &'static [&'static str] =
+        &["allow", "services", "only_out_of_date", "force_recreate"];
 
     fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
         let allow = fields.strings("allow")?;
         if allow.iter().any(|a| a.trim().is_empty()) {
             return fields.fail("allow", "`allow` entries must be service names, not empty");
         }
-        Ok(Plan { allow })
+        Ok(Plan {
+            allow,
+            scope: fields.scope(true)?,
+        })
     }
 
     fn budget(&self) -> Duration {

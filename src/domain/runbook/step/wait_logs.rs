@@ -23,18 +23,23 @@ pub struct WaitLogs {
     pub forbid: Vec<LogPattern>,
     /// Log fetches that may fail in a row before the step fails `logs_unavailable`.
     pub max_log_failures: u32,
+    /// The compose service whose logs are read (a companion such as the perception check);
+    /// `None` is the rollout's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 impl StepDef for WaitLogs {
     const NAME: &'static str = "wait_logs";
     const DOC: &'static str =
-        "polls the target's logs until every `require` pattern appeared; fails on a `forbid` one";
+        "polls the target's (or `service`'s) logs until every `require` pattern appeared; fails on a `forbid` one";
     const FIELDS: &'static [&'static str] = &[
         "timeout",
         "interval",
         "require",
         "forbid",
         "max_log_failures",
+        "service",
     ];
 
     fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
@@ -47,6 +52,7 @@ impl StepDef for WaitLogs {
             require: fields.patterns("require")?,
             forbid: fields.patterns("forbid")?,
             max_log_failures: fields.positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
+            service: fields.service("service")?,
         })
     }
 
