@@ -64,6 +64,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("request_timeout", 408),
     ("host_busy", 409),
     ("rollout_terminal", 409),
+    ("release_state", 409),
     ("body_too_large", 413),
     ("unsupported_media_type", 415),
     ("unknown_host", 422),
@@ -194,6 +195,15 @@ impl From<EngineError> for ApiError {
             EngineError::UnknownRunbook(_) => ApiError::Unprocessable {
                 code: "unknown_runbook",
                 message,
+            },
+            EngineError::ReleaseNotFound(_) => ApiError::NotFound {
+                code: "not_found",
+                message,
+            },
+            EngineError::ReleaseState(_) => ApiError::Conflict {
+                code: "release_state",
+                message,
+                rollout_id: None,
             },
             EngineError::Store(_) => ApiError::Internal(message),
         }
