@@ -78,6 +78,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_pattern", 422),
     ("invalid_on_failure", 422),
     ("unknown_target", 422),
+    ("invalid_release", 422),
     ("internal", 500),
     ("not_ready", 503),
 ];
