@@ -492,3 +492,56 @@ async fn a_release_with_an_unknown_target_is_refused_naming_it_and_nothing_is_st
     let order: Vec<&str> = r.targets.iter().map(|t| t.service.as_str()).collect();
     assert_eq!(order, [R2, R1], "a selector rolls r2 first, then r1");
 }
+
+#[tokio::test]
+async fn the_cli_starts_a_release_from_flags_and_waits_for_it() {
+    let fleet = Fleet::spawn(2).await;
+    let args: Vec<String> = [
+        "release",
+        "start",
+        "--file",
+        FILE,
+        "--tag",
+        "v0.0.452",
+        "--reason",
+        "cli release",
+        "--host",
+        "gpu01",
+        "--host",
+        "gpu02",
+        "--group",
+        "glm53-long",
+        "--max-parallel-hosts",
+        "2",
+        "--wait",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = fleet.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(&args)
+            .env("CANARYD_SERVER", server)
+            .env_remove("CANARYD_TOKEN")
+            .output()
+            .expect("the canaryd binary runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("canary gpu01/{R2}: succeeded")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("gpu02/{R1}: succeeded")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("succeeded (prod/"), "{stdout}");
+}
