@@ -147,11 +147,21 @@ pub struct ReleaseTargetOut {
 
 /// The state a target is shown in.
 pub fn target_state(t: &ReleaseTarget) -> &'static str {
-    match (t.rollout_status, t.rollback_status) {
+    state_of(t.rollout_status, t.rollback_status)
+}
+
+fn state_of(rollout: Option<RolloutStatus>, rollback: Option<RolloutStatus>) -> &'static str {
+    match (rollout, rollback) {
         (None, _) => "waiting",
         (Some(RolloutStatus::Succeeded), Some(RolloutStatus::Succeeded)) => "rolled_back",
         (Some(s), _) => s.as_str(),
     }
+}
+
+/// The state name of a target from `Store::release_metrics`' (rollout status, rollback
+/// status) key.
+pub(super) fn target_state_name(key: &(Option<RolloutStatus>, Option<RolloutStatus>)) -> String {
+    state_of(key.0, key.1).to_owned()
 }
 
 impl ReleaseOut {

@@ -355,6 +355,39 @@ impl Store {
         Ok(())
     }
 
+    /// For `/metrics`: ended releases per status, and the targets of unfinished releases per
+    /// (rollout status, newest rollback's status).
+    #[allow(clippy::type_complexity)]
+    pub async fn release_metrics(
+        &self,
+    ) -> Result<
+        (
+            Vec<(String, u64)>,
+            Vec<((Option<RolloutStatus>, Option<RolloutStatus>), i64)>,
+        ),
+        StoreError,
+    > {
+        let ended: Vec<(String, i64)> = sqlx::query_as(
+            "select status, count(*) from release where status in ('succeeded', 'failed', 'aborted') group by status",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let rows: Vec<(Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "select r.status, (select b.status from rollout b where b.rollback_of = t.rollout_id              order by b.created_at desc limit 1) as rb, count(*) from release_target t              join release x on x.release_id = t.release_id              left join rollout r on r.rollout_id = t.rollout_id              where x.status not in ('succeeded', 'failed', 'aborted') group by r.status, rb",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut targets = Vec::with_capacity(rows.len());
+        for (status, rollback, n) in rows {
+            targets.push(((status_of(status)?, status_of(rollback)?), n));
+        }
+        let ended = ended
+            .into_iter()
+            .map(|(s, n)| (s, u64::try_from(n).unwrap_or(0)))
+            .collect();
+        Ok((ended, targets))
+    }
+
     /// Records that the rollback of a target was created (`rollback_release`).
     pub async fn release_target_rolled_back(
         &self,

@@ -243,6 +243,16 @@ async fn three_hosts_release_canary_first_one_replica_per_host_at_most_two_hosts
     assert_eq!(kinds.first().map(String::as_str), Some("release_created"));
     assert_eq!(kinds.last().map(String::as_str), Some("release_succeeded"));
     assert_eq!(kinds.iter().filter(|k| *k == "target_started").count(), 6);
+    let metrics = reqwest::get(format!("{}/metrics", fleet.url))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("canaryd_releases_total{outcome=\"succeeded\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
