@@ -555,3 +555,55 @@ async fn the_cli_starts_a_release_from_flags_and_waits_for_it() {
     );
     assert!(stdout.contains("succeeded (prod/"), "{stdout}");
 }
+
+#[tokio::test]
+async fn a_target_whose_host_is_busy_waits_for_it_instead_of_failing() {
+    let fleet = Fleet::spawn(2).await;
+    fleet.sim("gpu02").faults().set_health_never(R1, true);
+    let plan = json!({"host": "gpu02", "file": FILE, "service": R1, "tag": "v0.0.451",
+                      "reason": "someone else's canary", "on_failure": "halt"});
+    let (status, other) = fleet.post("/v1/rollouts", &plan).await;
+    assert_eq!(status, 201, "{other}");
+    let other = other["id"].as_str().expect("id").to_owned();
+    let mut body = three_hosts(1, "halt");
+    body["targets"] = json!([{"host": "gpu01", "service": R2}, {"host": "gpu02", "service": R2}]);
+    let id = fleet.start(&body).await;
+    let r = fleet
+        .wait_for(&id, "finished its canary", |r| {
+            r.targets[0].state == "succeeded"
+        })
+        .await;
+    let busy = fleet.get(&format!("/v1/rollouts/{other}")).await;
+    if busy["status"] == "running" {
+        assert_eq!(r.targets[1].state, "waiting", "{r:#?}");
+    }
+    assert_eq!(r.status, "running");
+    fleet.sim("gpu02").faults().set_health_never(R1, false);
+    let (status, _) = fleet
+        .post(
+            &format!("/v1/rollouts/{other}/abort"),
+            &json!({"reason": "make way"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let other = fleet.get(&format!("/v1/rollouts/{other}")).await;
+    let target = fleet
+        .get(&format!(
+            "/v1/rollouts/{}",
+            r.targets[1].rollout_id.as_deref().expect("started")
+        ))
+        .await;
+    // Started only once the other rollout had stopped acting (its aborted step ended).
+    let stopped = other["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["status"] == "aborted"))
+        .and_then(|s| s["finished_at"].as_str())
+        .expect("an aborted step")
+        .to_owned();
+    assert!(
+        stopped.as_str() <= target["created_at"].as_str().unwrap_or(""),
+        "{target}"
+    );
+}
