@@ -58,6 +58,10 @@ impl App {
                 "resumed {resumed} unfinished rollout(s)"
             );
         }
+        engine
+            .recover_releases()
+            .await
+            .context("resuming unfinished releases")?;
         crate::store::spawn_retention(engine.store().clone(), config.retention_days);
         let state = AppState {
             engine,

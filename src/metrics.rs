@@ -23,6 +23,16 @@ struct KindOutcome {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ComposeLabels {
     host: String,
     endpoint: String,
@@ -51,6 +61,8 @@ pub struct Metrics {
     compose_requests: Family<ComposeLabels, Counter>,
     active_rollouts: Gauge,
     replicas_down: Gauge,
+    releases: Family<OutcomeLabel, Counter>,
+    release_targets: Family<StateLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -105,8 +117,22 @@ impl Metrics {
             "Replicas a rollout took down and did not bring back (error replica_left_down), until a later rollout of them succeeds",
             replicas_down.clone(),
         );
+        let releases = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "canaryd_releases",
+            "Releases ended, by outcome (succeeded, failed, aborted)",
+            releases.clone(),
+        );
+        let release_targets = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "canaryd_release_targets",
+            "Targets of the releases not yet ended, by state (waiting, pending, running, succeeded, failed, aborted, rolled_back)",
+            release_targets.clone(),
+        );
         Arc::new(Self {
             registry,
+            releases,
+            release_targets,
             rollouts,
             rollout_duration,
             step_duration,
@@ -129,6 +155,28 @@ impl Metrics {
             };
             metrics.compose_requests.get_or_create(&labels).inc();
         })
+    }
+
+    /// The release metrics, read fresh from the database: releases ended per outcome (the
+    /// counter catches up with the database's count) and the targets of unfinished releases.
+    pub fn set_releases(&self, ended: &[(String, u64)], targets: &[(String, i64)]) {
+        for (outcome, n) in ended {
+            let counter = self.releases.get_or_create(&OutcomeLabel {
+                outcome: outcome.clone(),
+            });
+            let seen = counter.get();
+            if *n > seen {
+                counter.inc_by(n - seen);
+            }
+        }
+        self.release_targets.clear();
+        for (state, n) in targets {
+            self.release_targets
+                .get_or_create(&StateLabel {
+                    state: state.clone(),
+                })
+                .set(*n);
+        }
     }
 
     /// The text exposition, with the gauges read fresh from the database.

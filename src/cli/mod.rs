@@ -74,6 +74,12 @@ pub enum Command {
         #[command(subcommand)]
         command: remote::RolloutCommand,
     },
+    /// Promote a version across replicas and hosts: start, watch, pause, resume, abort, show.
+    #[command(after_help = CLIENT_ENV_HELP)]
+    Release {
+        #[command(subcommand)]
+        command: remote::ReleaseCommand,
+    },
     /// One-click rollback of one replica to its prior deployment.
     #[command(after_help = CLIENT_ENV_HELP)]
     Rollback(remote::RollbackArgs),
@@ -105,6 +111,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve { config, log } => serve::serve(&config, log.log_format).await,
         Command::Dev { args, log } => dev::dev(args, log.log_format).await,
         Command::Rollout { command } => remote::rollout(command).await,
+        Command::Release { command } => remote::release(command).await,
         Command::Rollback(args) => remote::rollback(args).await,
         Command::History(args) => remote::history(args).await,
         Command::Show { id, server } => remote::show(&id, &server).await,

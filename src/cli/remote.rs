@@ -14,9 +14,11 @@ use super::{ApiClient, ServerArgs};
 use crate::http::RolloutOut;
 
 mod doctor;
+mod release;
 mod watch;
 
 pub use doctor::{doctor, DoctorArgs};
+pub use release::{release, ReleaseCommand};
 pub use watch::follow;
 
 #[derive(Debug, Subcommand)]

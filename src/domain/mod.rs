@@ -12,6 +12,7 @@ pub mod notification;
 pub mod pattern;
 pub mod plan;
 pub mod plan_gate;
+pub mod release;
 pub mod runbook;
 pub mod state;
 pub mod uptime;

@@ -11,6 +11,7 @@ mod hooks;
 mod left_down;
 mod log_step;
 mod observe_step;
+mod release;
 mod restart;
 mod rollback;
 mod runner;
@@ -96,6 +97,10 @@ pub enum EngineError {
     /// (safety rule 15).
     #[error("{0}")]
     CompanionIsReplica(String),
+    #[error("release {0} not found")]
+    ReleaseNotFound(String),
+    #[error("{0}")]
+    ReleaseState(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -141,6 +146,8 @@ pub(crate) struct Inner {
     pub hooks: hooks::Hooks,
     /// The last doctor report of each host (`canaryd doctor`).
     pub doctor_reports: doctor::LastReports,
+    /// The releases whose coordinator task is running.
+    pub releases: release::Coordinators,
 }
 
 /// A running rollout task.
@@ -243,6 +250,7 @@ impl Engine {
             #[cfg(feature = "testing")]
             hooks: hooks::Hooks::default(),
             doctor_reports: doctor::LastReports::default(),
+            releases: release::Coordinators::default(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -265,6 +273,19 @@ impl Engine {
         plan: CanaryPlan,
         actor: &str,
     ) -> Result<Rollout, EngineError> {
+        let (new, steps) = self.canary_rollout(plan, actor)?;
+        self.inner.store.create_rollout(&new, &steps).await?;
+        tracing::info!(rollout.id = %new.id, host = %new.host, service = %new.service, tag = %new.tag, "canary {} created", new.id);
+        self.spawn(new.id.clone());
+        self.get(&new.id).await
+    }
+
+    /// The rollout row and steps of a canary plan (not stored).
+    pub(crate) fn canary_rollout(
+        &self,
+        plan: CanaryPlan,
+        actor: &str,
+    ) -> Result<(NewRollout, Vec<NewStep>), EngineError> {
         let host = self.host(&plan.host)?;
         let runbook = self.runbook(&plan.runbook)?;
         companions_are_not_replicas(runbook, &plan.service, &host.config)?;
@@ -291,13 +312,7 @@ impl Engine {
             expect_file_sha256: None,
             created_at: Utc::now(),
         };
-        self.inner
-            .store
-            .create_rollout(&new, &steps_of(runbook))
-            .await?;
-        tracing::info!(rollout.id = %new.id, host = %new.host, service = %new.service, tag = %new.tag, "canary {} created", new.id);
-        self.spawn(new.id.clone());
-        self.get(&new.id).await
+        Ok((new, steps_of(runbook)))
     }
 
     /// Creates a rollback rollout (docs/reference.md#rollback) and starts it; with `preempt`,
@@ -516,6 +531,7 @@ impl Engine {
                 task.handle.abort();
             }
         }
+        self.inner.releases.kill();
         self.inner.stop.cancel();
     }
 

@@ -67,7 +67,10 @@ impl StepRun<'_> {
         StepEnd::Succeeded(json!({"ps": ps, "version": version}))
     }
 
-    /// The first rollout of a replica canaryd never deployed records what the host runs now.
+    /// The first rollout on a host records what the host runs now as the baseline of every
+    /// configured replica that has none (docs/reference.md#rollback): a later rollout of a
+    /// sibling (the second replica of a release) must not take as its baseline the version
+    /// the first one just deployed.
     async fn record_baseline(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
         let store = &self.engine.inner.store;
         let current = version
@@ -78,28 +81,30 @@ impl StepRun<'_> {
         let Some(tag) = current.tag.clone() else {
             return;
         };
-        let baseline = NewDeployment {
-            host: self.rollout.host.clone(),
-            service: self.rollout.service.clone(),
-            file: current
-                .file
-                .clone()
-                .unwrap_or_else(|| self.rollout.file.clone()),
-            tag,
-            env_overrides: BTreeMap::new(),
-            env_sha256: None,
-            commit: current.commit.clone(),
-            file_sha256: current.file_sha256.clone(),
-            image: ps
-                .iter()
-                .find(|c| is_service(c, &self.rollout.service))
-                .map(|c| c.image.clone()),
-            source: crate::domain::state::DeploymentSource::Baseline,
-            rollout_id: None,
-            deployed_at: Utc::now(),
-        };
-        if let Err(e) = store.record_baseline(&baseline).await {
-            tracing::warn!(rollout.id = %self.rollout.id, error = %e, "could not record the baseline deployment");
+        for service in self.host.config.replicas.keys() {
+            let baseline = NewDeployment {
+                host: self.rollout.host.clone(),
+                service: service.clone(),
+                file: current
+                    .file
+                    .clone()
+                    .unwrap_or_else(|| self.rollout.file.clone()),
+                tag: tag.clone(),
+                env_overrides: BTreeMap::new(),
+                env_sha256: None,
+                commit: current.commit.clone(),
+                file_sha256: current.file_sha256.clone(),
+                image: ps
+                    .iter()
+                    .find(|c| is_service(c, service))
+                    .map(|c| c.image.clone()),
+                source: crate::domain::state::DeploymentSource::Baseline,
+                rollout_id: None,
+                deployed_at: Utc::now(),
+            };
+            if let Err(e) = store.record_baseline(&baseline).await {
+                tracing::warn!(rollout.id = %self.rollout.id, error = %e, "could not record the baseline deployment of {service}");
+            }
         }
     }
 

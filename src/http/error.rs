@@ -65,6 +65,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("host_busy", 409),
     ("rollout_terminal", 409),
     ("not_awaiting_approval", 409),
+    ("release_state", 409),
     ("body_too_large", 413),
     ("unsupported_media_type", 415),
     ("unknown_host", 422),
@@ -79,6 +80,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_on_failure", 422),
     ("unknown_target", 422),
     ("companion_is_replica", 422),
+    ("invalid_release", 422),
     ("internal", 500),
     ("not_ready", 503),
 ];
@@ -205,6 +207,15 @@ impl From<EngineError> for ApiError {
             EngineError::CompanionIsReplica(_) => ApiError::Unprocessable {
                 code: "companion_is_replica",
                 message,
+            },
+            EngineError::ReleaseNotFound(_) => ApiError::NotFound {
+                code: "not_found",
+                message,
+            },
+            EngineError::ReleaseState(_) => ApiError::Conflict {
+                code: "release_state",
+                message,
+                rollout_id: None,
             },
             EngineError::Store(_) => ApiError::Internal(message),
         }

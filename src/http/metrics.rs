@@ -17,6 +17,12 @@ async fn get_metrics(State(state): State<AppState>) -> Result<Response, ApiError
     let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
     let active = store.count_active_rollouts().await.map_err(internal)?;
     let down = store.replicas_left_down().await.map_err(internal)?;
+    let (ended, targets) = store.release_metrics().await.map_err(internal)?;
+    let targets: Vec<(String, i64)> = targets
+        .iter()
+        .map(|(state, n)| (super::release::target_state_name(state), *n))
+        .collect();
+    state.metrics.set_releases(&ended, &targets);
     let body = state.metrics.encode(active, down.len() as i64);
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())

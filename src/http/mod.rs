@@ -10,6 +10,7 @@ mod host;
 mod metrics;
 mod openapi;
 mod ops;
+mod release;
 mod replica;
 mod rollback;
 mod rollout;
@@ -29,6 +30,7 @@ use crate::engine::Engine;
 pub use auth::Actor;
 pub use body::MAX_BODY_BYTES;
 pub use error::{ApiError, ERROR_CODES};
+pub use release::{ReleaseEventOut, ReleaseIn, ReleaseOut, ReleaseTargetOut, SelectorIn, TargetIn};
 pub use rollout::{RolloutOut, StepOut};
 pub use serve::serve;
 
@@ -49,6 +51,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(rollout::router())
+        .merge(release::router())
         .merge(event::router())
         .merge(rollback::router())
         .merge(replica::router())

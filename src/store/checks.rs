@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use super::MIGRATOR;
 use crate::domain::audit::AuditKind;
 use crate::domain::notification::{DeliveryStatus, NotifyEvent};
+use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus};
 use crate::domain::runbook::StepKindName;
 use crate::domain::state::{
     AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
@@ -64,6 +65,9 @@ fn every_stored_enum_matches_its_column_check() {
         ("outbox_delivery", "status", names(DeliveryStatus::ALL)),
         ("audit_event", "kind", names(AuditKind::ALL)),
         ("deployment", "source", names(DeploymentSource::ALL)),
+        ("release", "status", names(ReleaseStatus::ALL)),
+        ("release", "on_failure", names(ReleaseOnFailure::ALL)),
+        ("release_event", "kind", names(ReleaseEventKind::ALL)),
     ];
     for (table, column, values) in cases {
         assert_eq!(check_list(table, column), values, "{table}.{column}");

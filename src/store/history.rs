@@ -160,6 +160,11 @@ fn list_query(select: &str, f: &RolloutFilter) -> sqlx::QueryBuilder<'static, Sq
             qb.push(format!(" and {column} = ")).push_bind(v);
         }
     }
+    if let Some(release) = &f.release {
+        qb.push(" and rollout_id in (select rollout_id from release_target where release_id = ")
+            .push_bind(release.clone())
+            .push(")");
+    }
     if let Some(since) = f.since {
         qb.push(" and created_at >= ").push_bind(fmt_time(since));
     }

@@ -11,6 +11,7 @@ mod deployment;
 mod history;
 mod outbox;
 mod record;
+mod release;
 mod retention;
 mod rollout;
 mod step;
@@ -35,6 +36,9 @@ pub use deployment::{NewDeployment, RunningState};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
+pub use release::{
+    NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget,
+};
 pub use retention::{spawn_retention, Purged};
 pub use rollout::{NewRollout, NewStep, RolloutChange};
 

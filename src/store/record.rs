@@ -112,6 +112,8 @@ pub struct RolloutFilter {
     pub kind: Option<RolloutKind>,
     pub tag: Option<String>,
     pub actor: Option<String>,
+    /// Only the target rollouts of this release.
+    pub release: Option<String>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     /// Keyset cursor: items strictly older than this (created_at, id).

@@ -338,7 +338,7 @@ pub(super) async fn get_in(
         .ok_or_else(|| StoreError::NotFound(id.to_owned()))
 }
 
-async fn insert_rollout(
+pub(super) async fn insert_rollout(
     tx: &mut Transaction<'_, Sqlite>,
     new: &NewRollout,
     steps: &[NewStep],

@@ -28,6 +28,7 @@ mod openapi;
 mod prometheus;
 mod real_host;
 mod recovery;
+mod release;
 mod repo;
 mod rollback;
 mod secrets;

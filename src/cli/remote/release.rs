@@ -1,0 +1,296 @@
+//! `canaryd release start|watch|pause|resume|abort|show` (docs/cli.md#release).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::super::client::created_id;
+use super::super::{ApiClient, ServerArgs};
+use super::parse_env_flags;
+use crate::http::ReleaseOut;
+
+/// How often `watch` reads the release.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Subcommand)]
+pub enum ReleaseCommand {
+    /// Submit a release (a YAML/JSON file, or flags).
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Start(Box<ReleaseStartArgs>),
+    /// Follow a release, a line per target change, until it ends: exit 0 succeeded, 1 failed,
+    /// 2 aborted.
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Watch {
+        /// The release's id (`rel_...`).
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Start no more targets; running ones finish.
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Pause(ControlArgs),
+    /// Start targets again.
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Resume(ControlArgs),
+    /// Abort the release and its running target rollouts.
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Abort(ControlArgs),
+    /// A release's targets and events.
+    #[command(after_help = super::super::CLIENT_ENV_HELP)]
+    Show {
+        /// The release's id (`rel_...`).
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    /// The release's id (`rel_...`).
+    pub id: String,
+    /// Why (kept in the release's audit trail).
+    #[arg(long)]
+    pub reason: String,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseStartArgs {
+    /// A release file (YAML, or JSON by its .json extension; docs/operator-guide.md).
+    pub release: Option<PathBuf>,
+    /// The compose file on the hosts (`prod/...yaml`).
+    #[arg(long)]
+    pub file: Option<String>,
+    /// The git tag to deploy.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Why (kept in the audit trail).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// A target, HOST/SERVICE, in release order (repeatable).
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// Instead of targets: the replicas of --group on these hosts (repeatable, in order).
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
+    /// The replica group of --host.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// The canary target, HOST/SERVICE (default: the first target).
+    #[arg(long)]
+    pub canary: Option<String>,
+    /// Hosts rolled at once after the canary (default 1).
+    #[arg(long)]
+    pub max_parallel_hosts: Option<u32>,
+    /// `halt` (default) or `rollback_release`.
+    #[arg(long)]
+    pub on_failure: Option<String>,
+    /// The runbook of every target (default single-replica-canary).
+    #[arg(long)]
+    pub runbook: Option<String>,
+    /// An env override, KEY=VALUE (repeatable).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// Follow the release until it ends.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+fn target(s: &str, flag: &str) -> anyhow::Result<Value> {
+    let Some((host, service)) = s.split_once('/') else {
+        bail!("--{flag} {s}: expected HOST/SERVICE");
+    };
+    Ok(json!({"host": host, "service": service}))
+}
+
+/// The request: the file's fields, then the flags over them.
+fn body_of(args: &ReleaseStartArgs) -> anyhow::Result<Value> {
+    let mut body = match &args.release {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if path.extension().and_then(|e| e.to_str()) == Some("json") {
+                serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?
+            } else {
+                serde_yaml::from_str::<Value>(&text)
+                    .with_context(|| format!("{}", path.display()))?
+            }
+        }
+        None => json!({}),
+    };
+    if !body.is_object() {
+        bail!("the release must be a mapping of fields");
+    }
+    for (field, value) in [
+        ("file", &args.file),
+        ("tag", &args.tag),
+        ("reason", &args.reason),
+        ("runbook", &args.runbook),
+        ("on_failure", &args.on_failure),
+    ] {
+        if let Some(v) = value {
+            body[field] = json!(v);
+        }
+    }
+    if let Some(n) = args.max_parallel_hosts {
+        body["max_parallel_hosts"] = json!(n);
+    }
+    if !args.targets.is_empty() {
+        let targets: anyhow::Result<Vec<Value>> =
+            args.targets.iter().map(|t| target(t, "target")).collect();
+        body["targets"] = json!(targets?);
+    }
+    if !args.hosts.is_empty() || args.group.is_some() {
+        let group = args.group.clone().context("--host needs --group")?;
+        body["selector"] = json!({"hosts": args.hosts, "group": group});
+    }
+    if let Some(c) = &args.canary {
+        body["canary"] = target(c, "canary")?;
+    }
+    if !args.env.is_empty() {
+        let env: BTreeMap<String, String> = parse_env_flags(&args.env)?;
+        body["env"] = json!(env);
+    }
+    for field in ["file", "tag", "reason"] {
+        if body.get(field).is_none() {
+            bail!("--{field} is required (or in the release file)");
+        }
+    }
+    Ok(body)
+}
+
+pub async fn release(cmd: ReleaseCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ReleaseCommand::Start(args) => {
+            let client = ApiClient::from_env(&args.server.server)?;
+            let out = client.post("/v1/releases", &body_of(&args)?).await?;
+            let id = created_id(&out)?;
+            let r: ReleaseOut = serde_json::from_value(out)?;
+            outln!(
+                "{id} created: {} to {} on {} target(s)",
+                r.file,
+                r.tag,
+                r.targets.len()
+            )?;
+            if args.wait {
+                return watch(&client, &id).await;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ReleaseCommand::Watch { id, server } => {
+            watch(&ApiClient::from_env(&server.server)?, &id).await
+        }
+        ReleaseCommand::Pause(a) => control(a, "pause").await,
+        ReleaseCommand::Resume(a) => control(a, "resume").await,
+        ReleaseCommand::Abort(a) => control(a, "abort").await,
+        ReleaseCommand::Show { id, server } => {
+            let client = ApiClient::from_env(&server.server)?;
+            let r = get(&client, &id).await?;
+            outln!("{}", summary(&r))?;
+            for t in &r.targets {
+                outln!("  {}", target_line(t))?;
+            }
+            for e in &r.events {
+                outln!(
+                    "  {} {} {}{}",
+                    e.at.format("%H:%M:%S"),
+                    e.actor,
+                    e.kind,
+                    e.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn control(a: ControlArgs, verb: &str) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_env(&a.server.server)?;
+    let out = client
+        .post(
+            &format!("/v1/releases/{}/{verb}", a.id),
+            &json!({"reason": a.reason}),
+        )
+        .await?;
+    outln!(
+        "{verb} of {}: status {}",
+        a.id,
+        out["status"].as_str().unwrap_or("?")
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn get(client: &ApiClient, id: &str) -> anyhow::Result<ReleaseOut> {
+    Ok(serde_json::from_value(
+        client.get(&format!("/v1/releases/{id}")).await?,
+    )?)
+}
+
+fn summary(r: &ReleaseOut) -> String {
+    let progress: Vec<String> = r.progress.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    format!(
+        "{} {} ({} to {}): {}",
+        r.id,
+        r.status,
+        r.file,
+        r.tag,
+        progress.join(", ")
+    )
+}
+
+fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
+    format!(
+        "{}{}/{}: {}{}{}",
+        if t.canary { "canary " } else { "" },
+        t.host,
+        t.service,
+        t.state,
+        t.rollout_id
+            .as_deref()
+            .map(|id| format!(" ({id})"))
+            .unwrap_or_default(),
+        t.error
+            .as_deref()
+            .map(|e| format!(" {e}"))
+            .unwrap_or_default()
+    )
+}
+
+/// Follows a release: a line per target whose state changed, then the summary; exit 0
+/// succeeded, 1 failed, 2 aborted.
+pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
+    let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+    loop {
+        let r = get(client, id).await?;
+        for t in &r.targets {
+            let line = target_line(t);
+            if seen.get(&t.position) != Some(&line) {
+                outln!("{line}")?;
+                seen.insert(t.position, line);
+            }
+        }
+        match r.status.as_str() {
+            "succeeded" | "failed" | "aborted" => {
+                outln!("{}", summary(&r))?;
+                return Ok(match r.status.as_str() {
+                    "succeeded" => ExitCode::SUCCESS,
+                    "aborted" => ExitCode::from(2),
+                    _ => ExitCode::from(1),
+                });
+            }
+            _ => tokio::time::sleep(WATCH_INTERVAL).await,
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Releases (docs/reference.md#releases): one coordinator task per release, above the rollout
+//! machinery. Every tick it reads the release and its targets' rollouts from SQLite, asks
+//! `domain::release::decide` what may start, and creates those rollouts (each linked to its
+//! target in the same transaction) or, with `rollback_release`, the rollbacks. It holds no state
+//! of its own that matters: after a restart it picks up exactly where the database says.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::task::AbortHandle;
+
+use super::{Engine, EngineError, RollbackRequest};
+use crate::domain::plan::CanaryPlan;
+use crate::domain::release::{
+    decide, ReleaseControl, ReleaseStatus, RollbackPhase, TargetPhase, TargetView, SYSTEM_ACTOR,
+};
+use crate::domain::state::RolloutStatus;
+use crate::store::{NewRelease, Release, ReleaseTarget, StoreError};
+
+/// The longest a coordinator sleeps between ticks when no audit event wakes it.
+const TICK: Duration = Duration::from_millis(250);
+
+/// The releases whose coordinator runs (one task per release), and their tasks' handles for
+/// `Engine::kill`.
+#[derive(Default)]
+pub(crate) struct Coordinators(Mutex<HashSet<String>>, Mutex<Vec<AbortHandle>>);
+
+impl Coordinators {
+    /// Stops every coordinator task dead (`Engine::kill`).
+    pub(crate) fn kill(&self) {
+        if let Ok(mut tasks) = self.1.lock() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Stores a release (pending) and starts its coordinator.
+    pub async fn submit_release(&self, new: NewRelease) -> Result<Release, EngineError> {
+        self.inner.store.create_release(&new).await?;
+        tracing::info!(release.id = %new.id, targets = new.targets.len(), tag = %new.tag, "release {} created", new.id);
+        self.spawn_release(new.id.clone());
+        self.get_release(&new.id).await
+    }
+
+    /// Reads a release.
+    pub async fn get_release(&self, id: &str) -> Result<Release, EngineError> {
+        self.inner
+            .store
+            .get_release(id)
+            .await?
+            .ok_or_else(|| EngineError::ReleaseNotFound(id.to_owned()))
+    }
+
+    /// Pause, resume or abort, persisted with actor and reason. Abort also aborts the target
+    /// rollouts that are running.
+    pub async fn control_release(
+        &self,
+        id: &str,
+        control: ReleaseControl,
+        actor: &str,
+        reason: &str,
+    ) -> Result<Release, EngineError> {
+        let release = self.get_release(id).await?;
+        let refused = || {
+            EngineError::ReleaseState(format!(
+                "release {id} is {}: it cannot {control} now",
+                release.status
+            ))
+        };
+        let to = release.status.after(control).ok_or_else(refused)?;
+        let moved = self
+            .inner
+            .store
+            .move_release(
+                id,
+                &[release.status],
+                to,
+                actor,
+                Some(reason),
+                None,
+                Utc::now(),
+            )
+            .await;
+        let moved = match moved {
+            Err(StoreError::InvalidTransition { .. }) => return Err(refused()),
+            other => other?,
+        };
+        tracing::info!(release.id = %id, actor, "release {id}: {control} ({reason})");
+        if to == ReleaseStatus::Aborted {
+            let why = format!("release {id} aborted: {reason}");
+            for t in &moved.targets {
+                let (Some(rollout), Some(status)) = (&t.rollout_id, t.rollout_status) else {
+                    continue;
+                };
+                if !status.is_terminal() {
+                    match self.abort(rollout, actor, &why).await {
+                        Ok(_) | Err(EngineError::Terminal(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        self.get_release(id).await
+    }
+
+    /// Starts the coordinator of every unfinished release (after `recover`).
+    pub async fn recover_releases(&self) -> Result<usize, EngineError> {
+        let ids = self.inner.store.unfinished_releases().await?;
+        for id in &ids {
+            tracing::info!(release.id = %id, "resuming release {id} after restart");
+            self.spawn_release(id.clone());
+        }
+        Ok(ids.len())
+    }
+
+    fn spawn_release(&self, id: String) {
+        if self.is_stopping() {
+            return;
+        }
+        {
+            let Ok(mut running) = self.inner.releases.0.lock() else {
+                return;
+            };
+            if !running.insert(id.clone()) {
+                return;
+            }
+        }
+        let engine = self.clone();
+        // On the tracker, so a shutdown waits for it like for a rollout's task.
+        let task = self.inner.tasks.spawn(async move {
+            coordinate(&engine, &id).await;
+            if let Ok(mut running) = engine.inner.releases.0.lock() {
+                running.remove(&id);
+            }
+        });
+        if let Ok(mut tasks) = self.inner.releases.1.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task.abort_handle());
+        }
+    }
+}
+
+/// The coordinator: ticks until the release is terminal or the daemon stops.
+async fn coordinate(engine: &Engine, id: &str) {
+    let mut events = engine.store().subscribe();
+    // Targets whose rollback cannot be created (nothing recorded to go back to): not retried.
+    let mut no_rollback: HashSet<u32> = HashSet::new();
+    loop {
+        if engine.is_stopping() {
+            return;
+        }
+        match tick(engine, id, &mut no_rollback).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(release.id = %id, error = %e, "release {id}: tick failed; retrying")
+            }
+        }
+        let _ = tokio::time::timeout(TICK, events.recv()).await;
+    }
+}
+
+fn view(t: &ReleaseTarget, no_rollback: &HashSet<u32>) -> TargetView {
+    let phase = match t.rollout_status {
+        None => TargetPhase::Waiting,
+        Some(RolloutStatus::Pending | RolloutStatus::Running) => TargetPhase::Running,
+        Some(RolloutStatus::Succeeded) => TargetPhase::Succeeded,
+        Some(RolloutStatus::Failed | RolloutStatus::Aborted) => TargetPhase::Failed,
+    };
+    let rollback = match t.rollback_status {
+        _ if no_rollback.contains(&t.position) => RollbackPhase::Done,
+        None => RollbackPhase::None,
+        Some(s) if s.is_terminal() => RollbackPhase::Done,
+        Some(_) => RollbackPhase::Running,
+    };
+    TargetView {
+        host: t.host.clone(),
+        phase,
+        rollback,
+    }
+}
+
+/// One look at the release: `Ok(true)` once it is terminal.
+async fn tick(
+    engine: &Engine,
+    id: &str,
+    no_rollback: &mut HashSet<u32>,
+) -> Result<bool, EngineError> {
+    let store = engine.store();
+    let mut release = engine.get_release(id).await?;
+    if release.status.is_terminal() {
+        return Ok(true);
+    }
+    if release.status == ReleaseStatus::Pending {
+        release = store
+            .move_release(
+                id,
+                &[ReleaseStatus::Pending],
+                ReleaseStatus::Running,
+                SYSTEM_ACTOR,
+                None,
+                None,
+                Utc::now(),
+            )
+            .await?;
+    }
+    let views: Vec<TargetView> = release
+        .targets
+        .iter()
+        .map(|t| view(t, no_rollback))
+        .collect();
+    let d = decide(
+        &views,
+        release.max_parallel_hosts as usize,
+        release.on_failure,
+        release.status == ReleaseStatus::Paused,
+    );
+    if let Some(end) = d.finish {
+        let error = (end == ReleaseStatus::Failed).then(|| failure_message(&release));
+        let moved = store
+            .move_release(
+                id,
+                &[ReleaseStatus::Running, ReleaseStatus::Paused],
+                end,
+                SYSTEM_ACTOR,
+                None,
+                error.as_deref(),
+                Utc::now(),
+            )
+            .await;
+        return match moved {
+            Ok(_) => {
+                tracing::info!(release.id = %id, status = end.as_str(), "release {id} ended {end}");
+                Ok(true)
+            }
+            // Paused, resumed or aborted meanwhile: look again.
+            Err(StoreError::InvalidTransition { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        };
+    }
+    for i in d.start {
+        start_target(engine, &release, &release.targets[i]).await?;
+    }
+    for i in d.roll_back {
+        roll_back_target(engine, &release, &release.targets[i], no_rollback).await?;
+    }
+    Ok(false)
+}
+
+fn failure_message(release: &Release) -> String {
+    let failed: Vec<String> = release
+        .targets
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.rollout_status,
+                Some(RolloutStatus::Failed | RolloutStatus::Aborted)
+            )
+        })
+        .map(|t| {
+            format!(
+                "{}/{} ({}: {})",
+                t.host,
+                t.service,
+                t.rollout_id.as_deref().unwrap_or("-"),
+                t.rollout_error.as_deref().unwrap_or("aborted")
+            )
+        })
+        .collect();
+    format!("target failed: {}", failed.join(", "))
+}
+
+async fn start_target(
+    engine: &Engine,
+    release: &Release,
+    target: &ReleaseTarget,
+) -> Result<(), EngineError> {
+    let plan: CanaryPlan = serde_json::from_value(target.plan.clone()).map_err(|e| {
+        EngineError::Store(StoreError::Corrupt {
+            table: "release_target",
+            message: e.to_string(),
+        })
+    })?;
+    let (new, steps) = engine.canary_rollout(plan, &release.actor)?;
+    match engine
+        .store()
+        .start_release_target(&release.id, target.position, &new, &steps)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(release.id = %release.id, rollout.id = %new.id, host = %new.host, service = %new.service, "release {}: target {}/{} started as {}", release.id, new.host, new.service, new.id);
+            engine.spawn(new.id);
+            Ok(())
+        }
+        // Another rollout holds the host: wait for it (the next tick tries again).
+        Err(StoreError::HostBusy { rollout_id, .. }) => {
+            tracing::debug!(release.id = %release.id, host = %target.host, "release {}: host {} busy with {rollout_id}; waiting", release.id, target.host);
+            Ok(())
+        }
+        // Paused or aborted meanwhile, or already started: nothing to do.
+        Err(StoreError::InvalidTransition { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn roll_back_target(
+    engine: &Engine,
+    release: &Release,
+    target: &ReleaseTarget,
+    no_rollback: &mut HashSet<u32>,
+) -> Result<(), EngineError> {
+    let req = RollbackRequest {
+        host: target.host.clone(),
+        service: target.service.clone(),
+        reason: format!(
+            "release {} failed: rolling back {} (rollback_release)",
+            release.id,
+            target.rollout_id.as_deref().unwrap_or("-")
+        ),
+        to_tag: None,
+        preempt: false,
+    };
+    match engine.submit_rollback(req, SYSTEM_ACTOR).await {
+        Ok(rb) => {
+            tracing::warn!(release.id = %release.id, rollout.id = %rb.id, "release {}: target {}/{} rolled back by {}", release.id, target.host, target.service, rb.id);
+            engine
+                .store()
+                .release_target_rolled_back(&release.id, target.position, &rb.id, Utc::now())
+                .await?;
+            Ok(())
+        }
+        Err(EngineError::HostBusy { .. }) => Ok(()),
+        Err(e @ EngineError::NoPriorDeployment { .. }) => {
+            tracing::error!(release.id = %release.id, error = %e, "release {}: cannot roll back {}/{}", release.id, target.host, target.service);
+            no_rollback.insert(target.position);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}

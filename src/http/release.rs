@@ -1,0 +1,522 @@
+//! `/v1/releases` (docs/reference.md#releases): submit a release, read releases, pause, resume
+//! and abort them. Every target is validated as a canary plan before anything is stored.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::body::{JsonBody, JsonInput};
+use super::{Actor, ApiError, AppState};
+use crate::domain::plan::{self, PlanError, PlanSpec};
+use crate::domain::release::{ReleaseControl, ReleaseOnFailure, ReleaseStatus};
+use crate::domain::state::{OnFailure, RolloutStatus};
+use crate::store::{
+    new_id, NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget,
+};
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/releases", post(create_release).get(list_releases))
+        .route("/v1/releases/{id}", get(get_release))
+        .route("/v1/releases/{id}/pause", post(pause_release))
+        .route("/v1/releases/{id}/resume", post(resume_release))
+        .route("/v1/releases/{id}/abort", post(abort_release))
+}
+
+/// One replica: a target or the canary.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetIn {
+    pub host: String,
+    pub service: String,
+}
+
+/// The replicas of one group on the listed hosts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectorIn {
+    pub hosts: Vec<String>,
+    pub group: String,
+}
+
+/// `POST /v1/releases`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseIn {
+    pub file: String,
+    pub tag: String,
+    pub reason: String,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub require_logs: Option<Vec<String>>,
+    #[serde(default)]
+    pub runbook: Option<String>,
+    #[serde(default)]
+    pub targets: Option<Vec<TargetIn>>,
+    #[serde(default)]
+    pub selector: Option<SelectorIn>,
+    #[serde(default)]
+    pub canary: Option<TargetIn>,
+    #[serde(default)]
+    pub max_parallel_hosts: Option<u32>,
+    #[serde(default)]
+    pub on_failure: Option<ReleaseOnFailure>,
+}
+
+impl JsonInput for ReleaseIn {
+    const NAME: &'static str = "release";
+    const FIELDS: &'static [&'static str] = &[
+        "file",
+        "tag",
+        "reason",
+        "env",
+        "require_logs",
+        "runbook",
+        "targets",
+        "selector",
+        "canary",
+        "max_parallel_hosts",
+        "on_failure",
+    ];
+    const REQUIRES_REASON: bool = true;
+}
+
+/// A release as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReleaseOut {
+    pub id: String,
+    pub status: String,
+    pub actor: String,
+    pub reason: String,
+    pub file: String,
+    pub tag: String,
+    pub runbook: String,
+    pub max_parallel_hosts: u32,
+    pub on_failure: String,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub error: Option<String>,
+    /// Targets per state (`waiting`, `running`, `succeeded`, `failed`, `aborted`,
+    /// `rolled_back`).
+    pub progress: BTreeMap<String, usize>,
+    pub targets: Vec<ReleaseTargetOut>,
+    /// The release's audit trail (only in a single release's answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<ReleaseEventOut>,
+}
+
+/// One entry of a release's audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReleaseEventOut {
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub kind: String,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub reason: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// One target and its rollout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReleaseTargetOut {
+    pub position: u32,
+    pub host: String,
+    pub service: String,
+    pub canary: bool,
+    /// `waiting` (no rollout yet), its rollout's status, or `rolled_back` (it succeeded and
+    /// `rollback_release` undid it).
+    pub state: String,
+    pub rollout_id: Option<String>,
+    pub error: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The newest rollback of the target's rollout (its automatic one, or the release's).
+    pub rollback_id: Option<String>,
+    pub rollback_status: Option<String>,
+}
+
+/// The state a target is shown in.
+pub fn target_state(t: &ReleaseTarget) -> &'static str {
+    state_of(t.rollout_status, t.rollback_status)
+}
+
+fn state_of(rollout: Option<RolloutStatus>, rollback: Option<RolloutStatus>) -> &'static str {
+    match (rollout, rollback) {
+        (None, _) => "waiting",
+        (Some(RolloutStatus::Succeeded), Some(RolloutStatus::Succeeded)) => "rolled_back",
+        (Some(s), _) => s.as_str(),
+    }
+}
+
+/// The state name of a target from `Store::release_metrics`' (rollout status, rollback
+/// status) key.
+pub(super) fn target_state_name(key: &(Option<RolloutStatus>, Option<RolloutStatus>)) -> String {
+    state_of(key.0, key.1).to_owned()
+}
+
+impl ReleaseOut {
+    pub fn new(r: Release, events: Vec<ReleaseEvent>) -> Self {
+        let targets: Vec<ReleaseTargetOut> = r
+            .targets
+            .iter()
+            .map(|t| ReleaseTargetOut {
+                position: t.position,
+                host: t.host.clone(),
+                service: t.service.clone(),
+                canary: t.position == 0,
+                state: target_state(t).to_owned(),
+                rollout_id: t.rollout_id.clone(),
+                error: t.rollout_error.clone(),
+                started_at: t.rollout_started_at,
+                finished_at: t.rollout_finished_at,
+                rollback_id: t.rollback_id.clone(),
+                rollback_status: t.rollback_status.map(|s| s.as_str().to_owned()),
+            })
+            .collect();
+        let mut progress = BTreeMap::new();
+        for t in &targets {
+            *progress.entry(t.state.clone()).or_insert(0) += 1;
+        }
+        Self {
+            id: r.id,
+            status: r.status.as_str().to_owned(),
+            actor: r.actor,
+            reason: r.reason,
+            file: r.file,
+            tag: r.tag,
+            runbook: r.runbook,
+            max_parallel_hosts: r.max_parallel_hosts,
+            on_failure: r.on_failure.as_str().to_owned(),
+            created_at: r.created_at,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            error: r.error_message,
+            progress,
+            targets,
+            events: events
+                .into_iter()
+                .map(|e| ReleaseEventOut {
+                    at: e.at,
+                    actor: e.actor,
+                    kind: e.kind.as_str().to_owned(),
+                    from_state: e.from_state,
+                    to_state: e.to_state,
+                    reason: e.reason,
+                    detail: e.detail,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn unprocessable(code: &'static str, message: String) -> ApiError {
+    ApiError::Unprocessable { code, message }
+}
+
+/// A target's plan refused: the same code, the message naming the target.
+fn target_error(i: usize, t: &TargetIn, e: PlanError) -> ApiError {
+    let message = format!("targets[{i}] ({}/{}): {}", t.host, t.service, e.message);
+    if e.is_unprocessable() {
+        unprocessable(e.code, message)
+    } else {
+        ApiError::bad_request(e.code, message)
+    }
+}
+
+/// The targets of a selector: the group's replicas on each host in the order given, inside a
+/// host by name, last first (`…-r2` before `…-r1`, as operators roll them).
+fn select(state: &AppState, s: &SelectorIn) -> Result<Vec<TargetIn>, ApiError> {
+    let mut out = Vec::new();
+    for (i, host) in s.hosts.iter().enumerate() {
+        let Some(config) = state.config.hosts.get(host) else {
+            return Err(unprocessable(
+                "unknown_host",
+                format!("selector.hosts[{i}]: \"{host}\" is not a configured host"),
+            ));
+        };
+        let mut services: Vec<&String> = config
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.group == s.group)
+            .map(|(name, _)| name)
+            .collect();
+        services.sort_by(|a, b| b.cmp(a));
+        out.extend(services.into_iter().map(|service| TargetIn {
+            host: host.clone(),
+            service: service.clone(),
+        }));
+    }
+    if out.is_empty() {
+        return Err(unprocessable(
+            "invalid_release",
+            format!(
+                "selector: no replica of group \"{}\" on {}",
+                s.group,
+                s.hosts.join(", ")
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Validates a release request into the release to store (the canary first).
+pub(super) fn validate(
+    state: &AppState,
+    input: ReleaseIn,
+    actor: &str,
+) -> Result<NewRelease, ApiError> {
+    let mut targets = match (&input.targets, &input.selector) {
+        (Some(t), None) if !t.is_empty() => t.clone(),
+        (Some(_), None) => {
+            return Err(unprocessable(
+                "invalid_release",
+                "targets: must list at least one {host, service}".into(),
+            ))
+        }
+        (None, Some(s)) => select(state, s)?,
+        _ => {
+            return Err(unprocessable(
+                "invalid_release",
+                "targets, selector: give exactly one of them".into(),
+            ))
+        }
+    };
+    let mut seen = BTreeSet::new();
+    for (i, t) in targets.iter().enumerate() {
+        if !seen.insert((t.host.clone(), t.service.clone())) {
+            return Err(unprocessable(
+                "invalid_release",
+                format!("targets[{i}] ({}/{}): listed twice", t.host, t.service),
+            ));
+        }
+    }
+    if let Some(canary) = &input.canary {
+        let Some(at) = targets.iter().position(|t| t == canary) else {
+            return Err(unprocessable(
+                "invalid_release",
+                format!(
+                    "canary ({}/{}): must be one of the targets",
+                    canary.host, canary.service
+                ),
+            ));
+        };
+        let c = targets.remove(at);
+        targets.insert(0, c);
+    }
+    let max_parallel_hosts = input.max_parallel_hosts.unwrap_or(1);
+    if max_parallel_hosts == 0 {
+        return Err(unprocessable(
+            "invalid_release",
+            "max_parallel_hosts: must be at least 1".into(),
+        ));
+    }
+    let known = state.config.known_targets(&state.runbooks);
+    let mut new_targets = Vec::with_capacity(targets.len());
+    let mut runbook = String::new();
+    for (i, t) in targets.iter().enumerate() {
+        let spec = PlanSpec {
+            host: t.host.clone(),
+            file: input.file.clone(),
+            service: t.service.clone(),
+            tag: input.tag.clone(),
+            reason: input.reason.clone(),
+            runbook: input.runbook.clone(),
+            env: input.env.clone(),
+            require_logs: input.require_logs.clone(),
+            on_failure: Some(OnFailure::Rollback),
+        };
+        let canary = plan::validate(spec, &known).map_err(|e| target_error(i, t, e))?;
+        runbook.clone_from(&canary.runbook);
+        let plan = serde_json::to_value(&canary).map_err(|e| ApiError::Internal(e.to_string()))?;
+        new_targets.push(NewReleaseTarget {
+            host: t.host.clone(),
+            service: t.service.clone(),
+            plan,
+        });
+    }
+    Ok(NewRelease {
+        id: new_id("rel"),
+        actor: actor.to_owned(),
+        reason: input.reason.trim().to_owned(),
+        file: input.file,
+        tag: input.tag,
+        runbook,
+        max_parallel_hosts,
+        on_failure: input.on_failure.unwrap_or(ReleaseOnFailure::Halt),
+        created_at: Utc::now(),
+        targets: new_targets,
+    })
+}
+
+async fn release_out(state: &AppState, release: Release) -> Result<ReleaseOut, ApiError> {
+    let events = state
+        .engine
+        .store()
+        .release_events(&release.id)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(ReleaseOut::new(release, events))
+}
+
+async fn create_release(
+    State(state): State<AppState>,
+    actor: Actor,
+    body: Result<JsonBody<ReleaseIn>, ApiError>,
+) -> Result<Response, ApiError> {
+    actor.require_operate()?;
+    let JsonBody(input) = body?;
+    let new = validate(&state, input, &actor.name)?;
+    let release = state.engine.submit_release(new).await?;
+    let out = release_out(&state, release).await?;
+    let location = format!("/v1/releases/{}", out.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(out),
+    )
+        .into_response())
+}
+
+async fn get_release(
+    State(state): State<AppState>,
+    _actor: Actor,
+    Path(id): Path<String>,
+) -> Result<Json<ReleaseOut>, ApiError> {
+    let release = state.engine.get_release(&id).await?;
+    Ok(Json(release_out(&state, release).await?))
+}
+
+/// Query of `GET /v1/releases`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListReleasesQuery {
+    status: Option<String>,
+    tag: Option<String>,
+    actor: Option<String>,
+    limit: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ListOut {
+    items: Vec<ReleaseOut>,
+}
+
+async fn list_releases(
+    State(state): State<AppState>,
+    _actor: Actor,
+    query: Result<Query<ListReleasesQuery>, QueryRejection>,
+) -> Result<Json<ListOut>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let invalid = |param: &str, value: &str, expected: &str| {
+        ApiError::bad_request(
+            "invalid_query",
+            format!("query parameter {param}={value:?} is not valid: expected {expected}"),
+        )
+    };
+    let status = q
+        .status
+        .map(|s| {
+            s.parse::<ReleaseStatus>().map_err(|_| {
+                invalid(
+                    "status",
+                    &s,
+                    "pending, running, paused, succeeded, failed or aborted",
+                )
+            })
+        })
+        .transpose()?;
+    let limit = match q.limit {
+        None => 50,
+        Some(s) => s
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=500).contains(n))
+            .ok_or_else(|| invalid("limit", &s, "an integer from 1 to 500"))?,
+    };
+    let filter = ReleaseFilter {
+        status,
+        tag: q.tag,
+        actor: q.actor,
+        limit,
+    };
+    let rows = state
+        .engine
+        .store()
+        .list_releases(&filter)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(ListOut {
+        items: rows
+            .into_iter()
+            .map(|r| ReleaseOut::new(r, Vec::new()))
+            .collect(),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ControlIn {
+    reason: String,
+}
+
+impl JsonInput for ControlIn {
+    const NAME: &'static str = "release control body";
+    const FIELDS: &'static [&'static str] = &["reason"];
+    const REQUIRES_REASON: bool = true;
+}
+
+async fn control(
+    state: AppState,
+    actor: Actor,
+    id: String,
+    body: Result<JsonBody<ControlIn>, ApiError>,
+    control: ReleaseControl,
+) -> Result<Json<ReleaseOut>, ApiError> {
+    match control {
+        ReleaseControl::Resume => actor.require_operate()?,
+        ReleaseControl::Pause | ReleaseControl::Abort => actor.require_rollback()?,
+    }
+    let JsonBody(input) = body?;
+    let release = state
+        .engine
+        .control_release(&id, control, &actor.name, input.reason.trim())
+        .await?;
+    Ok(Json(release_out(&state, release).await?))
+}
+
+async fn pause_release(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<String>,
+    body: Result<JsonBody<ControlIn>, ApiError>,
+) -> Result<Json<ReleaseOut>, ApiError> {
+    control(state, actor, id, body, ReleaseControl::Pause).await
+}
+
+async fn resume_release(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<String>,
+    body: Result<JsonBody<ControlIn>, ApiError>,
+) -> Result<Json<ReleaseOut>, ApiError> {
+    control(state, actor, id, body, ReleaseControl::Resume).await
+}
+
+async fn abort_release(
+    State(state): State<AppState>,
+    actor: Actor,
+    Path(id): Path<String>,
+    body: Result<JsonBody<ControlIn>, ApiError>,
+) -> Result<Json<ReleaseOut>, ApiError> {
+    control(state, actor, id, body, ReleaseControl::Abort).await
+}

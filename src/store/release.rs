@@ -1,0 +1,517 @@
+//! Release rows: the release, its targets (each linked to its rollout in the transaction that
+//! creates the rollout) and its own audit trail (`release_event`).
+
+use chrono::{DateTime, Utc};
+use sqlx::{Sqlite, Transaction};
+
+use super::rollout::{insert_rollout, NewRollout, NewStep};
+use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
+use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus};
+use crate::domain::state::RolloutStatus;
+
+/// A release to create, validated.
+#[derive(Debug, Clone)]
+pub struct NewRelease {
+    pub id: String,
+    pub actor: String,
+    pub reason: String,
+    pub file: String,
+    pub tag: String,
+    pub runbook: String,
+    pub max_parallel_hosts: u32,
+    pub on_failure: ReleaseOnFailure,
+    pub created_at: DateTime<Utc>,
+    /// In release order: the canary first.
+    pub targets: Vec<NewReleaseTarget>,
+}
+
+/// One target: a replica and its validated canary plan (JSON).
+#[derive(Debug, Clone)]
+pub struct NewReleaseTarget {
+    pub host: String,
+    pub service: String,
+    pub plan: serde_json::Value,
+}
+
+/// A release as read back, with its targets in order.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Release {
+    pub id: String,
+    pub status: ReleaseStatus,
+    pub actor: String,
+    pub reason: String,
+    pub file: String,
+    pub tag: String,
+    pub runbook: String,
+    pub max_parallel_hosts: u32,
+    pub on_failure: ReleaseOnFailure,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub error_message: Option<String>,
+    pub targets: Vec<ReleaseTarget>,
+}
+
+/// A target with what its rollout (and the newest rollback of it, if any) says now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReleaseTarget {
+    pub position: u32,
+    pub host: String,
+    pub service: String,
+    #[serde(skip)]
+    pub plan: serde_json::Value,
+    pub rollout_id: Option<String>,
+    pub rollout_status: Option<RolloutStatus>,
+    pub rollout_error: Option<String>,
+    pub rollout_started_at: Option<DateTime<Utc>>,
+    pub rollout_finished_at: Option<DateTime<Utc>>,
+    pub rollback_id: Option<String>,
+    pub rollback_status: Option<RolloutStatus>,
+}
+
+/// One entry of a release's audit trail.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReleaseEvent {
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub kind: ReleaseEventKind,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub reason: Option<String>,
+    pub detail: serde_json::Value,
+}
+
+/// Filters of `list_releases` (AND), newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseFilter {
+    pub status: Option<ReleaseStatus>,
+    pub tag: Option<String>,
+    pub actor: Option<String>,
+    pub limit: u32,
+}
+
+fn corrupt(message: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        table: "release",
+        message: message.to_string(),
+    }
+}
+
+type ReleaseRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+const SELECT_RELEASE: &str = "select release_id, status, actor, reason, file, tag, runbook, \
+    max_parallel_hosts, on_failure, created_at, started_at, finished_at, error_message from release";
+
+type TargetRow = (
+    i64,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+const SELECT_TARGETS: &str = "select t.position, t.host, t.service, t.plan, t.rollout_id, r.status, \
+    r.error_code, r.started_at, r.finished_at, \
+    (select b.rollout_id from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
+    (select b.status from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1) \
+    from release_target t left join rollout r on r.rollout_id = t.rollout_id \
+    where t.release_id = ? order by t.position";
+
+fn status_of(s: Option<String>) -> Result<Option<RolloutStatus>, StoreError> {
+    s.map(|s| s.parse().map_err(corrupt)).transpose()
+}
+
+impl Store {
+    /// Stores a pending release and its targets, with its `release_created` event.
+    pub async fn create_release(&self, new: &NewRelease) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into release (release_id, status, actor, reason, file, tag, runbook, \
+             max_parallel_hosts, on_failure, created_at) values (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&new.id)
+        .bind(&new.actor)
+        .bind(&new.reason)
+        .bind(&new.file)
+        .bind(&new.tag)
+        .bind(&new.runbook)
+        .bind(i64::from(new.max_parallel_hosts))
+        .bind(new.on_failure.as_str())
+        .bind(fmt_time(new.created_at))
+        .execute(&mut *tx)
+        .await?;
+        for (i, t) in new.targets.iter().enumerate() {
+            sqlx::query(
+                "insert into release_target (release_id, position, host, service, plan) values (?, ?, ?, ?, ?)",
+            )
+            .bind(&new.id)
+            .bind(i as i64)
+            .bind(&t.host)
+            .bind(&t.service)
+            .bind(t.plan.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});
+        event(
+            &mut tx,
+            &new.id,
+            new.created_at,
+            &new.actor,
+            ReleaseEventKind::ReleaseCreated,
+            (None, Some(ReleaseStatus::Pending)),
+            Some(&new.reason),
+            &detail,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Reads a release and its targets.
+    pub async fn get_release(&self, id: &str) -> Result<Option<Release>, StoreError> {
+        let row: Option<ReleaseRow> =
+            sqlx::query_as(&format!("{SELECT_RELEASE} where release_id = ?"))
+                .bind(id)
+                .fetch_optional(self.pool())
+                .await?;
+        match row {
+            Some(row) => Ok(Some(self.release_of(row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Releases newest first, filtered.
+    pub async fn list_releases(&self, f: &ReleaseFilter) -> Result<Vec<Release>, StoreError> {
+        let mut qb = sqlx::QueryBuilder::<Sqlite>::new(SELECT_RELEASE);
+        qb.push(" where 1 = 1");
+        let eq = [
+            ("status", f.status.map(|s| s.as_str().to_owned())),
+            ("tag", f.tag.clone()),
+            ("actor", f.actor.clone()),
+        ];
+        for (column, value) in eq {
+            if let Some(v) = value {
+                qb.push(format!(" and {column} = ")).push_bind(v);
+            }
+        }
+        qb.push(" order by created_at desc, release_id desc limit ")
+            .push_bind(i64::from(f.limit.max(1)));
+        let rows: Vec<ReleaseRow> = qb.build_query_as().fetch_all(self.pool()).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(self.release_of(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// Ids of the releases that are not terminal (restart recovery).
+    pub async fn unfinished_releases(&self) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select release_id from release where status not in ('succeeded', 'failed', 'aborted') \
+             order by created_at",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
+    }
+
+    /// Moves a release to `to` if its status is one of `from` (else `InvalidTransition`), with
+    /// its event, in one transaction. `error` is kept as the release's error message.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn move_release(
+        &self,
+        id: &str,
+        from: &[ReleaseStatus],
+        to: ReleaseStatus,
+        actor: &str,
+        reason: Option<&str>,
+        error: Option<&str>,
+        at: DateTime<Utc>,
+    ) -> Result<Release, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current: Option<(String,)> =
+            sqlx::query_as("select status from release where release_id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((current,)) = current else {
+            return Err(StoreError::NotFound(id.to_owned()));
+        };
+        let current: ReleaseStatus = current.parse().map_err(corrupt)?;
+        if !from.contains(&current) {
+            return Err(StoreError::InvalidTransition {
+                id: id.to_owned(),
+                message: format!("release {id} is {current}, not {to}-able"),
+            });
+        }
+        sqlx::query(
+            "update release set status = ?, \
+             started_at = case when ? = 'running' then coalesce(started_at, ?) else started_at end, \
+             finished_at = case when ? in ('succeeded', 'failed', 'aborted') then ? else finished_at end, \
+             error_message = coalesce(?, error_message) where release_id = ?",
+        )
+        .bind(to.as_str())
+        .bind(to.as_str())
+        .bind(fmt_time(at))
+        .bind(to.as_str())
+        .bind(fmt_time(at))
+        .bind(error)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        let detail = match error {
+            Some(e) => serde_json::json!({"error": e}),
+            None => serde_json::json!({}),
+        };
+        event(
+            &mut tx,
+            id,
+            at,
+            actor,
+            ReleaseEventKind::of(current, to),
+            (Some(current), Some(to)),
+            reason,
+            &detail,
+        )
+        .await?;
+        tx.commit().await?;
+        self.get_release(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+    }
+
+    /// Creates a target's rollout and links it, in one transaction, only while the release is
+    /// `running` and the target has no rollout yet (else `InvalidTransition`, nothing
+    /// written): a target is started at most once, and never after a pause or abort committed.
+    pub async fn start_release_target(
+        &self,
+        release_id: &str,
+        position: u32,
+        new: &NewRollout,
+        steps: &[NewStep],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let open: Option<(i64,)> = sqlx::query_as(
+            "select 1 from release r join release_target t on t.release_id = r.release_id \
+             where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null",
+        )
+        .bind(release_id)
+        .bind(i64::from(position))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if open.is_none() {
+            return Err(StoreError::InvalidTransition {
+                id: release_id.to_owned(),
+                message: format!(
+                    "target {position} of release {release_id} is started or the release is not running"
+                ),
+            });
+        }
+        insert_rollout(&mut tx, new, steps).await?;
+        sqlx::query(
+            "update release_target set rollout_id = ? where release_id = ? and position = ?",
+        )
+        .bind(&new.id)
+        .bind(release_id)
+        .bind(i64::from(position))
+        .execute(&mut *tx)
+        .await?;
+        let detail = serde_json::json!({"position": position, "host": new.host, "service": new.service, "rollout_id": new.id});
+        event(
+            &mut tx,
+            release_id,
+            new.created_at,
+            &new.actor,
+            ReleaseEventKind::TargetStarted,
+            (None, None),
+            None,
+            &detail,
+        )
+        .await?;
+        tx.commit().await?;
+        self.publish().await;
+        Ok(())
+    }
+
+    /// For `/metrics`: ended releases per status, and the targets of unfinished releases per
+    /// (rollout status, newest rollback's status).
+    #[allow(clippy::type_complexity)]
+    pub async fn release_metrics(
+        &self,
+    ) -> Result<
+        (
+            Vec<(String, u64)>,
+            Vec<((Option<RolloutStatus>, Option<RolloutStatus>), i64)>,
+        ),
+        StoreError,
+    > {
+        let ended: Vec<(String, i64)> = sqlx::query_as(
+            "select status, count(*) from release where status in ('succeeded', 'failed', 'aborted') group by status",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let rows: Vec<(Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "select r.status, (select b.status from rollout b where b.rollback_of = t.rollout_id              order by b.created_at desc limit 1) as rb, count(*) from release_target t              join release x on x.release_id = t.release_id              left join rollout r on r.rollout_id = t.rollout_id              where x.status not in ('succeeded', 'failed', 'aborted') group by r.status, rb",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut targets = Vec::with_capacity(rows.len());
+        for (status, rollback, n) in rows {
+            targets.push(((status_of(status)?, status_of(rollback)?), n));
+        }
+        let ended = ended
+            .into_iter()
+            .map(|(s, n)| (s, u64::try_from(n).unwrap_or(0)))
+            .collect();
+        Ok((ended, targets))
+    }
+
+    /// Records that the rollback of a target was created (`rollback_release`).
+    pub async fn release_target_rolled_back(
+        &self,
+        release_id: &str,
+        position: u32,
+        rollback_id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let detail = serde_json::json!({"position": position, "rollout_id": rollback_id});
+        event(
+            &mut tx,
+            release_id,
+            at,
+            crate::domain::release::SYSTEM_ACTOR,
+            ReleaseEventKind::TargetRollbackStarted,
+            (None, None),
+            None,
+            &detail,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A release's audit trail, oldest first.
+    pub async fn release_events(&self, id: &str) -> Result<Vec<ReleaseEvent>, StoreError> {
+        type Row = (
+            i64,
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            String,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "select seq, occurred_at, actor, kind, from_state, to_state, reason, detail \
+             from release_event where release_id = ? order by seq",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(ReleaseEvent {
+                    seq: r.0,
+                    at: parse_time("release_event", &r.1)?,
+                    actor: r.2,
+                    kind: r.3.parse().map_err(corrupt)?,
+                    from_state: r.4,
+                    to_state: r.5,
+                    reason: r.6,
+                    detail: serde_json::from_str(&r.7).map_err(corrupt)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn release_of(&self, r: ReleaseRow) -> Result<Release, StoreError> {
+        let rows: Vec<TargetRow> = sqlx::query_as(SELECT_TARGETS)
+            .bind(&r.0)
+            .fetch_all(self.pool())
+            .await?;
+        let mut targets = Vec::with_capacity(rows.len());
+        for t in rows {
+            targets.push(ReleaseTarget {
+                position: u32::try_from(t.0).map_err(corrupt)?,
+                host: t.1,
+                service: t.2,
+                plan: serde_json::from_str(&t.3).map_err(corrupt)?,
+                rollout_id: t.4,
+                rollout_status: status_of(t.5)?,
+                rollout_error: t.6,
+                rollout_started_at: parse_opt_time("rollout", t.7)?,
+                rollout_finished_at: parse_opt_time("rollout", t.8)?,
+                rollback_id: t.9,
+                rollback_status: status_of(t.10)?,
+            });
+        }
+        Ok(Release {
+            status: r.1.parse().map_err(corrupt)?,
+            max_parallel_hosts: u32::try_from(r.7).map_err(corrupt)?,
+            on_failure: r.8.parse().map_err(corrupt)?,
+            created_at: parse_time("release", &r.9)?,
+            started_at: parse_opt_time("release", r.10)?,
+            finished_at: parse_opt_time("release", r.11)?,
+            error_message: r.12,
+            id: r.0,
+            actor: r.2,
+            reason: r.3,
+            file: r.4,
+            tag: r.5,
+            runbook: r.6,
+            targets,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn event(
+    tx: &mut Transaction<'_, Sqlite>,
+    release_id: &str,
+    at: DateTime<Utc>,
+    actor: &str,
+    kind: ReleaseEventKind,
+    states: (Option<ReleaseStatus>, Option<ReleaseStatus>),
+    reason: Option<&str>,
+    detail: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into release_event (release_id, occurred_at, actor, kind, from_state, to_state, reason, detail) \
+         values (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(release_id)
+    .bind(fmt_time(at))
+    .bind(actor)
+    .bind(kind.as_str())
+    .bind(states.0.map(ReleaseStatus::as_str))
+    .bind(states.1.map(ReleaseStatus::as_str))
+    .bind(reason)
+    .bind(detail.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

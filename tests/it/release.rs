@@ -1,0 +1,609 @@
+//! Releases end to end (docs/reference.md#releases): several simulated hosts on loopback, one
+//! daemon; the ordering is asserted from the compose calls each host recorded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use canaryd::app::App;
+use canaryd::cli::dev_config;
+use canaryd::engine::Engine;
+use canaryd::http::ReleaseOut;
+use canaryd::sim::{SimHost, SimOp};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::helpers::{fast_runbooks, is_dry_run, sim_config, FILE, R1, R2};
+
+/// One daemon over several simulated hosts (`gpu01`, `gpu02`, …), each with r1 and r2.
+struct Fleet {
+    sims: Vec<(String, SimHost)>,
+    url: String,
+    engine: Engine,
+    db: PathBuf,
+    dir: tempfile::TempDir,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Fleet {
+    async fn spawn(hosts: usize) -> Fleet {
+        let mut sims = Vec::new();
+        for i in 1..=hosts {
+            let sim = SimHost::start(sim_config()).await.expect("simulated host");
+            sims.push((format!("gpu{i:02}"), sim));
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("canaryd.db");
+        Self::boot(sims, dir, db).await
+    }
+
+    async fn boot(sims: Vec<(String, SimHost)>, dir: tempfile::TempDir, db: PathBuf) -> Fleet {
+        let listen = "127.0.0.1:0".parse().expect("addr");
+        let env = sim_config().initial_env;
+        let mut config = dev_config(&sims[0].1, listen, db.clone(), env.clone());
+        config.hosts.clear();
+        for (name, sim) in &sims {
+            let one = dev_config(sim, listen, db.clone(), env.clone());
+            let mut host = one.hosts.into_values().next().expect("one host");
+            host.name = name.clone();
+            config.hosts.insert(name.clone(), host);
+        }
+        let app = App::build(config, fast_runbooks())
+            .await
+            .unwrap_or_else(|e| panic!("daemon builds: {e:#}"));
+        let url = format!("http://{}", app.local_addr().expect("bound"));
+        let engine = app.engine();
+        let server = tokio::spawn(app.run_until_stopped(std::future::pending::<()>()));
+        Fleet {
+            sims,
+            url,
+            engine,
+            db,
+            dir,
+            server: Some(server),
+        }
+    }
+
+    /// Dies as a crash would; the hosts and the database survive, and a new daemon boots.
+    async fn crash_and_restart(mut self) -> Fleet {
+        self.engine.kill();
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+        }
+        let closed = tokio::time::timeout(Duration::from_secs(5), self.engine.store().close());
+        assert!(closed.await.is_ok(), "the dead daemon's database closes");
+        Self::boot(self.sims, self.dir, self.db).await
+    }
+
+    fn sim(&self, host: &str) -> &SimHost {
+        &self.sims.iter().find(|(n, _)| n == host).expect("host").1
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = reqwest::Client::new()
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .await
+            .expect("request reaches the daemon");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        reqwest::get(format!("{}{path}", self.url))
+            .await
+            .expect("request reaches the daemon")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    async fn release(&self, id: &str) -> ReleaseOut {
+        serde_json::from_value(self.get(&format!("/v1/releases/{id}")).await).expect("release")
+    }
+
+    async fn start(&self, body: &Value) -> String {
+        let (status, out) = self.post("/v1/releases", body).await;
+        assert_eq!(status, 201, "release accepted: {out}");
+        out["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Polls until `done` holds (bounded: 600 × 50 ms).
+    async fn wait_for(
+        &self,
+        id: &str,
+        what: &str,
+        done: impl Fn(&ReleaseOut) -> bool,
+    ) -> ReleaseOut {
+        for _ in 0..600 {
+            let r = self.release(id).await;
+            if done(&r) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("release {id} never {what}: {:#?}", self.release(id).await);
+    }
+
+    async fn wait_terminal(&self, id: &str) -> ReleaseOut {
+        self.wait_for(id, "ended", |r| {
+            matches!(r.status.as_str(), "succeeded" | "failed" | "aborted")
+        })
+        .await
+    }
+
+    /// The real (not dry-run) `up` calls each (host, service) received.
+    fn real_ups(&self) -> BTreeMap<(String, String), usize> {
+        let mut out = BTreeMap::new();
+        for (host, sim) in &self.sims {
+            for call in sim.calls() {
+                if call.path.starts_with("/compose/up") && !is_dry_run(&call) {
+                    *out.entry((host.clone(), service_of(&call.body)))
+                        .or_insert(0) += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// When each (host, service) first received a down or up (dry runs included).
+    fn first_call(&self, host: &str, service: &str) -> Option<DateTime<Utc>> {
+        self.sim(host)
+            .calls()
+            .into_iter()
+            .filter(|c| c.path.starts_with("/compose/") && service_of(&c.body) == service)
+            .map(|c| c.at)
+            .min()
+    }
+}
+
+fn service_of(body: &Value) -> String {
+    body["services"][0].as_str().unwrap_or_default().to_owned()
+}
+
+fn three_hosts(max_parallel_hosts: u32, on_failure: &str) -> Value {
+    let targets: Vec<Value> = ["gpu01", "gpu02", "gpu03"]
+        .iter()
+        .flat_map(|h| {
+            [
+                json!({"host": h, "service": R2}),
+                json!({"host": h, "service": R1}),
+            ]
+        })
+        .collect();
+    json!({"file": FILE, "tag": "v0.0.452", "reason": "promote v0.0.452", "targets": targets,
+           "max_parallel_hosts": max_parallel_hosts, "on_failure": on_failure})
+}
+
+/// Each target's time away, from its host's first compose call for it to its rollout's end.
+fn intervals(fleet: &Fleet, r: &ReleaseOut) -> Vec<(String, DateTime<Utc>, DateTime<Utc>)> {
+    r.targets
+        .iter()
+        .map(|t| {
+            let start = fleet
+                .first_call(&t.host, &t.service)
+                .unwrap_or_else(|| panic!("{}/{} was called", t.host, t.service));
+            (t.host.clone(), start, t.finished_at.expect("finished"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn three_hosts_release_canary_first_one_replica_per_host_at_most_two_hosts_at_once() {
+    let fleet = Fleet::spawn(3).await;
+    let id = fleet.start(&three_hosts(2, "halt")).await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_eq!(r.progress.get("succeeded"), Some(&6), "{r:#?}");
+    assert!(r.targets[0].canary && r.targets[0].host == "gpu01" && r.targets[0].service == R2);
+
+    let iv = intervals(&fleet, &r);
+    let canary_end = iv[0].2;
+    for (i, (host, start, _)) in iv.iter().enumerate().skip(1) {
+        assert!(
+            *start > canary_end,
+            "target {i} on {host} started before the canary ended"
+        );
+    }
+    for (i, a) in iv.iter().enumerate() {
+        for b in iv.iter().skip(i + 1) {
+            if a.0 == b.0 {
+                assert!(
+                    a.2 < b.1 || b.2 < a.1,
+                    "two replicas of {} away at once",
+                    a.0
+                );
+            }
+        }
+    }
+    let mut most = 0;
+    for (_, at, _) in &iv {
+        let hosts: BTreeSet<&str> = iv
+            .iter()
+            .filter(|(_, s, e)| s <= at && at < e)
+            .map(|(h, _, _)| h.as_str())
+            .collect();
+        most = most.max(hosts.len());
+    }
+    assert_eq!(
+        most, 2,
+        "hosts in parallel up to max_parallel_hosts: {iv:#?}"
+    );
+    assert!(
+        fleet.real_ups().values().all(|n| *n == 1),
+        "{:?}",
+        fleet.real_ups()
+    );
+
+    let listed = fleet.get(&format!("/v1/rollouts?release={id}")).await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(6));
+    let kinds: Vec<String> = r.events.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("release_created"));
+    assert_eq!(kinds.last().map(String::as_str), Some("release_succeeded"));
+    assert_eq!(kinds.iter().filter(|k| *k == "target_started").count(), 6);
+    let metrics = reqwest::get(format!("{}/metrics", fleet.url))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("canaryd_releases_total{outcome=\"succeeded\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_on_the_second_host_halts_with_only_the_failed_target_rolled_back() {
+    let fleet = Fleet::spawn(3).await;
+    fleet
+        .sim("gpu02")
+        .faults()
+        .fail_phase(SimOp::Up, Some("up".into()));
+    let id = fleet.start(&three_hosts(1, "halt")).await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let states: Vec<(&str, &str, &str)> = r
+        .targets
+        .iter()
+        .map(|t| (t.host.as_str(), t.service.as_str(), t.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("gpu01", R2, "succeeded"),
+            ("gpu01", R1, "succeeded"),
+            ("gpu02", R2, "failed"),
+            ("gpu02", R1, "waiting"),
+            ("gpu03", R2, "waiting"),
+            ("gpu03", R1, "waiting"),
+        ]
+    );
+    let rolled: Vec<&str> = r
+        .targets
+        .iter()
+        .filter(|t| t.rollback_id.is_some())
+        .map(|t| t.service.as_str())
+        .collect();
+    assert_eq!(
+        rolled,
+        [R2],
+        "exactly the failed target rolled back: {r:#?}"
+    );
+    assert_eq!(r.targets[2].rollback_status.as_deref(), Some("succeeded"));
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("gpu02"),
+        "{:?}",
+        r.error
+    );
+    assert!(fleet
+        .sim("gpu03")
+        .calls()
+        .iter()
+        .all(|c| !c.path.starts_with("/compose/")));
+}
+
+#[tokio::test]
+async fn rollback_release_puts_every_changed_target_back_on_its_prior_deployment() {
+    // One replica per host: a host's second replica has no prior deployment of its own to go
+    // back to (its baseline is read from the host's last deployment; docs/reference.md#releases).
+    let fleet = Fleet::spawn(3).await;
+    fleet
+        .sim("gpu02")
+        .faults()
+        .fail_phase(SimOp::Up, Some("up".into()));
+    let mut body = three_hosts(1, "rollback_release");
+    body["targets"] = json!([
+        {"host": "gpu01", "service": R2}, {"host": "gpu03", "service": R2},
+        {"host": "gpu02", "service": R2}, {"host": "gpu02", "service": R1}
+    ]);
+    let id = fleet.start(&body).await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let states: Vec<&str> = r.targets.iter().map(|t| t.state.as_str()).collect();
+    assert_eq!(
+        states,
+        ["rolled_back", "rolled_back", "failed", "waiting"],
+        "{r:#?}"
+    );
+    // Reverse order: gpu03 (changed last) is rolled back before gpu01.
+    let rb = |i: usize| r.targets[i].rollback_id.clone().expect("rolled back");
+    let gpu03_back = fleet.get(&format!("/v1/rollouts/{}", rb(1))).await;
+    let gpu01_back = fleet.get(&format!("/v1/rollouts/{}", rb(0))).await;
+    assert!(gpu03_back["finished_at"].as_str() < gpu01_back["created_at"].as_str());
+    for out in [&gpu03_back, &gpu01_back] {
+        assert_eq!(
+            out["tag"], "v0.0.450",
+            "back on the prior deployment: {out}"
+        );
+        assert_eq!(out["status"], "succeeded");
+    }
+}
+
+#[tokio::test]
+async fn a_paused_release_starts_nothing_until_resumed() {
+    let fleet = Fleet::spawn(3).await;
+    let id = fleet.start(&three_hosts(1, "halt")).await;
+    fleet
+        .wait_for(&id, "started its canary", |r| {
+            r.targets[0].rollout_id.is_some()
+        })
+        .await;
+    let (status, out) = fleet
+        .post(
+            &format!("/v1/releases/{id}/pause"),
+            &json!({"reason": "watching queue depth"}),
+        )
+        .await;
+    assert_eq!(
+        (status, out["status"].as_str()),
+        (200, Some("paused")),
+        "{out}"
+    );
+    let r = fleet
+        .wait_for(&id, "let its canary finish", |r| {
+            r.targets[0].state == "succeeded"
+        })
+        .await;
+    assert_eq!(r.status, "paused");
+    assert!(
+        r.targets[1..].iter().all(|t| t.rollout_id.is_none()),
+        "{r:#?}"
+    );
+    let (status, out) = fleet
+        .post(
+            &format!("/v1/releases/{id}/pause"),
+            &json!({"reason": "again"}),
+        )
+        .await;
+    assert_eq!(
+        (status, out["error"]["code"].as_str()),
+        (409, Some("release_state"))
+    );
+    let (status, _) = fleet
+        .post(
+            &format!("/v1/releases/{id}/resume"),
+            &json!({"reason": "queue is fine"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let paused = r
+        .events
+        .iter()
+        .find(|e| e.kind == "release_paused")
+        .expect("paused event");
+    assert_eq!(paused.reason.as_deref(), Some("watching queue depth"));
+    assert!(r.events.iter().any(|e| e.kind == "release_resumed"));
+}
+
+#[tokio::test]
+async fn an_aborted_release_aborts_its_running_target_and_starts_nothing_more() {
+    let fleet = Fleet::spawn(3).await;
+    let id = fleet.start(&three_hosts(1, "halt")).await;
+    fleet
+        .wait_for(&id, "started its canary", |r| {
+            r.targets[0].rollout_id.is_some()
+        })
+        .await;
+    let (status, out) = fleet
+        .post(
+            &format!("/v1/releases/{id}/abort"),
+            &json!({"reason": "wrong tag"}),
+        )
+        .await;
+    assert_eq!(
+        (status, out["status"].as_str()),
+        (200, Some("aborted")),
+        "{out}"
+    );
+    let canary = out["targets"][0]["rollout_id"]
+        .as_str()
+        .expect("canary")
+        .to_owned();
+    let done = fleet
+        .engine
+        .wait_terminal(&canary, Duration::from_secs(15))
+        .await
+        .expect("canary ends");
+    assert_eq!(done.status.as_str(), "aborted");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let r = fleet.release(&id).await;
+    assert_eq!(r.status, "aborted");
+    assert!(
+        r.targets[1..].iter().all(|t| t.rollout_id.is_none()),
+        "{r:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_killed_mid_way_resumes_every_target_exactly_once() {
+    let fleet = Fleet::spawn(3).await;
+    let id = fleet.start(&three_hosts(1, "halt")).await;
+    let r = fleet
+        .wait_for(&id, "reached its third target", |r| {
+            r.targets[2].rollout_id.is_some()
+        })
+        .await;
+    let third = r.targets[2].rollout_id.clone().expect("third");
+    // Killed while the third target soaks (after its up: a resumed soak must not send another).
+    for _ in 0..300 {
+        let out = fleet.get(&format!("/v1/rollouts/{third}")).await;
+        let soaking = out["steps"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["name"] == "soak" && s["status"] == "running")
+        });
+        if soaking {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fleet = fleet.crash_and_restart().await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_eq!(r.targets[2].rollout_id.as_deref(), Some(third.as_str()));
+    let ups = fleet.real_ups();
+    assert_eq!(ups.len(), 6, "{ups:?}");
+    assert!(ups.values().all(|n| *n == 1), "no duplicate up: {ups:?}");
+    let listed = fleet.get(&format!("/v1/rollouts?release={id}")).await;
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(6),
+        "one rollout per target"
+    );
+}
+
+#[tokio::test]
+async fn a_release_with_an_unknown_target_is_refused_naming_it_and_nothing_is_stored() {
+    let fleet = Fleet::spawn(1).await;
+    let mut body = three_hosts(1, "halt");
+    body["targets"] = json!([{"host": "gpu01", "service": R2}, {"host": "gpu09", "service": R1}]);
+    let (status, out) = fleet.post("/v1/releases", &body).await;
+    assert_eq!(status, 422, "{out}");
+    assert_eq!(out["error"]["code"], "unknown_host");
+    let message = out["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("targets[1] (gpu09/"), "{message}");
+    body["targets"] = json!([{"host": "gpu01", "service": "model-x-r9"}]);
+    let (status, out) = fleet.post("/v1/releases", &body).await;
+    assert_eq!(
+        (status, out["error"]["code"].as_str()),
+        (422, Some("unknown_service")),
+        "{out}"
+    );
+    let list = fleet.get("/v1/releases").await;
+    assert_eq!(list["items"], json!([]));
+    body["targets"] = Value::Null;
+    body["selector"] = json!({"hosts": ["gpu01"], "group": "glm53-long"});
+    let id = fleet.start(&body).await;
+    let r = fleet.release(&id).await;
+    let order: Vec<&str> = r.targets.iter().map(|t| t.service.as_str()).collect();
+    assert_eq!(order, [R2, R1], "a selector rolls r2 first, then r1");
+}
+
+#[tokio::test]
+async fn the_cli_starts_a_release_from_flags_and_waits_for_it() {
+    let fleet = Fleet::spawn(2).await;
+    let args: Vec<String> = [
+        "release",
+        "start",
+        "--file",
+        FILE,
+        "--tag",
+        "v0.0.452",
+        "--reason",
+        "cli release",
+        "--host",
+        "gpu01",
+        "--host",
+        "gpu02",
+        "--group",
+        "glm53-long",
+        "--max-parallel-hosts",
+        "2",
+        "--wait",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = fleet.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(&args)
+            .env("CANARYD_SERVER", server)
+            .env_remove("CANARYD_TOKEN")
+            .output()
+            .expect("the canaryd binary runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("canary gpu01/{R2}: succeeded")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("gpu02/{R1}: succeeded")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("succeeded (prod/"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_target_whose_host_is_busy_waits_for_it_instead_of_failing() {
+    let fleet = Fleet::spawn(2).await;
+    fleet.sim("gpu02").faults().set_health_never(R1, true);
+    let plan = json!({"host": "gpu02", "file": FILE, "service": R1, "tag": "v0.0.451",
+                      "reason": "someone else's canary", "on_failure": "halt"});
+    let (status, other) = fleet.post("/v1/rollouts", &plan).await;
+    assert_eq!(status, 201, "{other}");
+    let other = other["id"].as_str().expect("id").to_owned();
+    let mut body = three_hosts(1, "halt");
+    body["targets"] = json!([{"host": "gpu01", "service": R2}, {"host": "gpu02", "service": R2}]);
+    let id = fleet.start(&body).await;
+    let r = fleet
+        .wait_for(&id, "finished its canary", |r| {
+            r.targets[0].state == "succeeded"
+        })
+        .await;
+    let busy = fleet.get(&format!("/v1/rollouts/{other}")).await;
+    if busy["status"] == "running" {
+        assert_eq!(r.targets[1].state, "waiting", "{r:#?}");
+    }
+    assert_eq!(r.status, "running");
+    fleet.sim("gpu02").faults().set_health_never(R1, false);
+    let (status, _) = fleet
+        .post(
+            &format!("/v1/rollouts/{other}/abort"),
+            &json!({"reason": "make way"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let other = fleet.get(&format!("/v1/rollouts/{other}")).await;
+    let target = fleet
+        .get(&format!(
+            "/v1/rollouts/{}",
+            r.targets[1].rollout_id.as_deref().expect("started")
+        ))
+        .await;
+    // Started only once the other rollout had stopped acting (its aborted step ended).
+    let stopped = other["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["status"] == "aborted"))
+        .and_then(|s| s["finished_at"].as_str())
+        .expect("an aborted step")
+        .to_owned();
+    assert!(
+        stopped.as_str() <= target["created_at"].as_str().unwrap_or(""),
+        "{target}"
+    );
+}
