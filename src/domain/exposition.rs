@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use prom_text_format_parser::{parse_scrape, Labels, Metric, ScrapeParseError, Type, ValueType};
+use prom_text_format_parser::{
+    parse_scrape, Label, Labels, Metric, ScrapeParseError, Type, ValueType,
+};
 
 mod stream;
 pub use stream::FamilyLines;
@@ -47,14 +49,41 @@ pub struct Page {
     metrics: Vec<Metric>,
 }
 
+/// The key of a sample's series: its `k="v"` pairs but `le`, sorted as those strings sort,
+/// joined by `,`. Built into one `String` (no per-label `format!`).
 fn series_key(labels: &Labels) -> SeriesKey {
-    let mut pairs: Vec<String> = labels
-        .iter()
-        .filter(|l| l.key != "le")
-        .map(|l| format!("{}=\"{}\"", l.key, l.value))
-        .collect();
-    pairs.sort();
-    pairs.join(",")
+    let mut pairs: Vec<&Label> = labels.iter().filter(|l| l.key != "le").collect();
+    pairs.sort_by(|a, b| pair_bytes(a).cmp(pair_bytes(b)));
+    let len: usize = pairs.iter().map(|l| l.key.len() + l.value.len() + 4).sum();
+    let mut key = String::with_capacity(len);
+    for (i, l) in pairs.iter().enumerate() {
+        if i > 0 {
+            key.push(',');
+        }
+        key.push_str(&l.key);
+        key.push_str("=\"");
+        key.push_str(&l.value);
+        key.push('"');
+    }
+    key
+}
+
+/// The bytes of `k="v"`, without building it (the order [`series_key`] sorts pairs in).
+fn pair_bytes(l: &Label) -> impl Iterator<Item = u8> + '_ {
+    let quote = std::iter::once(b'"');
+    l.key
+        .bytes()
+        .chain("=\"".bytes())
+        .chain(l.value.bytes())
+        .chain(quote)
+}
+
+/// Whether two samples belong to the same series (the same labels but `le`, in order): the
+/// buckets of one series follow each other on a page, so its key is built once.
+fn same_series(a: &Labels, b: &Labels) -> bool {
+    let a = a.iter().filter(|l| l.key != "le");
+    let b = b.iter().filter(|l| l.key != "le");
+    a.eq(b)
 }
 
 impl Page {
@@ -69,8 +98,9 @@ impl Page {
     }
 
     /// Parses only the lines of the named families (their `# HELP`/`# TYPE` lines and
-    /// their samples, including `_bucket`, `_sum`, `_count`): what an analysis reads of a
-    /// page of thousands of series, for a fraction of the cost of the whole page.
+    /// their samples, including `_bucket`, `_sum`, `_count`, but not the `priority=""`
+    /// placeholder's, which are never read): what an analysis reads of a page of thousands
+    /// of series, for a fraction of the cost of the whole page.
     pub fn parse_families(text: &str, families: &[&str]) -> Result<Page, ExpositionError> {
         let mut kept = String::new();
         for line in text.lines() {
@@ -116,13 +146,27 @@ impl Page {
         let Some(metric) = self.family(name, &[Type::Histogram]) else {
             return out;
         };
+        // The series of the previous sample: its labels, key, and whether it is stale.
+        let mut last: Option<(&Labels, SeriesKey, bool)> = None;
         for sample in &metric.samples {
-            let key = series_key(&sample.labels);
-            if key_is_stale(&key) {
-                continue;
+            if !last
+                .as_ref()
+                .is_some_and(|(labels, _, _)| same_series(labels, &sample.labels))
+            {
+                let key = series_key(&sample.labels);
+                let stale = key_is_stale(&key);
+                last = Some((&sample.labels, key, stale));
             }
+            let Some((_, key, false)) = &last else {
+                continue;
+            };
             let value = sample.value.value.as_f64();
-            let series = out.entry(key).or_default();
+            if !out.contains_key(key) {
+                out.insert(key.clone(), Histogram::default());
+            }
+            let Some(series) = out.get_mut(key) else {
+                continue;
+            };
             match sample.value.value_type {
                 ValueType::Count => series.count = value,
                 ValueType::Sum => {}
@@ -177,16 +221,34 @@ fn is_family_line(line: &str, families: &[&str]) -> bool {
         }
         // A sample: its name runs to `{` or a blank. Most lines of a page share no prefix
         // with the families and are rejected by the first comparison.
-        None => families.iter().any(|f| {
-            trimmed.starts_with(f) && {
-                let name = trimmed
-                    .split(|c: char| c == '{' || c.is_whitespace())
-                    .next()
-                    .unwrap_or_default();
-                is_family(name, f)
-            }
-        }),
+        None => {
+            families.iter().any(|f| {
+                trimmed.starts_with(f) && {
+                    let name = trimmed
+                        .split(|c: char| c == '{' || c.is_whitespace())
+                        .next()
+                        .unwrap_or_default();
+                    is_family(name, f)
+                }
+            }) && !is_stale_sample(trimmed)
+        }
     }
+}
+
+/// Whether a sample line is of the `priority=""` placeholder series, which is never read:
+/// left out before parsing (a third of an SGLang page's kept lines). `priority=""` cannot
+/// occur inside a label value (a `"` in a value is escaped), so a match that starts a label
+/// pair (after `{` or `,`) and ends one (before `,` or `}`) is the label itself.
+fn is_stale_sample(line: &str) -> bool {
+    let Some(open) = line.find('{') else {
+        return false;
+    };
+    let labels = &line[open..];
+    labels.match_indices(STALE_KEY).any(|(at, _)| {
+        let before = labels[..at].trim_end().chars().next_back();
+        let after = labels[at + STALE_KEY.len()..].trim_start().chars().next();
+        matches!(before, Some('{' | ',')) && matches!(after, Some(',' | '}'))
+    })
 }
 
 /// Whether the first non-blank line reads like exposition text (a comment or a metric name).

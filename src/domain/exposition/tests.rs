@@ -206,3 +206,76 @@ fn parsing_only_the_families_read_gives_the_same_series() {
         "an empty page has no series"
     );
 }
+
+/// The key as it was built before it was built without `format!`: the `k="v"` strings,
+/// sorted, joined.
+fn formatted_key(labels: &Labels) -> SeriesKey {
+    let mut pairs: Vec<String> = labels
+        .iter()
+        .filter(|l| l.key != "le")
+        .map(|l| format!("{}=\"{}\"", l.key, l.value))
+        .collect();
+    pairs.sort();
+    pairs.join(",")
+}
+
+#[test]
+fn a_series_key_sorts_its_pairs_as_the_formatted_pairs_sort() {
+    // `a1="…"` sorts before `a="…"` (`1` < `=`), though `a` < `a1` as names.
+    let text = "# TYPE x counter\nx{a=\"1\",a1=\"2\",b_=\"q\\\"z\",b=\"\"} 1\nx{zz=\"\",z=\"\",le=\"3\"} 2\nx 3\n";
+    let page = Page::parse(text).expect("parses");
+    for sample in &page.metrics[0].samples {
+        assert_eq!(series_key(&sample.labels), formatted_key(&sample.labels));
+    }
+    assert_eq!(
+        series_key(&page.metrics[0].samples[0].labels),
+        "a1=\"2\",a=\"1\",b=\"\",b_=\"q\\\"z\""
+    );
+}
+
+#[test]
+fn only_the_priority_placeholder_lines_are_left_out_before_parsing() {
+    for stale in [
+        "x_bucket{priority=\"\",le=\"1\"} 1",
+        "x_bucket{le=\"1\",priority=\"\"} 1",
+        "x{ a=\"\\\\\" , priority=\"\" } 1",
+    ] {
+        assert!(is_stale_sample(stale), "{stale}");
+        assert!(!is_family_line(stale, &["x"]), "{stale}");
+    }
+    for live in [
+        "x_bucket{priority=\"0\",le=\"1\"} 1",
+        "x{xpriority=\"\"} 1",
+        "x{a=\"priority=\\\"\\\"\"} 1",
+        "x{a=\",priority=\\\"\\\"}\"} 1",
+        "x 1",
+    ] {
+        assert!(!is_stale_sample(live), "{live}");
+        assert!(is_family_line(live, &["x"]), "{live}");
+    }
+}
+
+#[test]
+fn the_placeholder_left_out_before_parsing_changes_no_series_read() {
+    let text = page(
+        &[6.0, 17.0, 27.0, 30.0],
+        &[5.0, 14.0, 20.0, 23.0],
+        (40.0, 25.0),
+    );
+    assert!(
+        text.contains("priority=\"\""),
+        "the page has the placeholder"
+    );
+    let whole = Page::parse(&text).expect("parses");
+    let some = Page::parse_families(&text, &[TTFT, "sglang:num_requests_total"]).expect("parses");
+    assert!(
+        some.series_count() < whole.series_count(),
+        "placeholder left out"
+    );
+    assert_eq!(some.histogram(TTFT), whole.histogram(TTFT));
+    assert!(!whole.histogram(TTFT).is_empty());
+    assert_eq!(
+        some.counter("sglang:num_requests_total"),
+        whole.counter("sglang:num_requests_total")
+    );
+}
