@@ -1,5 +1,7 @@
 //! The dry-run plan and the gate that decides whether a real `compose/up` may follow.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::error_code::ErrorCode;
@@ -118,25 +120,7 @@ fn quote_list(names: &[String]) -> String {
 /// `resources` are ignored. The target counts as planned even if a runbook also lists it in
 /// `allow`.
 pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), GateViolation> {
-    let allowed = |name: &str| allow.iter().any(|a| a == name);
-    let changed: std::collections::BTreeSet<&str> = plan
-        .create
-        .iter()
-        .chain(&plan.recreate)
-        .map(String::as_str)
-        .collect();
-    let extra: std::collections::BTreeSet<&str> = plan
-        .create
-        .iter()
-        .map(String::as_str)
-        .filter(|name| *name != target && !allowed(name))
-        .chain(
-            plan.recreate
-                .iter()
-                .map(String::as_str)
-                .filter(|name| *name != target),
-        )
-        .collect();
+    let (changed, extra) = changed_and_extra(plan, |name| name == target, allow);
     let violation = GateViolation {
         missing_target: !changed.contains(target),
         extra: extra.iter().map(|name| name.to_string()).collect(),
@@ -148,6 +132,35 @@ pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), Ga
     } else {
         Err(violation)
     }
+}
+
+/// What the plan creates or recreates, and what of it is not `planned`: a name outside
+/// `planned` is excused only as an `allow`ed one-shot in `create`, never in `recreate`.
+fn changed_and_extra<'p>(
+    plan: &'p DryRunPlan,
+    planned: impl Fn(&str) -> bool,
+    allow: &[String],
+) -> (BTreeSet<&'p str>, BTreeSet<&'p str>) {
+    let allowed = |name: &str| allow.iter().any(|a| a == name);
+    let changed = plan
+        .create
+        .iter()
+        .chain(&plan.recreate)
+        .map(String::as_str)
+        .collect();
+    let extra = plan
+        .create
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !planned(name) && !allowed(name))
+        .chain(
+            plan.recreate
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !planned(name)),
+        )
+        .collect();
+    (changed, extra)
 }
 
 fn sorted_removals(plan: &DryRunPlan) -> Vec<String> {
@@ -169,25 +182,7 @@ pub fn check_companions(
     only_out_of_date: bool,
 ) -> Result<Vec<String>, GateViolation> {
     let listed = |name: &str| services.iter().any(|s| s == name);
-    let allowed = |name: &str| allow.iter().any(|a| a == name);
-    let changed: std::collections::BTreeSet<&str> = plan
-        .create
-        .iter()
-        .chain(&plan.recreate)
-        .map(String::as_str)
-        .collect();
-    let extra: std::collections::BTreeSet<&str> = plan
-        .create
-        .iter()
-        .map(String::as_str)
-        .filter(|name| !listed(name) && !allowed(name))
-        .chain(
-            plan.recreate
-                .iter()
-                .map(String::as_str)
-                .filter(|name| !listed(name)),
-        )
-        .collect();
+    let (changed, extra) = changed_and_extra(plan, listed, allow);
     let missing = if only_out_of_date {
         Vec::new()
     } else {

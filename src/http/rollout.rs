@@ -241,27 +241,28 @@ async fn abort_rollout(
     Ok(Json(rollout_out(&state, rollout).await?))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveIn {
+    reason: String,
+}
+
+impl JsonInput for ApproveIn {
+    const NAME: &'static str = "approve body";
+    const FIELDS: &'static [&'static str] = &["reason"];
+    /// An approval says why, like an abort.
+    const REQUIRES_REASON: bool = true;
+}
+
 /// `POST /v1/rollouts/{id}/approve {"reason"}` (operator): the step the rollout waits on goes on.
 async fn approve_rollout(
     State(state): State<AppState>,
     actor: Actor,
     Path(id): Path<String>,
-    body: Body,
+    body: Result<JsonBody<ApproveIn>, ApiError>,
 ) -> Result<Json<RolloutOut>, ApiError> {
     actor.require_approve()?;
-    body.require_json()?;
-    let input: AbortIn = serde_json::from_slice(&body.bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!("approve body must be {{\"reason\": \"...\"}}: {e}"),
-        )
-    })?;
-    if input.reason.trim().is_empty() {
-        return Err(ApiError::Unprocessable {
-            code: "missing_reason",
-            message: "reason must not be empty".into(),
-        });
-    }
+    let JsonBody(input) = body?;
     let rollout = state
         .engine
         .approve(&id, &actor.name, &input.reason)
