@@ -251,11 +251,14 @@ fn is_family_line(line: &str, families: &[&str]) -> bool {
 /// occur inside a label value (a `"` in a value is escaped), so a match that starts a label
 /// pair (after `{` or `,`) and ends one (before `,` or `}`) is the label itself.
 fn is_stale_sample(line: &str) -> bool {
-    let Some(open) = line.find('{') else {
+    // One searcher for every line (`str::match_indices` would build one per line).
+    static STALE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(STALE_KEY));
+    let Some(open) = memchr::memchr(b'{', line.as_bytes()) else {
         return false;
     };
     let labels = &line[open..];
-    labels.match_indices(STALE_KEY).any(|(at, _)| {
+    STALE.find_iter(labels.as_bytes()).any(|at| {
         let before = labels[..at].trim_end().chars().next_back();
         let after = labels[at + STALE_KEY.len()..].trim_start().chars().next();
         matches!(before, Some('{' | ',')) && matches!(after, Some(',' | '}'))

@@ -207,7 +207,7 @@ fn line(l: &str) -> Option<Line<'_>> {
         loop {
             let (key, after) = split_name(inside)?;
             let after = after.strip_prefix("=\"")?;
-            let end = after.find(['"', '\\'])?;
+            let end = memchr::memchr2(b'"', b'\\', after.as_bytes())?;
             if after.as_bytes()[end] != b'"' {
                 return None;
             }
