@@ -243,6 +243,14 @@ impl Daemon {
     }
 }
 
+/// System CPU seconds of a process (`stime` of `/proc/<pid>/stat`).
+fn system_seconds(pid: u32, tck: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let stime: f64 = rest.split_whitespace().nth(12)?.parse().ok()?;
+    Some(stime / tck)
+}
+
 /// `ANALYZE_CALLGRIND`: where callgrind writes its counts, when the daemon runs under it.
 fn callgrind_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("ANALYZE_CALLGRIND")
@@ -345,6 +353,10 @@ async fn fleet(rollouts: usize) -> anyhow::Result<bool> {
         if cpu_ok { "yes" } else { "NO" }
     );
     println!(
+        "| of which in the kernel (`stime`) | {:.1} % | |",
+        m.sys_pct
+    );
+    println!(
         "| CPU of canaryd, whole run | {:.2} s in {:.1} s ({:.1} %) | |",
         m.cpu_total_s,
         m.wall_s,
@@ -382,6 +394,8 @@ struct Measured {
     scrapes: String,
     threads: u64,
     cpu_pct: f64,
+    /// The kernel's part of `cpu_pct` (`stime`: sockets, reads, SQLite's writes).
+    sys_pct: f64,
     window_s: f64,
     cpu_total_s: f64,
     wall_s: f64,
@@ -431,9 +445,11 @@ async fn measure(
         callgrind_control(pid, "zero")?;
     }
     let w_cpu0 = common::cpu_seconds(pid, tck).context("cpu")?;
+    let w_sys0 = system_seconds(pid, tck).context("cpu")?;
     let w0 = Instant::now();
     tokio::time::sleep(quiet).await;
     let w_cpu1 = common::cpu_seconds(pid, tck).context("cpu")?;
+    let w_sys1 = system_seconds(pid, tck).context("cpu")?;
     let window_s = w0.elapsed().as_secs_f64();
     let window_ir = match &callgrind {
         Some(dir) => {
@@ -470,6 +486,7 @@ async fn measure(
         scrapes,
         threads: common::threads(pid).unwrap_or(0),
         cpu_pct: 100.0 * (w_cpu1 - w_cpu0) / window_s.max(1e-9),
+        sys_pct: 100.0 * (w_sys1 - w_sys0) / window_s.max(1e-9),
         window_s,
         cpu_total_s: cpu1 - cpu0,
         wall_s,
