@@ -258,12 +258,13 @@ impl StepRun<'_> {
             }
         }
         // `http://` pages are read on a connection kept per replica (`scrape.rs`); this
-        // client, for `https://` ones, keeps no idle connection: a pooled connection keeps
-        // the read buffer a ~200 KiB page grew, per replica, between scrapes (hundreds of
-        // MiB for a fleet of canaries).
+        // client, for `https://` ones, goes straight to the engine as those do, and keeps no
+        // idle connection: a pooled connection keeps the read buffer a ~200 KiB page grew,
+        // per replica, between scrapes (hundreds of MiB for a fleet of canaries).
         let scrape_timeout = spec.interval.min(self.engine.inner.timings.scrape_timeout);
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
+            .no_proxy()
             .timeout(scrape_timeout)
             .build()
             .unwrap_or_default();
