@@ -13,7 +13,13 @@
 //!    sends no request. Targets: under 10 % of one core, under 150 MB.
 //!
 //! Knobs: `ANALYZE_SERIES` [2000], `ANALYZE_PARSES` [1000], `ANALYZE_ROLLOUTS` [200, 0 skips
-//! phase 2], `ANALYZE_INTERVAL_MS` [5000], `ANALYZE_WINDOW_MS` [60000].
+//! phase 2], `ANALYZE_INTERVAL_MS` [5000], `ANALYZE_WINDOW_MS` [60000]. For comparing builds:
+//! `ANALYZE_CANARYD` (the daemon binary to run, [the one built with this bench]: a saved
+//! copy of an earlier build runs against the same bench), `ANALYZE_CALLGRIND` (a folder:
+//! the daemon runs under `valgrind --tool=callgrind`, its counts zeroed when the measured
+//! window starts and dumped when it ends, and the window's instructions are printed, per
+//! scrape: repeatable where CPU time moves with the machine's other load; use few rollouts,
+//! valgrind is ~50× slower).
 
 mod common;
 
@@ -183,7 +189,22 @@ impl Daemon {
         let config = dir.path().join("canaryd.yaml");
         std::fs::write(&config, cfg)?;
         let log = std::fs::File::create(dir.path().join("canaryd.log"))?;
-        let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        let bin = std::env::var_os("ANALYZE_CANARYD")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_canaryd").into());
+        let mut command = match callgrind_dir() {
+            Some(out) => {
+                let mut c = Command::new("valgrind");
+                c.arg("--tool=callgrind")
+                    .arg(format!(
+                        "--callgrind-out-file={}/callgrind.out.%p",
+                        out.display()
+                    ))
+                    .arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .args(["serve", "--config"])
             .arg(&config)
             .env("BENCH_SIM_TOKEN", first.token())
@@ -202,7 +223,7 @@ impl Daemon {
             _dir: dir,
         };
         let http = reqwest::Client::new();
-        for _ in 0..1000 {
+        for _ in 0..3000 {
             if let Ok(Some(status)) = daemon.child.try_wait() {
                 bail!("canaryd exited at start ({status})");
             }
@@ -213,13 +234,66 @@ impl Daemon {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         daemon.stop();
-        bail!("canaryd was not ready within 20 s")
+        bail!("canaryd was not ready within 60 s")
     }
 
     fn stop(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// System CPU seconds of a process (`stime` of `/proc/<pid>/stat`).
+fn system_seconds(pid: u32, tck: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let stime: f64 = rest.split_whitespace().nth(12)?.parse().ok()?;
+    Some(stime / tck)
+}
+
+/// `ANALYZE_CALLGRIND`: where callgrind writes its counts, when the daemon runs under it.
+fn callgrind_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("ANALYZE_CALLGRIND")
+        .filter(|d| !d.is_empty())
+        .map(Into::into)
+}
+
+/// Under callgrind: zeroes the daemon's counts (`zero`) or dumps them (`dump`), by pid.
+fn callgrind_control(pid: u32, what: &str) -> anyhow::Result<()> {
+    let status = Command::new("callgrind_control")
+        .arg(format!("--{what}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .context("running callgrind_control")?;
+    ensure!(
+        status.success(),
+        "callgrind_control --{what} {pid}: {status}"
+    );
+    Ok(())
+}
+
+/// The instructions (`Ir`) of the newest dump of `pid` in `dir` (its `totals:` line).
+fn callgrind_window_ir(dir: &std::path::Path, pid: u32) -> anyhow::Result<u64> {
+    let prefix = format!("callgrind.out.{pid}.");
+    let newest = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .context("no callgrind dump")?;
+    let text = std::fs::read_to_string(newest.path())?;
+    let totals = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
+        .context("no totals line in the dump")?;
+    Ok(totals
+        .split_whitespace()
+        .next()
+        .context("empty totals")?
+        .parse()?)
 }
 
 /// The rollouts in `status` (one listing request).
@@ -279,6 +353,10 @@ async fn fleet(rollouts: usize) -> anyhow::Result<bool> {
         if cpu_ok { "yes" } else { "NO" }
     );
     println!(
+        "| of which in the kernel (`stime`) | {:.1} % | |",
+        m.sys_pct
+    );
+    println!(
         "| CPU of canaryd, whole run | {:.2} s in {:.1} s ({:.1} %) | |",
         m.cpu_total_s,
         m.wall_s,
@@ -290,6 +368,14 @@ async fn fleet(rollouts: usize) -> anyhow::Result<bool> {
         m.hwm_mib,
         if hwm_ok { "yes" } else { "NO" }
     );
+    if let Some(ir) = m.window_ir {
+        // Every rollout scrapes target and peer once per interval.
+        let scrapes = 2.0 * rollouts as f64 * m.window_s / interval.as_secs_f64().max(1e-9);
+        println!(
+            "| instructions of canaryd over the window (callgrind) | {ir} ({:.0} per scrape, ~{scrapes:.0} scrapes) | |",
+            ir as f64 / scrapes.max(1.0)
+        );
+    }
     println!(
         "| load average after the run | {} | |",
         std::fs::read_to_string("/proc/loadavg")
@@ -308,11 +394,15 @@ struct Measured {
     scrapes: String,
     threads: u64,
     cpu_pct: f64,
+    /// The kernel's part of `cpu_pct` (`stime`: sockets, reads, SQLite's writes).
+    sys_pct: f64,
     window_s: f64,
     cpu_total_s: f64,
     wall_s: f64,
     rss_idle_mib: f64,
     hwm_mib: f64,
+    /// Under callgrind: the daemon's instructions over the measured window.
+    window_ir: Option<u64>,
 }
 
 async fn measure(
@@ -350,11 +440,24 @@ async fn measure(
     let quiet = window
         .saturating_sub(started.duration_since(t0))
         .saturating_sub(interval.min(Duration::from_secs(5)));
+    let callgrind = callgrind_dir();
+    if callgrind.is_some() {
+        callgrind_control(pid, "zero")?;
+    }
     let w_cpu0 = common::cpu_seconds(pid, tck).context("cpu")?;
+    let w_sys0 = system_seconds(pid, tck).context("cpu")?;
     let w0 = Instant::now();
     tokio::time::sleep(quiet).await;
     let w_cpu1 = common::cpu_seconds(pid, tck).context("cpu")?;
+    let w_sys1 = system_seconds(pid, tck).context("cpu")?;
     let window_s = w0.elapsed().as_secs_f64();
+    let window_ir = match &callgrind {
+        Some(dir) => {
+            callgrind_control(pid, "dump")?;
+            Some(callgrind_window_ir(dir, pid)?)
+        }
+        None => None,
+    };
     let limit = Instant::now() + window + Duration::from_secs(120);
     let ended = loop {
         let ended = count(&daemon.api, "succeeded", rollouts).await?
@@ -383,11 +486,13 @@ async fn measure(
         scrapes,
         threads: common::threads(pid).unwrap_or(0),
         cpu_pct: 100.0 * (w_cpu1 - w_cpu0) / window_s.max(1e-9),
+        sys_pct: 100.0 * (w_sys1 - w_sys0) / window_s.max(1e-9),
         window_s,
         cpu_total_s: cpu1 - cpu0,
         wall_s,
         rss_idle_mib,
         hwm_mib: common::status_mib(pid, "VmHWM").unwrap_or(f64::NAN),
+        window_ir,
     })
 }
 

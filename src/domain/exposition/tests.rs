@@ -279,3 +279,250 @@ fn the_placeholder_left_out_before_parsing_changes_no_series_read() {
         whole.counter("sglang:num_requests_total")
     );
 }
+
+/// An SGLang page of about `series` series, shaped like the simulated engine's (and the real
+/// engine's): two counters and three histograms for priorities `""`, `0`, `1`, then gauges
+/// in families of 50.
+fn sglang_like_page(series: usize) -> String {
+    let model = "model_name=\"z-ai/glm-5.3-flash\"";
+    let mut text = String::new();
+    for (name, help) in [
+        ("sglang:num_requests_total", "Number of requests processed."),
+        (
+            "sglang:generation_tokens_total",
+            "Number of generation tokens.",
+        ),
+    ] {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        for (i, p) in ["", "0", "1"].iter().enumerate() {
+            text.push_str(&format!(
+                "{name}{{{model},priority=\"{p}\"}} {}.0\n",
+                40 + i * 7
+            ));
+        }
+    }
+    let bounds = [
+        "0.001", "0.005", "0.01", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "+Inf",
+    ];
+    for name in [
+        TTFT,
+        "sglang:inter_token_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+    ] {
+        text.push_str(&format!(
+            "# HELP {name} Histogram of {name}.\n# TYPE {name} histogram\n"
+        ));
+        for (i, p) in ["", "0", "1"].iter().enumerate() {
+            for (j, le) in bounds.iter().enumerate() {
+                text.push_str(&format!(
+                    "{name}_bucket{{le=\"{le}\",{model},priority=\"{p}\"}} {}.0\n",
+                    i + j * 3
+                ));
+            }
+            text.push_str(&format!(
+                "{name}_sum{{{model},priority=\"{p}\"}} {}.25\n",
+                i * 11
+            ));
+            text.push_str(&format!(
+                "{name}_count{{{model},priority=\"{p}\"}} {}.0\n",
+                i + 30
+            ));
+        }
+    }
+    for family in 0..series.div_ceil(50) {
+        let name = format!("sglang:cache_stat_{family}");
+        text.push_str(&format!(
+            "# HELP {name} Per-rank cache statistic {family}.\n# TYPE {name} gauge\n"
+        ));
+        for i in 0..50.min(series - family * 50) {
+            text.push_str(&format!(
+                "{name}{{{model},tp_rank=\"{}\",pool=\"pool-{i}\"}} {}.5\n",
+                i % 4,
+                family * 1000 + i
+            ));
+        }
+    }
+    text
+}
+
+/// Both parsers' answers, side by side, as text (the crate's `Metric` has no `PartialEq`).
+fn both(text: &str) -> (String, String) {
+    (
+        format!("{:?}", Page::parse(text)),
+        format!("{:?}", Page::parse_with_crate(text)),
+    )
+}
+
+#[test]
+fn the_plain_tokenizer_reads_an_sglang_sized_page_as_the_parser_of_record_does() {
+    let text = sglang_like_page(2_000);
+    assert!(text.len() > 150 * 1024, "a real-sized page");
+    assert!(
+        fast::parse(&text).is_some(),
+        "the plain shape is not handed on"
+    );
+    let (ours, crates) = both(&text);
+    assert_eq!(ours, crates);
+    // And the lines an analysis keeps of it, fed in chunks as a scrape reads them.
+    let families = [
+        TTFT,
+        "sglang:inter_token_latency_seconds",
+        "sglang:num_requests_total",
+    ];
+    let mut lines = FamilyLines::new(&families);
+    for chunk in text.as_bytes().chunks(16 * 1024) {
+        lines.push(chunk);
+    }
+    let streamed = lines.finish().expect("parses");
+    let kept = Page::parse_families(&text, &families).expect("parses");
+    let by_crate: String = text
+        .lines()
+        .filter(|l| is_family_line(l, &families))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let by_crate = Page::parse_with_crate(&by_crate).expect("parses");
+    assert_eq!(format!("{streamed:?}"), format!("{by_crate:?}"));
+    assert_eq!(format!("{kept:?}"), format!("{by_crate:?}"));
+    assert_eq!(streamed.histogram(TTFT).len(), 2, "priorities 0 and 1");
+}
+
+#[test]
+fn text_off_the_plain_shape_is_handed_to_the_parser_of_record() {
+    for text in [
+        "# TYPE x counter\nx{a=\"q\\\"z\"} 1\n",
+        "# TYPE x counter\nx 1 1700000000000\n",
+        "# TYPE x counter\nx  1\n",
+        "# TYPE x counter\n\nx 1\n",
+        "# TYPE x counter\n# a comment\nx 1\n",
+        "# TYPE x counter\n",
+        "# HELP x\nx 1\n",
+        "# TYPE x Counter\nx 1\n",
+        "x{} 1\n",
+        "x 1e\n",
+        "x 1\r\n",
+        "",
+    ] {
+        assert!(fast::parse(text).is_none(), "{text:?}");
+        let (ours, crates) = both(text);
+        assert_eq!(ours, crates, "{text:?}");
+    }
+}
+
+mod against_the_crate {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "s:x", "a_b"]).prop_map(str::to_owned)
+    }
+
+    /// A line in the plain shape, or near it (every way the crate's grammar bends).
+    fn any_line() -> impl Strategy<Value = String> {
+        let help = (
+            name(),
+            prop::sample::select(vec![" d", " two words", "  lead", "", " \tt", "\td"]),
+        )
+            .prop_map(|(n, d)| format!("# HELP {n}{d}"));
+        let kind = prop::sample::select(vec![
+            " counter",
+            " gauge",
+            " histogram",
+            " summary",
+            " untyped",
+            " Histogram",
+            " bogus",
+            "  counter",
+            " counter ",
+            "",
+        ]);
+        let typ = (name(), kind).prop_map(|(n, k)| format!("# TYPE {n}{k}"));
+        let sample = (
+            name(),
+            prop::sample::select(vec!["", "_bucket", "_sum", "_count", "_total"]),
+            prop::sample::select(vec![
+                "",
+                "{le=\"1\"}",
+                "{a=\"x\",le=\"+Inf\"}",
+                "{a=\"\"}",
+                "{a=\"q\\\"z\"}",
+                "{ a = \"1\" }",
+                "{}",
+                "{a=\"1\",}",
+                "{a=\"é ,}\"}",
+                "{a=\"1\"",
+                " {a=\"1\"}",
+            ]),
+            prop::sample::select(vec![" ", "  ", "\t", ""]),
+            prop::sample::select(vec![
+                "1", "1.5", "+Inf", "-inf", "NaN", "1e3", "-2.5E-3", ".5", "1.", "1e", "x", "0x1",
+                "+1", "-.5e+2", "Infinity", "nan5", "",
+            ]),
+            prop::sample::select(vec!["", " 123", " ", "\r", " -5", "x"]),
+        )
+            .prop_map(|(n, s, l, sep, v, t)| format!("{n}{s}{l}{sep}{v}{t}"));
+        let other = prop::sample::select(vec!["", "# comment", "#HELP a d", " a 1", "#"])
+            .prop_map(str::to_owned);
+        prop_oneof![2 => help, 2 => typ, 6 => sample, 1 => other]
+    }
+
+    /// A family in the plain shape: its `HELP` and `TYPE` (either, both or none) and samples.
+    fn plain_family() -> impl Strategy<Value = String> {
+        (
+            name(),
+            prop::sample::select(vec!["counter", "gauge", "histogram", "summary", "untyped"]),
+            0..3usize,
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec!["", "_bucket", "_sum", "_count"]),
+                    prop::sample::select(vec![
+                        "",
+                        "{le=\"0.5\"}",
+                        "{p=\"\",le=\"+Inf\"}",
+                        "{m=\"é\",p=\"1\"}",
+                    ]),
+                    prop::sample::select(vec!["0", "3.25", "+Inf", "NaN", "1e-3", "17.0"]),
+                ),
+                1..8,
+            ),
+        )
+            .prop_map(|(n, kind, header, samples)| {
+                let mut text = String::new();
+                if header != 1 {
+                    text.push_str(&format!("# HELP {n} Help of {n}.\n"));
+                }
+                if header != 2 {
+                    text.push_str(&format!("# TYPE {n} {kind}\n"));
+                }
+                for (suffix, labels, value) in samples {
+                    text.push_str(&format!("{n}{suffix}{labels} {value}\n"));
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn any_lines_parse_as_the_crate_parses_them(
+            lines in prop::collection::vec(any_line(), 0..24),
+            newline in any::<bool>(),
+        ) {
+            let mut text = lines.join("\n");
+            if newline {
+                text.push('\n');
+            }
+            let (ours, crates) = both(&text);
+            prop_assert_eq!(ours, crates);
+        }
+
+        #[test]
+        fn plain_pages_parse_as_the_crate_parses_them(
+            families in prop::collection::vec(plain_family(), 1..8),
+        ) {
+            let text: String = families.concat();
+            let (ours, crates) = both(&text);
+            prop_assert_eq!(ours, crates);
+        }
+    }
+}
