@@ -209,6 +209,10 @@ impl From<EngineError> for ApiError {
                 code: "companion_is_replica",
                 message,
             },
+            EngineError::InvalidReplaces(_) => ApiError::Unprocessable {
+                code: "invalid_replaces",
+                message,
+            },
             EngineError::ReleaseNotFound(_) => ApiError::NotFound {
                 code: "not_found",
                 message,

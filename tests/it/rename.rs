@@ -134,3 +134,276 @@ async fn the_long_context_host_serves_each_tag_its_own_file_so_a_tag_renames_r2(
     assert_eq!(new.tag, "v0.0.452");
     sim.shutdown().await;
 }
+
+// ---- canaryd against the long-context host ---------------------------------------------
+
+use canaryd::domain::runbook::{self, Runbook};
+use canaryd::sim::RecordedCall;
+use serde_json::{json, Value};
+
+use crate::helpers::{fast_runbooks, is_dry_run, TestApp, TestOptions, HOST};
+
+const CHECK: &str = "glm53-perception-check";
+const RELAY: &str = "glm53-soak-relay";
+const PROXY: &str = "proxy-glm53";
+const DCGM: &str = "dcgm-glm53";
+const OTEL: &str = "otelcol-contrib";
+
+/// A shipped runbook with test timings: waits of seconds, polls of 50 ms, a 300 ms soak, and
+/// no `analyze` (its 50-request windows need minutes of traffic).
+fn fast_shipped(name: &str) -> Runbook {
+    let path = format!("{}/runbooks/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("shipped runbook");
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+    let steps = doc["steps"].as_sequence_mut().expect("steps");
+    steps.retain(|s| s["kind"].as_str() != Some("analyze"));
+    for step in steps.iter_mut() {
+        let map = step.as_mapping_mut().expect("step is a mapping");
+        for (key, value) in [
+            ("timeout", "5s"),
+            ("interval", "50ms"),
+            ("duration", "300ms"),
+        ] {
+            if map.contains_key(key) {
+                map.insert(key.into(), value.into());
+            }
+        }
+        if map.contains_key("consecutive") {
+            map.insert("consecutive".into(), 2.into());
+        }
+    }
+    let fast = serde_yaml::to_string(&doc).expect("yaml");
+    runbook::parse(name, &path, &fast).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn runbooks() -> BTreeMap<String, Runbook> {
+    let mut books = fast_runbooks();
+    for name in ["long-context-rollout", "long-context-rollback"] {
+        books.insert(name.to_owned(), fast_shipped(name));
+    }
+    books
+}
+
+/// The daemon over the long-context host, r2's slot configured under its new name with the
+/// old one as a former name.
+async fn app() -> TestApp {
+    let opts = TestOptions {
+        runbooks: Some(runbooks()),
+        aliases: vec![(NEW.to_owned(), vec![OLD.to_owned()])],
+        ..TestOptions::default()
+    };
+    TestApp::spawn_custom(long_context(), opts).await
+}
+
+fn plan(runbook: &str) -> Value {
+    json!({"host": HOST, "file": EXAMPLE_FILE, "service": NEW, "tag": "v0.0.452",
+           "reason": "w4afp8 on r2", "runbook": runbook, "replaces": {"service": OLD}})
+}
+
+fn services(call: &RecordedCall) -> Vec<String> {
+    serde_json::from_value(call.body["services"].clone()).expect("services is a list")
+}
+
+/// (path, dry run, tag, services) of each compose call.
+fn shape(calls: &[RecordedCall]) -> Vec<(String, bool, String, Vec<String>)> {
+    calls
+        .iter()
+        .map(|c| {
+            (
+                c.path.clone(),
+                is_dry_run(c),
+                c.body["tag"].as_str().unwrap_or_default().to_owned(),
+                services(c),
+            )
+        })
+        .collect()
+}
+
+fn call(path: &str, dry: bool, tag: &str, names: &[&str]) -> (String, bool, String, Vec<String>) {
+    (
+        path.to_owned(),
+        dry,
+        tag.to_owned(),
+        names.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+/// Safety rules 1–3 and 15 (docs/safety.md) over every call: an explicit non-empty list; a
+/// replica name (either of r2's, r1, r2a/r2b) only ever alone; `force_recreate` only on the
+/// collector; the host's full env; the one file.
+fn assert_safe(app: &TestApp, calls: &[RecordedCall]) {
+    let replicas = [
+        R1,
+        NEW,
+        OLD,
+        "model-sg-glm53-w4afp8-tp2-r2a",
+        "model-sg-glm53-w4afp8-tp2-r2b",
+    ];
+    for call in calls {
+        let names = services(call);
+        assert!(!names.is_empty(), "never unscoped: {}", call.body);
+        if names.iter().any(|n| replicas.contains(&n.as_str())) {
+            assert_eq!(names.len(), 1, "a replica only ever alone: {}", call.body);
+            assert!(
+                names == [NEW] || names == [OLD],
+                "only r2, under one of its names: {}",
+                call.body
+            );
+        }
+        if call.body.get("force_recreate") == Some(&json!(true)) {
+            assert_eq!(names, [OTEL], "force_recreate only on the collector");
+        }
+        assert_eq!(call.body["file"], EXAMPLE_FILE);
+        let env: BTreeMap<String, String> =
+            serde_json::from_value(call.body["env"].clone()).expect("env map");
+        assert_eq!(env, app.env, "the host's full env map");
+    }
+}
+
+/// Container ids of every service but r2's two names (and the verification services, which a
+/// long-context rollout brings up and takes down).
+fn others(app: &TestApp) -> BTreeMap<String, String> {
+    app.sim
+        .containers()
+        .into_iter()
+        .filter(|c| ![NEW, OLD, CHECK, RELAY].contains(&c.service.as_str()))
+        .map(|c| (c.service, c.id))
+        .collect()
+}
+
+fn container(app: &TestApp, service: &str) -> Option<canaryd::sim::SimContainer> {
+    app.sim
+        .containers()
+        .into_iter()
+        .find(|c| c.service == service)
+}
+
+async fn get(app: &TestApp, path: &str) -> Value {
+    reqwest::get(format!("{}{path}", app.url))
+        .await
+        .expect("daemon answers")
+        .json()
+        .await
+        .expect("json")
+}
+
+#[tokio::test]
+async fn a_renamed_canary_downs_the_old_name_on_its_own_tag_and_ups_the_new_one_and_its_rollback_reverses_it(
+) {
+    let app = app().await;
+    let before = others(&app);
+    let id = app.start_canary(&plan("single-replica-canary")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    assert_eq!(r.service, NEW, "the rollout belongs to the slot");
+    assert_eq!(r.replaces.as_ref().map(|x| x.service.as_str()), Some(OLD));
+    let calls = app.compose_calls();
+    assert_eq!(
+        shape(&calls),
+        [
+            // The gate before the down: create [new] and the old name as an orphan.
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            // The old file back on disk (read-only), then the old name down on its tag.
+            call("/compose/up", true, "v0.0.451", &[OLD]),
+            call("/compose/down", false, "v0.0.451", &[OLD]),
+            // The gate proper, then the identical payload for real.
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            call("/compose/up", false, "v0.0.452", &[NEW]),
+        ]
+    );
+    assert_safe(&app, &calls);
+    let preflight = r
+        .steps
+        .iter()
+        .find(|s| s.name == "preflight")
+        .expect("step");
+    assert_eq!(
+        preflight.detail["plan"]["remove"],
+        json!([OLD]),
+        "{:#?}",
+        preflight.detail
+    );
+    let gate = r.steps.iter().find(|s| s.name == "plan").expect("step");
+    assert_eq!(
+        gate.detail["plan"]["create"],
+        json!(["model-downloader", NEW])
+    );
+    assert_eq!(gate.detail["plan"]["remove"], json!([]));
+    let down = r.steps.iter().find(|s| s.name == "down").expect("step");
+    assert_eq!(
+        down.detail["replaces"],
+        json!({"service": OLD, "file": EXAMPLE_FILE, "tag": "v0.0.451"}),
+        "file and tag defaulted to the old name's baseline"
+    );
+    assert!(container(&app, OLD).is_none(), "the old name is gone");
+    let new = container(&app, NEW).expect("the new name runs");
+    assert_eq!(
+        (new.state.as_str(), new.tag.as_str()),
+        ("running", "v0.0.452")
+    );
+    assert_eq!(others(&app), before, "no other container changed");
+    // History follows the slot and shows both names.
+    let history = get(&app, &format!("/v1/replicas/{HOST}/{NEW}/deployments")).await;
+    let rows: Vec<(Value, Value, Value)> = history
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|d| {
+            (
+                d["deployed_as"].clone(),
+                d["tag"].clone(),
+                d["source"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (Value::Null, json!("v0.0.452"), json!("rollout")),
+            (json!(OLD), json!("v0.0.451"), json!("baseline")),
+        ]
+    );
+    let by_alias = get(&app, &format!("/v1/replicas/{HOST}/{OLD}/deployments")).await;
+    assert_eq!(
+        by_alias, history,
+        "the former name reads the slot's history"
+    );
+
+    // One-click rollback: the new name down, the old name back on its old file and tag.
+    let before = others(&app);
+    let n = app.compose_calls().len();
+    let (status, body) = app
+        .post(
+            "/v1/rollbacks",
+            &json!({"host": HOST, "service": NEW, "reason": "back to fp8"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let rb = app.wait_terminal(body["id"].as_str().expect("id")).await;
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    assert_eq!(rb.deploy_as.as_deref(), Some(OLD));
+    assert_eq!(rb.tag, "v0.0.451");
+    let calls = app.compose_calls();
+    assert_eq!(
+        shape(&calls[n..]),
+        [
+            call("/compose/up", true, "v0.0.451", &[OLD]),
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            call("/compose/down", false, "v0.0.452", &[NEW]),
+            call("/compose/up", true, "v0.0.451", &[OLD]),
+            call("/compose/up", false, "v0.0.451", &[OLD]),
+        ]
+    );
+    assert_safe(&app, &calls);
+    assert!(container(&app, NEW).is_none(), "the new name is gone");
+    let old = container(&app, OLD).expect("the old name runs again");
+    assert_eq!(
+        (old.state.as_str(), old.tag.as_str()),
+        ("running", "v0.0.451")
+    );
+    assert_eq!(others(&app), before, "no other container changed");
+    let history = get(&app, &format!("/v1/replicas/{HOST}/{NEW}/deployments")).await;
+    assert_eq!(history[0]["deployed_as"], json!(OLD));
+    assert_eq!(history[0]["tag"], json!("v0.0.451"));
+    app.stop().await;
+}

@@ -26,6 +26,7 @@ fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
         },
         rollout_id: rollout_id.map(str::to_owned),
         deployed_at: at(s),
+        deployed_as: None,
     }
 }
 
