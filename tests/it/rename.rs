@@ -407,3 +407,216 @@ async fn a_renamed_canary_downs_the_old_name_on_its_own_tag_and_ups_the_new_one_
     assert_eq!(history[0]["tag"], json!("v0.0.451"));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn the_long_context_runbook_runs_procedure_a_end_to_end_on_the_sim() {
+    let app = app().await;
+    let before = others(&app);
+    let mut p = plan("long-context-rollout");
+    p["require_logs"] = json!(["rank_budget_bytes=108984795136"]);
+    let id = app.start_canary(&p).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let calls = app.compose_calls();
+    let new = "v0.0.452";
+    assert_eq!(
+        shape(&calls),
+        [
+            call("/compose/up", true, new, &[NEW]),
+            call("/compose/up", true, "v0.0.451", &[OLD]),
+            call("/compose/down", false, "v0.0.451", &[OLD]),
+            call("/compose/up", true, new, &[NEW]),
+            call("/compose/up", false, new, &[NEW]),
+            call("/compose/up", true, new, &[RELAY]),
+            call("/compose/up", false, new, &[RELAY]),
+            call("/compose/up", true, new, &[CHECK]),
+            call("/compose/up", false, new, &[CHECK]),
+            // The reconcile: the proxy's backends name the new engine; DCGM is up to date.
+            call("/compose/up", true, new, &[PROXY, DCGM]),
+            call("/compose/up", false, new, &[PROXY]),
+            call("/compose/up", true, new, &[OTEL]),
+            call("/compose/up", false, new, &[OTEL]),
+            call("/compose/down", false, new, &[RELAY, CHECK]),
+        ]
+    );
+    assert_safe(&app, &calls);
+    let verdict = r
+        .steps
+        .iter()
+        .find(|s| s.name == "perception")
+        .expect("step");
+    assert_eq!(verdict.status, "succeeded");
+    assert_eq!(
+        verdict.detail["service"],
+        json!(CHECK),
+        "{:#?}",
+        verdict.detail
+    );
+    assert!(container(&app, OLD).is_none());
+    assert_eq!(
+        container(&app, NEW).map(|c| c.state),
+        Some("running".into())
+    );
+    assert!(container(&app, CHECK).is_none() && container(&app, RELAY).is_none());
+    // Only the proxy and the collector changed beside r2, as Procedure A step 5 says.
+    let after = others(&app);
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(s, id)| after.get(*s) != Some(*id))
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(changed, [OTEL, PROXY]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_perception_check_fails_the_rollout_and_the_long_context_rollback_restores_the_old_name(
+) {
+    let app = app().await;
+    let before = others(&app);
+    app.sim.faults().set_logs_on_start(
+        CHECK,
+        Some(vec![
+            r#"{"event": "replica", "replica": 2}"#.into(),
+            r#"{"event": "qualification_finished", "ok": false}"#.into(),
+        ]),
+    );
+    let id = app.start_canary(&plan("long-context-rollout")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let verdict = r
+        .steps
+        .iter()
+        .find(|s| s.name == "perception")
+        .expect("step");
+    assert_eq!(verdict.status, "failed", "{:#?}", verdict.detail);
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("forbidden_log_line")
+    );
+    let rb_id = r.rolled_back_by.clone().expect("rolled back automatically");
+    let rb = app.wait_terminal(&rb_id).await;
+    assert_eq!(rb.status, "succeeded", "{rb:#?}");
+    assert_eq!(rb.runbook, "long-context-rollback");
+    assert_eq!(rb.deploy_as.as_deref(), Some(OLD));
+    let replaces = rb.replaces.clone().expect("the rename carried back");
+    assert_eq!(
+        (replaces.service.as_str(), replaces.tag.as_deref()),
+        (NEW, Some("v0.0.452"))
+    );
+    assert!(container(&app, NEW).is_none(), "the new name is gone");
+    let old = container(&app, OLD).expect("the old name runs again");
+    assert_eq!(
+        (old.state.as_str(), old.tag.as_str()),
+        ("running", "v0.0.451")
+    );
+    assert!(
+        container(&app, CHECK).is_none() && container(&app, RELAY).is_none(),
+        "the rollback took the verification services down"
+    );
+    let calls = app.compose_calls();
+    assert_safe(&app, &calls);
+    // The rollback's own calls: the rename back, then the companions on the old tag.
+    let start = calls
+        .iter()
+        .rposition(|c| is_dry_run(c) && services(c) == [OLD] && c.body["tag"] == "v0.0.451")
+        .and_then(|last_gate| {
+            calls[..last_gate]
+                .iter()
+                .rposition(|c| is_dry_run(c) && services(c) == [OLD])
+        })
+        .expect("the rollback's preflight");
+    let rollback: Vec<_> = shape(&calls[start..]);
+    let old_tag = "v0.0.451";
+    assert_eq!(
+        rollback,
+        [
+            call("/compose/up", true, old_tag, &[OLD]),
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            call("/compose/down", false, "v0.0.452", &[NEW]),
+            call("/compose/up", true, old_tag, &[OLD]),
+            call("/compose/up", false, old_tag, &[OLD]),
+            // The canary failed before its proxy step: nothing out of date, no real up.
+            call("/compose/up", true, old_tag, &[PROXY, DCGM]),
+            call("/compose/up", true, old_tag, &[OTEL]),
+            call("/compose/up", false, old_tag, &[OTEL]),
+            call("/compose/down", false, old_tag, &[RELAY, CHECK]),
+        ]
+    );
+    let after = others(&app);
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(s, id)| after.get(*s) != Some(*id))
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        changed,
+        [OTEL],
+        "only the collector's recreate, r1 and the rest untouched"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_replaces_is_refused_with_the_field_named_and_nothing_sent() {
+    let app = app().await;
+    let cases = [
+        (
+            json!({"service": NEW}),
+            "invalid_replaces",
+            "replaces.service",
+            "the target itself",
+        ),
+        (
+            json!({"service": R1}),
+            "invalid_replaces",
+            "replaces.service",
+            "another replica",
+        ),
+        (
+            json!({"service": "model-x"}),
+            "invalid_replaces",
+            "replaces.service",
+            "not a configured former name",
+        ),
+        (
+            json!({"service": OLD, "tag": "v 1"}),
+            "invalid_replaces",
+            "replaces.tag",
+            "letters",
+        ),
+        (
+            json!({"service": OLD, "extra": true}),
+            "invalid_body",
+            "replaces",
+            "unknown field",
+        ),
+    ];
+    for (replaces, code, field, says) in cases {
+        let mut p = plan("single-replica-canary");
+        p["replaces"] = replaces.clone();
+        let (status, body) = app.post_plan(&p).await;
+        let want = if code == "invalid_body" { 400 } else { 422 };
+        assert_eq!(status, want, "{replaces}: {body}");
+        assert_eq!(body["error"]["code"], code, "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(field) && message.contains(says),
+            "{replaces}: {message}"
+        );
+    }
+    // A runbook without a down of the target would leave the switch to orphan removal.
+    let (status, body) = app.post_plan(&plan("recreate-in-place")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_replaces");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("orphan")),
+        "{body}"
+    );
+    let listed = get(&app, "/v1/rollouts").await;
+    assert_eq!(listed["items"], json!([]), "nothing stored");
+    assert!(app.compose_calls().is_empty(), "nothing sent");
+    app.stop().await;
+}
