@@ -790,6 +790,18 @@ fn a_replica_may_list_former_names_that_stand_for_it_and_no_other() {
         )
     };
     let config = load_text(&with(&format!("[{OLD}]"))).unwrap_or_else(|e| panic!("{e}"));
+    // A former name is a replica for safety rule 15: never a companion service.
+    let (dir, path) = write_setup(&with(&format!("[{OLD}]")), ENV_FILE);
+    let runbook = format!("steps:\n  - {{kind: peers_healthy}}\n  - {{name: stop, kind: down, services: [nginx, {OLD}]}}\n");
+    std::fs::write(dir.path().join("runbooks/c.yaml"), runbook).expect("write runbook");
+    let loaded = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+    let runbooks = crate::domain::runbook::load_dir(&loaded.runbooks_dir).expect("loads");
+    let err = loaded.check_runbooks(&runbooks).expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains(&format!("`services` names `{OLD}`, a configured replica")),
+        "{err}"
+    );
     let host = &config.hosts["gpu02"];
     assert_eq!(host.replicas[R2].aliases, [OLD]);
     assert_eq!(host.replica(OLD).map(|(slot, _)| slot), Some(R2));

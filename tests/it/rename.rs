@@ -620,3 +620,45 @@ async fn a_bad_replaces_is_refused_with_the_field_named_and_nothing_sent() {
     assert!(app.compose_calls().is_empty(), "nothing sent");
     app.stop().await;
 }
+
+/// A crash inside a rename's `down` step, at `point`: after the restart the rollout finishes
+/// with every call sent once: the read-only dry run again only if it had not gone out, the
+/// down never twice.
+async fn crash_in_the_rename_down_at(point: &str) {
+    let app = app().await;
+    let mut pause = app.engine.pause_at(point);
+    let id = app.start_canary(&plan("single-replica-canary")).await;
+    let frozen = pause.reached(Duration::from_secs(10)).await;
+    assert_eq!(frozen.as_deref(), Some(id.as_str()), "reached {point}");
+    let app = app.kill().await.restart().await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{point}: {r:#?}");
+    assert_eq!(
+        shape(&app.compose_calls()),
+        [
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            call("/compose/up", true, "v0.0.451", &[OLD]),
+            call("/compose/down", false, "v0.0.451", &[OLD]),
+            call("/compose/up", true, "v0.0.452", &[NEW]),
+            call("/compose/up", false, "v0.0.452", &[NEW]),
+        ],
+        "{point}: nothing sent twice"
+    );
+    assert!(container(&app, OLD).is_none());
+    assert_eq!(
+        container(&app, NEW).map(|c| c.state),
+        Some("running".into())
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_crash_before_the_rename_dry_run_went_out_sends_it_once_after_the_restart() {
+    // The down step's first attempt is its read-only dry run: written, not sent.
+    crash_in_the_rename_down_at("step:down:attempt_written").await;
+}
+
+#[tokio::test]
+async fn a_crash_after_the_rename_down_is_reconciled_and_neither_call_is_resent() {
+    crash_in_the_rename_down_at("step:down:attempt_done").await;
+}
