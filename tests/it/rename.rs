@@ -662,3 +662,26 @@ async fn a_crash_before_the_rename_dry_run_went_out_sends_it_once_after_the_rest
 async fn a_crash_after_the_rename_down_is_reconciled_and_neither_call_is_resent() {
     crash_in_the_rename_down_at("step:down:attempt_done").await;
 }
+
+#[tokio::test]
+async fn the_doctor_reads_the_logs_of_a_replica_under_the_former_name_it_runs_as() {
+    let app = app().await;
+    let report = get(&app, &format!("/v1/hosts/{HOST}/doctor")).await;
+    let checks = report["checks"].as_array().expect("checks");
+    let logs: Vec<(&str, bool)> = checks
+        .iter()
+        .filter_map(|c| {
+            let name = c["name"].as_str()?;
+            name.starts_with("compose_logs:")
+                .then(|| (name, c["ok"].as_bool().unwrap_or(false)))
+        })
+        .collect();
+    let old = format!("compose_logs:{OLD}");
+    let r1 = format!("compose_logs:{R1}");
+    assert_eq!(
+        logs,
+        [(r1.as_str(), true), (old.as_str(), true)],
+        "{report:#}"
+    );
+    app.stop().await;
+}
