@@ -208,6 +208,10 @@ pub struct ReplicaConfig {
     pub api_token: Option<Secret>,
     /// The engine's Prometheus page, when not the origin of `health_url` + `/metrics`.
     pub metrics_url: Option<String>,
+    /// The replica's former service names (a compose file renamed it): the same slot, so
+    /// its group, health URL, history and rollback follow it under any of them
+    /// (docs/reference.md#renamed-replicas).
+    pub aliases: Vec<String>,
 }
 
 impl ReplicaConfig {
@@ -227,15 +231,34 @@ impl ReplicaConfig {
 
 impl HostConfig {
     /// The other replicas of `service`'s group on this host (empty for an unknown service).
+    /// A former name (`aliases`) stands for its replica.
     pub fn peers(&self, service: &str) -> Vec<&str> {
-        let Some(me) = self.replicas.get(service) else {
+        let Some((slot, me)) = self.replica(service) else {
             return Vec::new();
         };
         self.replicas
             .iter()
-            .filter(|(name, r)| name.as_str() != service && r.group == me.group)
+            .filter(|(name, r)| name.as_str() != slot && r.group == me.group)
             .map(|(name, _)| name.as_str())
             .collect()
+    }
+
+    /// The replica configured under `name` or with `name` among its `aliases`: its key
+    /// (the slot) and config.
+    pub fn replica(&self, name: &str) -> Option<(&str, &ReplicaConfig)> {
+        if let Some((key, r)) = self.replicas.get_key_value(name) {
+            return Some((key.as_str(), r));
+        }
+        self.replicas
+            .iter()
+            .find(|(_, r)| r.aliases.iter().any(|a| a == name))
+            .map(|(key, r)| (key.as_str(), r))
+    }
+
+    /// Whether `name` is a replica of this host under its name or a former one: never a
+    /// companion service (safety rule 15).
+    pub fn is_replica_name(&self, name: &str) -> bool {
+        self.replica(name).is_some()
     }
 }
 
@@ -523,11 +546,12 @@ impl ResolvedConfig {
         None
     }
 
-    /// Every service name a host's replica is configured under.
+    /// Every service name a host's replica is configured under, former names included.
     pub fn replica_names(&self) -> BTreeSet<&String> {
         self.hosts
             .values()
-            .flat_map(|h| h.replicas.keys())
+            .flat_map(|h| h.replicas.iter())
+            .flat_map(|(key, r)| std::iter::once(key).chain(&r.aliases))
             .collect()
     }
 
@@ -540,6 +564,16 @@ impl ResolvedConfig {
                 .map(|(name, host)| (name.clone(), host.replicas.keys().cloned().collect()))
                 .collect(),
             runbooks: runbooks.clone(),
+            aliases: self
+                .hosts
+                .iter()
+                .map(|(name, host)| {
+                    let aliases = host.replicas.iter().flat_map(|(key, r)| {
+                        r.aliases.iter().map(move |a| (a.clone(), key.clone()))
+                    });
+                    (name.clone(), aliases.collect())
+                })
+                .collect(),
         }
     }
 }

@@ -91,6 +91,7 @@ pub fn dev_config(
                 api_url,
                 api_token: None,
                 metrics_url: None,
+                aliases: Vec::new(),
             },
         );
     }

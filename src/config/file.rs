@@ -111,6 +111,8 @@ struct ReplicaFile {
     #[serde(default)]
     api_token_env: Option<String>,
     metrics_url: Option<String>,
+    #[serde(default)]
+    aliases: Vec<String>,
 }
 
 /// Durations stay text here and are parsed in `resolve_compose`, so errors name the key.
@@ -317,11 +319,10 @@ pub(super) fn resolve(
         hosts.insert(name, host);
     }
     let compose = resolve_compose(&src, raw.compose.unwrap_or_default())?;
-    let replica = compose.force_recreate_allowed.iter().find(|s| {
-        hosts
-            .values()
-            .any(|h: &HostConfig| h.replicas.contains_key(*s))
-    });
+    let replica = compose
+        .force_recreate_allowed
+        .iter()
+        .find(|s| hosts.values().any(|h: &HostConfig| h.is_replica_name(s)));
     if let Some(replica) = replica {
         let at = [Key("compose"), Key("force_recreate_allowed")];
         let why =
@@ -447,6 +448,9 @@ fn resolve_host(
         return Err(src.error(&at("replicas"), "at least one replica is required"));
     }
     let mut replicas = BTreeMap::new();
+    // Every name a replica answers to on this host (its key, its former names) → the replica.
+    let mut names: BTreeMap<String, String> =
+        h.replicas.keys().map(|k| (k.clone(), k.clone())).collect();
     for (service, r) in h.replicas {
         let replica = [Key("hosts"), Key(name), Key("replicas"), Key(&service)];
         let field = |key| [replica[0], replica[1], replica[2], replica[3], Key(key)];
@@ -481,6 +485,27 @@ fn resolve_host(
             }
             None => None,
         };
+        for (i, alias) in r.aliases.iter().enumerate() {
+            let key = format!("aliases[{i}]");
+            let at = [replica[0], replica[1], replica[2], replica[3], Key(&key)];
+            let why = if !valid_name(alias) {
+                "a former name must be a compose service name (letters, digits, `.`, `_`, `-`)"
+                    .to_string()
+            } else if alias == &service {
+                "a replica is not its own former name".to_string()
+            } else if names.contains_key(alias.as_str()) {
+                format!(
+                    "`{alias}` is already a replica or a former name of {} on this host: one name, one replica",
+                    names[alias.as_str()]
+                )
+            } else {
+                String::new()
+            };
+            if !why.is_empty() {
+                return Err(src.error(&at, why));
+            }
+            names.insert(alias.clone(), service.clone());
+        }
         replicas.insert(
             service,
             ReplicaConfig {
@@ -489,6 +514,7 @@ fn resolve_host(
                 api_url,
                 api_token,
                 metrics_url,
+                aliases: r.aliases,
             },
         );
     }

@@ -779,3 +779,52 @@ fn a_runbook_naming_a_replica_as_companion_or_force_recreating_an_unlisted_servi
         "{err}"
     );
 }
+
+#[test]
+fn a_replica_may_list_former_names_that_stand_for_it_and_no_other() {
+    const OLD: &str = "model-sg-glm53-fp8-tp4-r2";
+    let with = |aliases: &str| {
+        BASE.replace(
+            "model-sg-glm53-w4afp8-tp4-r2: {group: glm53-long, health_url: http://gpu02.internal:18002/health}",
+            &format!("model-sg-glm53-w4afp8-tp4-r2: {{group: glm53-long, health_url: http://gpu02.internal:18002/health, aliases: {aliases}}}"),
+        )
+    };
+    let config = load_text(&with(&format!("[{OLD}]"))).unwrap_or_else(|e| panic!("{e}"));
+    // A former name is a replica for safety rule 15: never a companion service.
+    let (dir, path) = write_setup(&with(&format!("[{OLD}]")), ENV_FILE);
+    let runbook = format!("steps:\n  - {{kind: peers_healthy}}\n  - {{name: stop, kind: down, services: [nginx, {OLD}]}}\n");
+    std::fs::write(dir.path().join("runbooks/c.yaml"), runbook).expect("write runbook");
+    let loaded = load_with_env(&path, &fake_env).unwrap_or_else(|e| panic!("{e}"));
+    let runbooks = crate::domain::runbook::load_dir(&loaded.runbooks_dir).expect("loads");
+    let err = loaded.check_runbooks(&runbooks).expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains(&format!("`services` names `{OLD}`, a configured replica")),
+        "{err}"
+    );
+    let host = &config.hosts["gpu02"];
+    assert_eq!(host.replicas[R2].aliases, [OLD]);
+    assert_eq!(host.replica(OLD).map(|(slot, _)| slot), Some(R2));
+    assert!(host.is_replica_name(OLD) && host.is_replica_name(R1));
+    assert!(!host.is_replica_name("proxy-glm53"));
+    assert_eq!(
+        host.peers(OLD),
+        [R1],
+        "a former name has its replica's peers"
+    );
+    assert!(config.replica_names().contains(&OLD.to_string()));
+    let known = config.known_targets(&BTreeSet::new());
+    assert_eq!(known.aliases["gpu02"][OLD], R2);
+    for (aliases, says) in [
+        (format!("[{R2}]"), "not its own former name"),
+        (format!("[{R1}]"), "already a replica or a former name"),
+        ("[\"a b\"]".to_string(), "compose service name"),
+    ] {
+        let err = load_text(&with(&aliases)).expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("aliases[0]") && text.contains(says),
+            "{aliases}: {text}"
+        );
+    }
+}

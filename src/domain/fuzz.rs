@@ -19,6 +19,7 @@ fn known() -> KnownTargets {
             BTreeSet::from([R1.to_owned(), R2.to_owned()]),
         )]),
         runbooks: BTreeSet::from(["single-replica-canary".to_owned()]),
+        aliases: BTreeMap::new(),
     }
 }
 

@@ -48,6 +48,25 @@ pub struct PlanSpec {
     /// `rollback` (default) or `halt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
+    /// The replica's former service, which the new file renames (docs/reference.md#renamed-replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<Replaces>,
+}
+
+/// A renamed replica's former service: `down` acts on it with the file and tag that deployed
+/// it; `plan` and `up` on the plan's `service`. `file` and `tag` default to its recorded
+/// deployment (or the host's baseline), looked up when the rollout takes it down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replaces {
+    /// The old compose service (a configured alias of the target's slot).
+    pub service: String,
+    /// The compose file that deployed it (default: its recorded deployment's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The tag that deployed it (default: its recorded deployment's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// What the configuration knows: the hosts and their replicas, and the loaded runbooks.
@@ -57,6 +76,8 @@ pub struct KnownTargets {
     pub replicas: BTreeMap<String, BTreeSet<String>>,
     /// Names of the loaded runbooks.
     pub runbooks: BTreeSet<String>,
+    /// host name → a replica's former name (`aliases:` in the config) → the replica.
+    pub aliases: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A validated plan, with defaults applied.
@@ -80,6 +101,8 @@ pub struct CanaryPlan {
     pub require_logs: Vec<LogPattern>,
     /// What a failure after the replica was touched does (default `rollback`).
     pub on_failure: OnFailure,
+    /// The former service a rename takes down (checked: a configured alias of `service`).
+    pub replaces: Option<Replaces>,
 }
 
 /// A refused plan: a stable code, the field at fault, and a message that names it.
@@ -88,7 +111,8 @@ pub struct CanaryPlan {
 pub struct PlanError {
     /// `unknown_host`, `unknown_service`, `invalid_service`, `invalid_file`, `invalid_tag`,
     /// `invalid_env`, `unknown_runbook`, `missing_reason`, `invalid_pattern`,
-    /// `invalid_on_failure`, `unknown_field`, `invalid_body` or `body_too_large`.
+    /// `invalid_on_failure`, `invalid_replaces`, `unknown_field`, `invalid_body` or
+    /// `body_too_large`.
     pub code: &'static str,
     /// The field at fault (`service`, `env.KEY`, `require_logs[1]`), when there is one.
     pub field: Option<String>,
@@ -137,7 +161,7 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
             ),
         ));
     };
-    check_service(&spec.service)?;
+    check_service("service", "invalid_service", &spec.service)?;
     if !replicas.contains(&spec.service) {
         let names: Vec<&str> = replicas.iter().map(String::as_str).collect();
         return Err(PlanError::new(
@@ -183,7 +207,12 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
         })?;
         require_logs.push(pattern);
     }
+    let replaces = match spec.replaces {
+        Some(r) => Some(check_replaces(r, &spec.host, &spec.service, known)?),
+        None => None,
+    };
     Ok(CanaryPlan {
+        replaces,
         host: spec.host,
         file: spec.file,
         service: spec.service,
@@ -196,11 +225,85 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
     })
 }
 
-fn check_service(service: &str) -> Result<(), PlanError> {
+/// `replaces` (docs/reference.md#renamed-replicas): a service name other than the target,
+/// configured as one of the target's former names (`aliases:`), never another replica or
+/// another replica's former name; its `file` and `tag`, when given, checked like the plan's.
+fn check_replaces(
+    r: Replaces,
+    host: &str,
+    target: &str,
+    known: &KnownTargets,
+) -> Result<Replaces, PlanError> {
+    const CODE: &str = "invalid_replaces";
+    check_service("replaces.service", CODE, &r.service)?;
+    let fail = |why: String| Err(PlanError::new(CODE, Some("replaces.service"), why));
+    let aliases = known.aliases.get(host);
+    let slot = aliases.and_then(|a| a.get(&r.service));
+    if r.service == target {
+        return fail(format!(
+            "\"{target}\" is the target itself: a rename takes down the replica's former name"
+        ));
+    }
+    if known
+        .replicas
+        .get(host)
+        .is_some_and(|replicas| replicas.contains(&r.service))
+    {
+        return fail(format!(
+            "\"{}\" is another replica of {host}, not a former name of {target}: a rename never touches another replica",
+            r.service
+        ));
+    }
+    match slot {
+        Some(slot) if slot == target => {}
+        Some(slot) => {
+            return fail(format!(
+                "\"{}\" is a former name of {slot}, another replica of {host}, not of {target}",
+                r.service
+            ))
+        }
+        None => {
+            let mine: Vec<&str> = aliases
+                .into_iter()
+                .flatten()
+                .filter(|(_, s)| *s == target)
+                .map(|(a, _)| a.as_str())
+                .collect();
+            return fail(format!(
+                "\"{}\" is not a configured former name of {target} (its `aliases` in the config: [{}])",
+                r.service,
+                mine.join(", ")
+            ));
+        }
+    }
+    if let Some(file) = &r.file {
+        check_file(file).map_err(|e| e.under("replaces"))?;
+    }
+    if let Some(tag) = &r.tag {
+        check_tag(tag).map_err(|e| e.under("replaces"))?;
+    }
+    Ok(r)
+}
+
+impl PlanError {
+    /// The same refusal about `prefix.<field>` (`replaces.file`), with code
+    /// `invalid_replaces`.
+    fn under(self, prefix: &str) -> Self {
+        let field = self.field.unwrap_or_default();
+        let why = self
+            .message
+            .strip_prefix(&format!("{field}: "))
+            .unwrap_or(&self.message)
+            .to_string();
+        PlanError::new("invalid_replaces", Some(&format!("{prefix}.{field}")), why)
+    }
+}
+
+fn check_service(field: &str, code: &'static str, service: &str) -> Result<(), PlanError> {
     let fail = |why: &str| {
         Err(PlanError::new(
-            "invalid_service",
-            Some("service"),
+            code,
+            Some(field),
             format!("{why}, got \"{service}\""),
         ))
     };

@@ -120,11 +120,27 @@ fn quote_list(names: &[String]) -> String {
 /// `resources` are ignored. The target counts as planned even if a runbook also lists it in
 /// `allow`.
 pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), GateViolation> {
+    check_rename(plan, target, None, allow)
+}
+
+/// [`check`] for a rollout that renames its replica (docs/reference.md#renamed-replicas):
+/// the new file no longer defines the former service `replaced`, so while it runs compose
+/// plans it as an orphan to remove. That one removal is accepted (the `down` of the former
+/// service comes first, so the real `up` never removes it); any other is not. After the down,
+/// the same gate wants exactly the target created.
+pub fn check_rename(
+    plan: &DryRunPlan,
+    target: &str,
+    replaced: Option<&str>,
+    allow: &[String],
+) -> Result<(), GateViolation> {
     let (changed, extra) = changed_and_extra(plan, |name| name == target, allow);
+    let mut removals = sorted_removals(plan);
+    removals.retain(|name| Some(name.as_str()) != replaced);
     let violation = GateViolation {
         missing_target: !changed.contains(target),
         extra: extra.iter().map(|name| name.to_string()).collect(),
-        removals: sorted_removals(plan),
+        removals,
         missing: Vec::new(),
     };
     if violation.reasons().is_empty() {
@@ -226,6 +242,65 @@ mod tests {
             unchanged: names(unchanged),
             resources: names(&["Network work_default"]),
         }
+    }
+
+    #[test]
+    fn a_rename_gate_accepts_the_former_service_as_the_one_removal_and_nothing_else() {
+        const OLD: &str = "model-sg-glm53-fp8-tp4-r2";
+        let dl = names(&["model-downloader"]);
+        // (case, plan, replaced, expected reasons)
+        let cases: Vec<(&str, DryRunPlan, Option<&str>, Vec<&str>)> = vec![
+            (
+                "before the down: create new, remove old",
+                plan(&["model-downloader", R2], &[], &[OLD], &[]),
+                Some(OLD),
+                vec![],
+            ),
+            (
+                "after the down: exactly create new",
+                plan(&["model-downloader", R2], &[], &[], &[]),
+                Some(OLD),
+                vec![],
+            ),
+            (
+                "without replaces the orphan is refused",
+                plan(&[R2], &[], &[OLD], &[]),
+                None,
+                vec!["removals"],
+            ),
+            (
+                "another removal is refused",
+                plan(&[R2], &[], &[OLD, "nginx"], &[]),
+                Some(OLD),
+                vec!["removals"],
+            ),
+            (
+                "the former service recreated is refused",
+                plan(&[R2], &[OLD], &[], &[]),
+                Some(OLD),
+                vec!["extra_services"],
+            ),
+            (
+                "the target not planned",
+                plan(&[], &[], &[OLD], &[R2]),
+                Some(OLD),
+                vec!["target_not_planned"],
+            ),
+        ];
+        for (case, p, replaced, want) in cases {
+            let got = check_rename(&p, R2, replaced, &dl)
+                .err()
+                .map(|e| e.reasons())
+                .unwrap_or_default();
+            assert_eq!(got, want, "{case}");
+        }
+        let err = check_rename(&plan(&[R2], &[], &[OLD, "nginx"], &[]), R2, Some(OLD), &dl)
+            .expect_err("refused");
+        assert_eq!(
+            err.removals,
+            names(&["nginx"]),
+            "only the other removal is reported"
+        );
     }
 
     #[test]

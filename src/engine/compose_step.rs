@@ -56,10 +56,10 @@ fn compose_request(
     };
     let services = if scope.is_companion() {
         let names = services.unwrap_or(&scope.services).to_vec();
-        let replicas = &run.host.config.replicas;
+        let host = &run.host.config;
         if let Some(replica) = names
             .iter()
-            .find(|s| **s == run.rollout.service || replicas.contains_key(*s))
+            .find(|s| *s == run.rollout.target() || host.is_replica_name(s))
         {
             return Err(refuse(format!(
                 "companion services name `{replica}`, a replica: a replica is only ever touched as the rollout's target; nothing sent"
@@ -67,7 +67,7 @@ fn compose_request(
         }
         Services::list(names).map_err(|e| refuse(e.to_string()))?
     } else {
-        Services::one(run.rollout.service.clone())
+        Services::one(run.rollout.target())
     };
     let force_recreate = if scope.force_recreate {
         let allowed = &run.engine.inner.tuning.force_recreate_allowed;
@@ -174,7 +174,8 @@ async fn plan(
             }
         };
     }
-    match plan_gate::check(&dry_plan, &run.rollout.service, allow) {
+    let (target, replaced) = (run.rollout.target(), run.rollout.replaced());
+    match plan_gate::check_rename(&dry_plan, target, replaced, allow) {
         Ok(()) => StepEnd::Succeeded(json!({"plan": dry_plan, "allow": allow, "tail": tail})),
         Err(violation) => {
             let detail = json!({"plan": dry_plan, "allow": allow, "violation": violation.to_string(), "tail": tail});
@@ -208,12 +209,173 @@ enum Scoped {
 }
 
 impl Execute for Down {
+    /// In a rename, the target's `down` acts on the former service, with its file and tag.
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+        if !self.scope.is_companion() && run.rollout.replaces.is_some() {
+            return rename_down(run, at).await;
+        }
         match compose_request(run, &self.scope, None) {
             Ok(req) => scoped(run, at, Scoped::Down, req).await,
             Err(end) => end,
         }
     }
+}
+
+/// The former service's file and tag: the plan's `replaces.file`/`tag`, else its newest
+/// recorded deployment under that name (the baseline the snapshot recorded, at least).
+async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, String), StepEnd> {
+    let Some(replaces) = &run.rollout.replaces else {
+        return Err(StepEnd::failed(
+            ErrorCode::InvalidRequest,
+            "no replaces",
+            json!({}),
+        ));
+    };
+    if let (Some(file), Some(tag)) = (&replaces.file, &replaces.tag) {
+        return Ok((file.clone(), tag.clone()));
+    }
+    let store = &run.engine.inner.store;
+    let recorded = store
+        .deployment_named(&run.rollout.host, &run.rollout.service, old)
+        .await
+        .map_err(|e| StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({})))?;
+    match recorded {
+        Some(d) => Ok((
+            replaces.file.clone().unwrap_or(d.file),
+            replaces.tag.clone().unwrap_or(d.tag),
+        )),
+        None => {
+            let msg = format!(
+                "no deployment of `{old}` is recorded for {} on {} (nor a baseline): give replaces.file and replaces.tag; nothing sent",
+                run.rollout.service, run.rollout.host
+            );
+            Err(StepEnd::failed(
+                ErrorCode::InvalidRequest,
+                msg,
+                json!({"replaces": old}),
+            ))
+        }
+    }
+}
+
+/// The `down` of a rename (docs/reference.md#renamed-replicas): the former service, scoped
+/// alone, with the file and tag that deployed it. compose-manager's down runs against the file
+/// on disk, which the gate's dry run of the new tag overwrote (a file that no longer defines
+/// the former service): a dry run of the former service at its own tag, read-only, puts its
+/// file back first, and must plan no recreate and no removal. Never resent after a restart:
+/// once a down attempt exists, it is reconciled like any other.
+async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
+    let Some(old) = run.rollout.replaced().map(str::to_owned) else {
+        return StepEnd::failed(ErrorCode::InvalidRequest, "no replaces", json!({}));
+    };
+    let (file, tag) = match replaced_deployment(run, &old).await {
+        Ok(found) => found,
+        Err(end) => return end,
+    };
+    let req = ComposeRequest {
+        tag: tag.clone(),
+        file: file.clone(),
+        services: Services::one(old.clone()),
+        env: run.env.clone(),
+        force_recreate: None,
+    };
+    let store = &run.engine.inner.store;
+    let down_sent = match store.attempts(&run.rollout.id).await {
+        Ok(attempts) => attempts
+            .iter()
+            .any(|a| a.step_id == at.step.id && a.endpoint == "compose/down"),
+        Err(e) => {
+            let msg = format!("could not read this step's compose attempts, so not sending: {e}");
+            return StepEnd::failed(ErrorCode::StorageError, msg, json!({}));
+        }
+    };
+    let mut evidence = json!({"replaces": {"service": old, "file": file, "tag": tag}});
+    if !down_sent {
+        match materialize(run, at, &req).await {
+            Ok(plan) => evidence["file_restored_by_dry_run"] = plan,
+            Err(end) => return end,
+        }
+    }
+    match scoped(run, at, Scoped::Down, req).await {
+        StepEnd::Succeeded(mut detail) => {
+            if let (Some(map), Some(add)) = (detail.as_object_mut(), evidence.as_object()) {
+                map.extend(add.clone());
+            }
+            StepEnd::Succeeded(detail)
+        }
+        other => other,
+    }
+}
+
+/// The read-only dry run that writes the former service's file back on disk before its down:
+/// it must succeed and plan neither a recreate nor a removal (the former service is what runs).
+async fn materialize(
+    run: &StepRun<'_>,
+    at: &mut Running<'_>,
+    req: &ComposeRequest,
+) -> Result<serde_json::Value, StepEnd> {
+    let client = &run.host.client;
+    if client.supports_dry_run().await != Ok(true) {
+        let msg = "compose-manager does not answer the dry_run probe: the former service's file cannot be put back without a deploy; nothing sent";
+        return Err(StepEnd::failed(
+            ErrorCode::ComposeManagerUnsupported,
+            msg,
+            json!({}),
+        ));
+    }
+    close_dangling_attempts(run, at.step).await;
+    if let Some(end) = settle_before_first_call(run, at.deadline, at.abort).await {
+        return Err(end);
+    }
+    let endpoint = "compose/up?dry_run";
+    let result = match call(run, at.step, endpoint, at.deadline, at.abort, || {
+        client.dry_run(req)
+    })
+    .await
+    {
+        Call::Done { attempt, value } => {
+            let outcome = outcome_name(&value.stream.outcome);
+            let detail = json!({"plan": value.plan, "tail": value.stream.transcript_tail});
+            finish(run, &attempt, outcome, detail).await;
+            value
+        }
+        Call::Error { attempt, error } => return Err(call_error(run, &attempt, error).await),
+        Call::Aborted => return Err(StepEnd::Aborted(json!({"sent": false}))),
+        Call::OutOfTime { last_error } => return Err(out_of_time("dry run", last_error)),
+    };
+    let tail = result.stream.transcript_tail.clone();
+    let plan = match (&result.stream.outcome, result.plan) {
+        (StreamOutcome::Succeeded, Some(plan)) => plan,
+        (_, plan) => {
+            let msg = format!(
+                "the dry run of `{}` at {} {} did not succeed: that file and tag do not deploy it as it runs; no down sent",
+                req.services.names().join(", "),
+                req.file,
+                req.tag
+            );
+            return Err(StepEnd::failed(
+                ErrorCode::DryRunFailed,
+                msg,
+                json!({"plan": plan, "tail": tail}),
+            ));
+        }
+    };
+    if !plan.recreate.is_empty() || !plan.remove.is_empty() {
+        let msg = format!(
+            "the dry run of `{}` at {} {} would recreate {:?} and remove {:?}: that file and tag are not what runs; no down sent",
+            req.services.names().join(", "),
+            req.file,
+            req.tag,
+            plan.recreate,
+            plan.remove
+        );
+        return Err(StepEnd::failed(
+            ErrorCode::PlanGateFailed,
+            msg,
+            json!({"plan": plan, "tail": tail}),
+        ));
+    }
+    Ok(json!(plan))
 }
 
 impl Execute for Up {
@@ -285,8 +447,8 @@ async fn scoped(
             Scoped::Up => client.up(&req).await,
         }
     };
-    let companions = (req.services.names() != [run.rollout.service.as_str()])
-        .then(|| req.services.names().to_vec());
+    let companions =
+        (req.services.names() != [run.rollout.target()]).then(|| req.services.names().to_vec());
     let watched = req.services.names();
     match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
         StepEnd::Succeeded(mut detail) => {
@@ -314,15 +476,19 @@ where
 {
     let store = &run.engine.inner.store;
     // A step caught mid-call by a restart: the call may have happened. Never resend it.
-    if let Some(end) = reconcile_previous_attempt(run, step, watched, deadline, abort).await {
+    if let Some(end) =
+        reconcile_previous_attempt(run, step, endpoint, watched, deadline, abort).await
+    {
         return end;
     }
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    // Only a call of the target touches the replica (a companion call never names one): a
-    // rollout that only called companions neither rolls back nor ends `replica_left_down`.
-    let targets_replica = watched == [run.rollout.service.as_str()];
+    // Only a call of the target (or, in a rename, of the former service) touches the replica
+    // (a companion call never names one): a rollout that only called companions neither rolls
+    // back nor ends `replica_left_down`.
+    let targets_replica = watched == [run.rollout.target()]
+        || run.rollout.replaced().is_some_and(|old| watched == [old]);
     if targets_replica {
         if let Err(e) = store.mark_touched(&run.rollout.id).await {
             return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
@@ -496,6 +662,7 @@ async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
 async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
+    endpoint: &str,
     watched: &[String],
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
@@ -509,7 +676,10 @@ async fn reconcile_previous_attempt(
             return Some(StepEnd::failed(ErrorCode::StorageError, msg, json!({})));
         }
     };
-    let last = attempts.into_iter().rfind(|a| a.step_id == step.id)?;
+    // Only this call's attempts: a rename's down step also holds its read-only dry run.
+    let last = attempts
+        .into_iter()
+        .rfind(|a| a.step_id == step.id && a.endpoint == endpoint)?;
     match last.outcome {
         None => {
             tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "{} was in flight at the restart; reconciling, not resending", last.endpoint);
@@ -568,13 +738,13 @@ async fn outcome_unknown(
     let ps = client.ps().await.ok();
     let target = ps.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, run.rollout.target()))
             .cloned()
     });
     // `docker ps` evidence for the human who judges: did the target change since the snapshot?
     let before = run.snapshot.as_ref().and_then(|ps| {
         ps.iter()
-            .find(|c| is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, run.rollout.target()))
             .cloned()
     });
     let changed = match (&before, &target) {
@@ -704,7 +874,7 @@ async fn settle_before_first_call(
         return None;
     }
     tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
-    let target = [run.rollout.service.clone()];
+    let target = [run.rollout.target().to_owned()];
     let settle = settle(run, &target, deadline, abort).await;
     if settle.aborted {
         return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
@@ -712,7 +882,7 @@ async fn settle_before_first_call(
     if !settle.settled {
         let msg = format!(
             "{of} ended with a compose call of unknown outcome and the host did not settle before the deadline (idle and {} unchanged across two docker ps reads): nothing sent",
-            run.rollout.service
+            run.rollout.target()
         );
         return Some(StepEnd::failed(
             ErrorCode::HostUnsettled,

@@ -113,7 +113,33 @@ async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
     ];
 
     let version = version.ok();
-    let logs = host.config.replicas.keys().map(|service| {
+    // A replica that runs under a former name (`aliases`) has its logs under that name: with
+    // former names configured, `docker ps` says which name runs.
+    let renamed = host.config.replicas.values().any(|r| !r.aliases.is_empty());
+    let ps = if token_refused || !renamed {
+        None
+    } else {
+        bounded(limit, "GET /docker/ps", host.client.ps())
+            .await
+            .ok()
+    };
+    let names: Vec<&str> = host
+        .config
+        .replicas
+        .iter()
+        .map(|(service, replica)| {
+            std::iter::once(service)
+                .chain(&replica.aliases)
+                .find(|name| {
+                    ps.iter()
+                        .flatten()
+                        .any(|c| super::step_run::is_service(c, name))
+                })
+                .unwrap_or(service)
+                .as_str()
+        })
+        .collect();
+    let logs = names.iter().map(|service| {
         check_logs(
             engine,
             host,

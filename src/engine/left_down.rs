@@ -22,9 +22,15 @@ pub(super) async fn check(engine: &Engine, rollout: &Rollout) -> Option<serde_js
     let host = engine.host(&rollout.host).ok()?;
     match host.client.ps().await {
         Ok(ps) => {
-            let container = ps.iter().find(|c| is_service(c, &rollout.service));
+            // The target, or in a rename the former service it was to replace: either one
+            // running serves the slot.
+            let container = ps.iter().find(|c| is_service(c, rollout.target()));
+            let former = rollout
+                .replaced()
+                .and_then(|old| ps.iter().find(|c| is_service(c, old)));
             match container {
                 Some(c) if c.state == "running" => None,
+                _ if former.is_some_and(|c| c.state == "running") => None,
                 other => Some(json!({"seen_by": "docker ps", "container": other})),
             }
         }

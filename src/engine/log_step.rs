@@ -123,8 +123,8 @@ impl Execute for WaitLogs {
         let service = self
             .service
             .clone()
-            .unwrap_or_else(|| run.rollout.service.clone());
-        if service == run.rollout.service {
+            .unwrap_or_else(|| run.rollout.target().to_owned());
+        if service == run.rollout.target() {
             require.extend(
                 run.rollout
                     .require_logs
@@ -147,7 +147,7 @@ impl Execute for WaitLogs {
 impl Execute for Soak {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let spec = LogWait {
-            service: run.rollout.service.clone(),
+            service: run.rollout.target().to_owned(),
             interval: self.interval,
             require: Vec::new(),
             forbid: self.forbid.clone(),
@@ -216,7 +216,7 @@ impl StepRun<'_> {
                 match watch.observe(&output, Utc::now()) {
                     LogVerdict::Satisfied => {
                         let mut detail = log_detail(&watch, &reads);
-                        if spec.service != self.rollout.service {
+                        if spec.service != self.rollout.target() {
                             detail["service"] = json!(spec.service);
                         }
                         return StepEnd::Succeeded(detail);
@@ -296,7 +296,7 @@ impl StepRun<'_> {
                 d.extend(r);
             }
             if reads.exhausted() {
-                return reads.unavailable(&self.rollout.service, detail);
+                return reads.unavailable(self.rollout.target(), detail);
             }
             // The soak ends only on a successful read: lines printed while the logs could
             // not be read are still to be checked.

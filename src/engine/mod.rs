@@ -34,7 +34,7 @@ use crate::compose::{ClientOptions, ComposeClient, ComposeObserver};
 use crate::config::{ComposeTuning, EngineTuning, HostConfig, ResolvedConfig};
 use crate::domain::audit::AuditKind;
 use crate::domain::plan::CanaryPlan;
-use crate::domain::runbook::Runbook;
+use crate::domain::runbook::{Runbook, StepKind};
 use crate::domain::state::RolloutKind;
 use crate::probe::engine_api::EngineApi;
 use crate::probe::prometheus::Prometheus;
@@ -97,6 +97,9 @@ pub enum EngineError {
     /// (safety rule 15).
     #[error("{0}")]
     CompanionIsReplica(String),
+    /// A plan's `replaces` that this runbook cannot carry out.
+    #[error("{0}")]
+    InvalidReplaces(String),
     #[error("release {0} not found")]
     ReleaseNotFound(String),
     #[error("{0}")]
@@ -172,7 +175,7 @@ fn companions_are_not_replicas(
         let companions = step.kind.companions();
         if let Some(replica) = companions
             .iter()
-            .find(|s| *s == target || host.replicas.contains_key(*s))
+            .find(|s| *s == target || host.is_replica_name(s))
         {
             return Err(EngineError::CompanionIsReplica(format!(
                 "runbook {} step {} \"{}\" names `{replica}` in `services`, a replica of host {}: a replica is only ever touched as the rollout's target",
@@ -184,6 +187,27 @@ fn companions_are_not_replicas(
         }
     }
     Ok(())
+}
+
+/// A rename takes the former service down itself (`down` acts on it) before the new one is
+/// brought up: an `up` alone would leave compose's orphan removal to stop it in about 10 s
+/// instead of its stop grace (docs/reference.md#renamed-replicas). A runbook without a `down`
+/// of the target before its `up` cannot run a plan with `replaces`.
+fn rename_is_a_down_then_up(runbook: &Runbook, replaced: &str) -> Result<(), EngineError> {
+    let target_step = |want: fn(&StepKind) -> bool| {
+        runbook.steps.iter().position(|s| {
+            want(&s.kind) && s.kind.scope().is_some_and(|scope| !scope.is_companion())
+        })
+    };
+    let down = target_step(|k| matches!(k, StepKind::Down(_)));
+    let up = target_step(|k| matches!(k, StepKind::Up(_)));
+    match (down, up) {
+        (Some(down), Some(up)) if down < up => Ok(()),
+        _ => Err(EngineError::InvalidReplaces(format!(
+            "replaces.service: runbook {} has no `down` of the target before its `up`, so it cannot take `{replaced}` down first (compose's orphan removal would stop it in 10 s): use a runbook with a down, such as single-replica-canary or long-context-rollout",
+            runbook.name
+        ))),
+    }
 }
 
 /// The rollout engine. Cheap to clone.
@@ -289,7 +313,12 @@ impl Engine {
         let host = self.host(&plan.host)?;
         let runbook = self.runbook(&plan.runbook)?;
         companions_are_not_replicas(runbook, &plan.service, &host.config)?;
+        if let Some(replaced) = &plan.replaces {
+            rename_is_a_down_then_up(runbook, &replaced.service)?;
+        }
         let new = NewRollout {
+            deploy_as: None,
+            replaces: plan.replaces,
             id: new_id("ro"),
             kind: RolloutKind::Canary,
             env_sha256: merged_env_sha256(&host.config, &plan.env),

@@ -81,8 +81,15 @@ impl StepRun<'_> {
         let Some(tag) = current.tag.clone() else {
             return;
         };
-        for service in self.host.config.replicas.keys() {
+        for (service, replica) in &self.host.config.replicas {
+            // The name the replica runs under now: its key, or a former name (`aliases`).
+            let running = std::iter::once(service)
+                .chain(&replica.aliases)
+                .find_map(|name| ps.iter().find(|c| is_service(c, name)));
             let baseline = NewDeployment {
+                deployed_as: running
+                    .map(|c| c.names.clone())
+                    .filter(|name| name != service),
                 host: self.rollout.host.clone(),
                 service: service.clone(),
                 file: current
@@ -94,10 +101,7 @@ impl StepRun<'_> {
                 env_sha256: None,
                 commit: current.commit.clone(),
                 file_sha256: current.file_sha256.clone(),
-                image: ps
-                    .iter()
-                    .find(|c| is_service(c, service))
-                    .map(|c| c.image.clone()),
+                image: running.map(|c| c.image.clone()),
                 source: crate::domain::state::DeploymentSource::Baseline,
                 rollout_id: None,
                 deployed_at: Utc::now(),
@@ -174,17 +178,22 @@ impl StepRun<'_> {
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
         };
         let mut changed = Vec::new();
-        for old in before
-            .iter()
-            .filter(|c| !is_service(c, &self.rollout.service))
-        {
+        // The target and, in a rename, the former service it replaces are expected to change.
+        let own = |c: &PsEntry| {
+            is_service(c, self.rollout.target())
+                || self
+                    .rollout
+                    .replaced()
+                    .is_some_and(|old| is_service(c, old))
+        };
+        for old in before.iter().filter(|c| !own(c)) {
             match now.iter().find(|c| c.names == old.names) {
                 Some(new) if new.id == old.id && new.image == old.image => {}
                 Some(new) => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": {"id": new.id, "image": new.image}})),
                 None => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": null})),
             }
         }
-        let checked = before.len().saturating_sub(1);
+        let checked = before.iter().filter(|c| !own(c)).count();
         if changed.is_empty() {
             StepEnd::Succeeded(json!({"checked": checked}))
         } else {

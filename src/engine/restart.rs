@@ -34,7 +34,7 @@ impl RestartWatch {
         self.reads += 1;
         let current = ps
             .iter()
-            .find(|c| is_service(c, &run.rollout.service))
+            .find(|c| is_service(c, run.rollout.target()))
             .map(|c| ContainerRead {
                 id: c.id.clone(),
                 status: c.status.clone(),

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{merged_env_sha256, steps_of, Engine, EngineError, ROLLBACK_RUNBOOK, SYSTEM_ACTOR};
+use crate::domain::plan::Replaces;
 use crate::domain::state::{OnFailure, RolloutKind};
 use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RunningState};
 
@@ -28,6 +29,34 @@ struct Choice {
     target: Deployment,
     /// The newest rollout that sent a down or up to the replica (linked both ways).
     undoes: Option<String>,
+    /// What runs now under which compose service: a rollback to another name takes it down.
+    running: Running,
+}
+
+/// What the replica runs now and under which compose service.
+struct Running {
+    state: RunningState,
+    name: String,
+}
+
+impl Running {
+    fn of_rollout(r: &Rollout) -> Self {
+        Self {
+            state: RunningState::of_rollout(r),
+            name: r.target().to_owned(),
+        }
+    }
+
+    /// The rename a rollback to `target` makes: when `target` ran under another compose
+    /// service than what runs now, `down` takes what runs now (its file and tag) away first
+    /// (docs/reference.md#renamed-replicas).
+    fn replaced_by(&self, target: &Deployment) -> Option<Replaces> {
+        (self.name != target.name()).then(|| Replaces {
+            service: self.name.clone(),
+            file: Some(self.state.file.clone()),
+            tag: Some(self.state.tag.clone()),
+        })
+    }
 }
 
 /// What the replica runs as far as canaryd knows, and the rollout that put it there: the
@@ -37,13 +66,17 @@ async fn running_state(
     engine: &Engine,
     host: &str,
     service: &str,
-) -> Result<(Option<RunningState>, Option<String>), EngineError> {
+) -> Result<(Option<Running>, Option<String>), EngineError> {
     let store = &engine.inner.store;
     if let Some(touch) = store.last_touching_rollout(host, service).await? {
-        return Ok((Some(RunningState::of_rollout(&touch)), Some(touch.id)));
+        return Ok((Some(Running::of_rollout(&touch)), Some(touch.id)));
     }
     let newest = store.recent_deployments(host, service, 1).await?;
-    Ok((newest.first().map(RunningState::of_deployment), None))
+    let running = newest.first().map(|d| Running {
+        state: RunningState::of_deployment(d),
+        name: d.name().to_owned(),
+    });
+    Ok((running, None))
 }
 
 /// The prior deployment: the newest recorded deployment whose file, tag or env overrides
@@ -71,39 +104,61 @@ async fn choose(
         }));
     };
     match store
-        .prior_deployment(host, service, &running, to_tag)
+        .prior_deployment(host, service, &running.state, to_tag)
         .await?
     {
-        Some(target) => Ok(Choice { target, undoes }),
+        Some(target) => Ok(Choice {
+            target,
+            undoes,
+            running,
+        }),
         None => Err(no_prior(match to_tag {
             Some(t) => format!(
-                " with tag {t} that differs from what it runs now ({running}): every recorded \
-                 deployment of that tag, if any, is what it runs"
+                " with tag {t} that differs from what it runs now ({}): every recorded \
+                 deployment of that tag, if any, is what it runs",
+                running.state
             ),
             None => format!(
-                ": every recorded deployment is what it runs now ({running}); none differs in \
-                 file, tag or env"
+                ": every recorded deployment is what it runs now ({}); none differs in \
+                 file, tag or env",
+                running.state
             ),
         })),
     }
 }
 
+/// The runbook a rollback runs: `NAME-rollback` when the rollout it undoes ran a loaded
+/// `NAME-rollout` (`long-context-rollout` → `long-context-rollback`, which also brings the
+/// companions back), else `single-replica-rollback`.
+fn rollback_runbook(engine: &Engine, undone_runbook: Option<&str>) -> String {
+    undone_runbook
+        .and_then(|name| name.strip_suffix("-rollout"))
+        .map(|stem| format!("{stem}-rollback"))
+        .filter(|name| engine.runbook(name).is_ok())
+        .unwrap_or_else(|| ROLLBACK_RUNBOOK.to_owned())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn rollback_rollout(
     engine: &Engine,
     target: &Deployment,
     actor: &str,
     reason: &str,
     of: Option<&str>,
+    running: &Running,
+    runbook: &str,
 ) -> Result<NewRollout, EngineError> {
     let host = engine.host(&target.host)?;
     Ok(NewRollout {
+        deploy_as: target.deployed_as.clone(),
+        replaces: running.replaced_by(target),
         id: new_id("ro"),
         kind: RolloutKind::Rollback,
         host: target.host.clone(),
         file: target.file.clone(),
         service: target.service.clone(),
         tag: target.tag.clone(),
-        runbook: ROLLBACK_RUNBOOK.to_owned(),
+        runbook: runbook.to_owned(),
         actor: actor.to_owned(),
         reason: reason.to_owned(),
         env_sha256: merged_env_sha256(&host.config, &target.env_overrides),
@@ -123,13 +178,18 @@ pub(super) async fn submit(
     actor: &str,
 ) -> Result<Rollout, EngineError> {
     let host = engine.host(&req.host)?;
-    if !host.config.replicas.contains_key(&req.service) {
+    // A former name (`aliases`) stands for its replica: the rollback follows the slot.
+    let Some((slot, _)) = host.config.replica(&req.service) else {
         return Err(EngineError::UnknownTarget(format!(
             "{} is not a configured replica of {}",
             req.service, req.host
         )));
-    }
-    let runbook = engine.runbook(ROLLBACK_RUNBOOK)?.clone();
+    };
+    let req = RollbackRequest {
+        service: slot.to_owned(),
+        ..req
+    };
+    engine.runbook(ROLLBACK_RUNBOOK)?;
     let store = &engine.inner.store;
     // Chosen before any preemption: a rollback that has nowhere to go aborts nothing.
     let mut choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
@@ -155,8 +215,23 @@ pub(super) async fn submit(
     let Choice {
         target,
         undoes: undone,
+        running,
     } = choice;
-    let new = rollback_rollout(engine, &target, actor, &req.reason, undone.as_deref())?;
+    let undone_runbook = match &undone {
+        Some(id) => Some(engine.get(id).await?.runbook),
+        None => None,
+    };
+    let name = rollback_runbook(engine, undone_runbook.as_deref());
+    let runbook = engine.runbook(&name)?.clone();
+    let new = rollback_rollout(
+        engine,
+        &target,
+        actor,
+        &req.reason,
+        undone.as_deref(),
+        &running,
+        &name,
+    )?;
     store.create_rollout(&new, &steps_of(&runbook)).await?;
     if let Some(undone) = &undone {
         store.link_rollback(undone, &new.id).await?;
@@ -189,13 +264,23 @@ pub(super) async fn finish_failed_canary(
                 None,
             )
             .await?;
-        if let (Some(target), Ok(runbook)) = (target.as_ref(), engine.runbook(ROLLBACK_RUNBOOK)) {
+        let name = rollback_runbook(engine, Some(&fresh.runbook));
+        if let (Some(target), Ok(runbook)) = (target.as_ref(), engine.runbook(&name)) {
             let reason = format!(
                 "automatic rollback of {}: {}",
                 fresh.id,
                 ch.error.as_ref().map(|e| e.1.as_str()).unwrap_or("failed")
             );
-            let new = rollback_rollout(engine, target, SYSTEM_ACTOR, &reason, Some(&fresh.id))?;
+            let running = Running::of_rollout(&fresh);
+            let new = rollback_rollout(
+                engine,
+                target,
+                SYSTEM_ACTOR,
+                &reason,
+                Some(&fresh.id),
+                &running,
+                &name,
+            )?;
             store
                 .fail_and_roll_back(&fresh.id, &ch, &new, &steps_of(runbook))
                 .await?;

@@ -285,7 +285,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
     let image = match host.client.ps().await {
         Ok(ps) => ps
             .into_iter()
-            .find(|c| c.names == rollout.service)
+            .find(|c| c.names == rollout.target())
             .map(|c| c.image),
         Err(_) => None,
     };
@@ -302,6 +302,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         source: DeploymentSource::Rollout,
         rollout_id: Some(rollout.id.clone()),
         deployed_at: Utc::now(),
+        deployed_as: rollout.deploy_as.clone(),
     };
     let detail =
         json!({"tag": rollout.tag, "commit": deployment.commit, "image": deployment.image});
@@ -359,7 +360,7 @@ async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::V
     let host = engine.host(&rollout.host).ok()?;
     let req = crate::compose::LogsRequest {
         file: rollout.file.clone(),
-        service: rollout.service.clone(),
+        service: rollout.target().to_owned(),
         tail: 500,
     };
     let text = match host.client.logs(&req).await {

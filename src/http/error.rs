@@ -78,6 +78,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("missing_reason", 422),
     ("invalid_pattern", 422),
     ("invalid_on_failure", 422),
+    ("invalid_replaces", 422),
     ("unknown_target", 422),
     ("companion_is_replica", 422),
     ("invalid_release", 422),
@@ -206,6 +207,10 @@ impl From<EngineError> for ApiError {
             },
             EngineError::CompanionIsReplica(_) => ApiError::Unprocessable {
                 code: "companion_is_replica",
+                message,
+            },
+            EngineError::InvalidReplaces(_) => ApiError::Unprocessable {
+                code: "invalid_replaces",
                 message,
             },
             EngineError::ReleaseNotFound(_) => ApiError::NotFound {

@@ -333,6 +333,7 @@ pub(super) fn validate(
             runbook: input.runbook.clone(),
             env: input.env.clone(),
             require_logs: input.require_logs.clone(),
+            replaces: None,
             on_failure: Some(OnFailure::Rollback),
         };
         let canary = plan::validate(spec, &known).map_err(|e| target_error(i, t, e))?;

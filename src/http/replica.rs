@@ -68,17 +68,19 @@ async fn list_deployments(
     _actor: Actor,
     Path((host, service)): Path<(String, String)>,
 ) -> Result<Json<Vec<Deployment>>, ApiError> {
-    let known = state
+    // A former name (`aliases`) reads its replica's history.
+    let slot = state
         .config
         .hosts
         .get(&host)
-        .is_some_and(|h| h.replicas.contains_key(&service));
-    if !known {
+        .and_then(|h| h.replica(&service))
+        .map(|(slot, _)| slot.to_owned());
+    let Some(service) = slot else {
         return Err(ApiError::NotFound {
             code: "unknown_replica",
             message: format!("{service} is not a configured replica of {host}"),
         });
-    }
+    };
     let list = state
         .engine
         .store()

@@ -45,7 +45,8 @@ fn check_target(state: &AppState, req: &RollbackRequest) -> Result<(), ApiError>
             ),
         });
     };
-    if !host.replicas.contains_key(&req.service) {
+    // A former name (`aliases`) stands for its replica.
+    if !host.is_replica_name(&req.service) {
         let names: Vec<&str> = host.replicas.keys().map(String::as_str).collect();
         return Err(ApiError::Unprocessable {
             code: "unknown_service",

@@ -47,6 +47,13 @@ pub struct RolloutOut {
     pub error: Option<ErrorOut>,
     pub rollback_of: Option<String>,
     pub rolled_back_by: Option<String>,
+    /// The compose service `plan`/`up` act on, when not `service` (a rollback to a former
+    /// name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_as: Option<String>,
+    /// The former service a rename takes down (docs/reference.md#renamed-replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<crate::domain::plan::Replaces>,
     pub steps: Vec<StepOut>,
 }
 
@@ -117,6 +124,8 @@ impl RolloutOut {
             finished_at: r.finished_at,
             rollback_of: r.rollback_of,
             rolled_back_by: r.rolled_back_by,
+            deploy_as: r.deploy_as,
+            replaces: r.replaces,
         }
     }
 }

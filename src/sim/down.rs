@@ -72,8 +72,12 @@ async fn run_down(
     cut: bool,
     mut em: Emitter,
 ) -> Result<(), Gone> {
-    let disk = shared.state().disk.get(&req.file).cloned();
-    let (Some(text), Some(file)) = (disk, shared.parsed.get(&req.file)) else {
+    let (disk, file) = {
+        let st = shared.state();
+        let file = shared.parsed_on_disk(&st, &req.file);
+        (st.disk.get(&req.file).cloned(), file)
+    };
+    let (Some(text), Some(file)) = (disk, file) else {
         em.stderr(&format!(
             "open /app/work/{}: no such file or directory",
             req.file

@@ -338,25 +338,51 @@ pub(crate) fn engine_ready(shared: &Shared, service: &str) -> bool {
     ready
 }
 
-/// What an engine's handlers know: the host and which service they serve.
+/// What an engine's handlers know: the host and which services answer on their port (one,
+/// or a renamed replica's names: [`SimConfig::port_aliases`](super::SimConfig)).
 #[derive(Clone)]
 pub(super) struct EngineCtx {
     pub shared: Arc<Shared>,
-    pub service: String,
+    pub names: Vec<String>,
+}
+
+impl EngineCtx {
+    /// The service the port serves now: of its names, the one with a running container,
+    /// else one with a container, else the first.
+    pub fn service_with(&self, st: &super::state::State) -> String {
+        let container = |running: bool| {
+            self.names
+                .iter()
+                .find(|n| st.containers.get(*n).is_some_and(|c| c.running || !running))
+        };
+        container(true)
+            .or_else(|| container(false))
+            .or(self.names.first())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// [`Self::service_with`] on the current state.
+    pub fn service(&self) -> String {
+        if let [one] = self.names.as_slice() {
+            return one.clone();
+        }
+        self.service_with(&self.shared.state())
+    }
 }
 
 async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
-    if engine_ready(&ctx.shared, &ctx.service) {
+    if engine_ready(&ctx.shared, &ctx.service()) {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     }
 }
 
-/// Serves one engine's port until the host shuts down.
+/// Serves one engine's port (for `names`, see [`EngineCtx`]) until the host shuts down.
 pub(crate) fn serve_engine(
     shared: Arc<Shared>,
-    service: String,
+    names: Vec<String>,
     listener: TcpListener,
 ) -> JoinHandle<()> {
     let mut stop = shared.shutdown.clone();
@@ -364,7 +390,7 @@ pub(crate) fn serve_engine(
         .route("/health", get(health))
         .merge(super::openai::routes())
         .route("/metrics", get(super::metrics::serve))
-        .with_state(EngineCtx { shared, service });
+        .with_state(EngineCtx { shared, names });
     tokio::spawn(async move {
         let signal = async move {
             let _ = stop.wait_for(|s| *s).await;

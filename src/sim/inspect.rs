@@ -188,12 +188,9 @@ pub(crate) async fn compose_logs(
         LogsIn::default()
     };
     let st = shared.state();
-    let file = match (
-        st.disk.contains_key(&input.file),
-        shared.parsed.get(&input.file),
-    ) {
-        (true, Some(file)) => file,
-        _ => {
+    let file = match shared.parsed_on_disk(&st, &input.file) {
+        Some(file) => file,
+        None => {
             return compose_failed(&format!(
                 "open /app/work/{}: no such file or directory",
                 input.file

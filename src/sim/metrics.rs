@@ -329,12 +329,13 @@ pub fn example_page(series: usize) -> String {
 
 /// `GET /metrics` of one engine: 503 while it is absent, exited or cold-starting.
 pub(super) async fn serve(State(ctx): State<super::engine::EngineCtx>) -> Response {
-    if !super::engine::engine_ready(&ctx.shared, &ctx.service) {
+    let service = ctx.service();
+    if !super::engine::engine_ready(&ctx.shared, &service) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     let page = {
         let st = ctx.shared.state();
-        render(st.traffic.engines.get(&ctx.service), st.traffic.padding)
+        render(st.traffic.engines.get(&service), st.traffic.padding)
     };
     (
         [(

@@ -11,9 +11,11 @@
 //!   default service runs, engines answer 200, their startup lines are in their logs.
 //! - An engine's port stays bound for the host's life and answers 503 while its container is
 //!   absent or exited.
-//! - Every tag serves the same files; a tag's image pins (`SimTag::images`) override the
-//!   file's images and are appended to the served text as a comment, so each tag has its
-//!   own `file_sha256`.
+//! - Every tag serves the same files (`SimConfig::compose_files`) unless it carries its own
+//!   (`SimTag::files`, so a tag can rename a service); a dry run, an up, a down and a logs
+//!   call use the file at the tag that fetched it. A tag's image pins (`SimTag::images`)
+//!   override the file's images and are appended to the served text as a comment, so each
+//!   tag has its own `file_sha256`.
 //! - Engine ports are not recorded in [`SimHost::calls`]; every compose-manager request is
 //!   (the latest 50 000); engine API calls are, apart ([`SimHost::api_calls`]).
 
@@ -63,6 +65,9 @@ pub struct SimTag {
     pub age: chrono::Duration,
     /// Service → image at this tag, overriding the file's `image`.
     pub images: BTreeMap<String, String>,
+    /// The files this tag serves (path → YAML) instead of `SimConfig::compose_files`;
+    /// `None`: those.
+    pub files: Option<BTreeMap<String, String>>,
 }
 
 /// How to build a simulated host.
@@ -70,7 +75,7 @@ pub struct SimTag {
 pub struct SimConfig {
     /// Bearer token the host accepts.
     pub token: String,
-    /// File path in the repo → its YAML, the same at every tag.
+    /// File path in the repo → its YAML, the same at every tag without files of its own.
     pub compose_files: BTreeMap<String, String>,
     /// The repo's tags.
     pub tags: Vec<SimTag>,
@@ -83,10 +88,34 @@ pub struct SimConfig {
     /// Behave like an older server: `/docker/evict` 404, `dry_run` ignored (a real deploy).
     pub legacy: bool,
     /// Tag deployed at start with `services: []` (default: the first tag). The first file
-    /// (in path order) is the one deployed.
+    /// (in path order) of that tag is the one deployed.
     pub initial_tag: Option<String>,
     /// The env map of that initial deploy.
     pub initial_env: BTreeMap<String, String>,
+    /// Engine service → the engine service whose loopback port it answers on: a renamed
+    /// replica keeps its host port, so both names share one health URL (the one running
+    /// answers).
+    pub port_aliases: BTreeMap<String, String>,
+}
+
+/// The real long-context file of gpu02 (`tests/fixtures/real-compose/`, unchanged): its
+/// full service set, `verification` and `maintenance` profiles and TP2 `r2a`/`r2b` included.
+pub const LONG_CONTEXT_YAML: &str =
+    include_str!("../../tests/fixtures/real-compose/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml");
+/// r2's service before the long-context rollout renamed it (tags `v0.0.450`, `v0.0.451` of
+/// [`SimConfig::long_context`]).
+pub const LONG_CONTEXT_OLD_R2: &str = "model-sg-glm53-fp8-tp4-r2";
+/// r2's service in the real file (tags `v0.0.452`, `v0.0.453`).
+pub const LONG_CONTEXT_NEW_R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+/// r1's service (never renamed).
+pub const LONG_CONTEXT_R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
+
+/// The long-context file as it was before the rollout: the real file with r2's service
+/// (its key, `container_name`, and every reference to it: the proxy's backends, the
+/// collector's scrape labels, the perception check's targets) named
+/// [`LONG_CONTEXT_OLD_R2`]. Nothing else differs.
+pub fn long_context_old_yaml() -> String {
+    LONG_CONTEXT_YAML.replace(LONG_CONTEXT_NEW_R2, LONG_CONTEXT_OLD_R2)
 }
 
 /// The engine services of the example file.
@@ -108,6 +137,7 @@ impl SimConfig {
                 .iter()
                 .map(|s| (s.to_string(), format!("lmsysorg/sglang:glm53-v{n}")))
                 .collect(),
+            files: None,
         };
         let env = [
             ("CVM_HOST", "gpu02"),
@@ -131,10 +161,65 @@ impl SimConfig {
             stream_line_delay: std::time::Duration::from_millis(5),
             legacy: false,
             initial_tag: Some("v0.0.450".to_string()),
+            port_aliases: BTreeMap::new(),
             initial_env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// gpu02's long-context host as Procedure A found it: the real file
+    /// ([`LONG_CONTEXT_YAML`]) at `prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml`,
+    /// served by tags `v0.0.452` (3 days old) and `v0.0.453` (1 hour: too recent), while
+    /// `v0.0.450` (30 days) and `v0.0.451` (10 days) serve it with r2 named
+    /// [`LONG_CONTEXT_OLD_R2`] ([`long_context_old_yaml`]). `v0.0.451` is deployed at start
+    /// (every default service: r1, the old r2, r2a/r2b, proxy, nginx, registrar, DCGM,
+    /// collector; the `verification` and `maintenance` services stay absent). The env map
+    /// holds every variable the file requires. Token `sim-token`.
+    pub fn long_context() -> Self {
+        let old = BTreeMap::from([(EXAMPLE_FILE.to_string(), long_context_old_yaml())]);
+        let new = BTreeMap::from([(EXAMPLE_FILE.to_string(), LONG_CONTEXT_YAML.to_string())]);
+        let tag = |n: u32, age: chrono::Duration, files: &BTreeMap<String, String>| SimTag {
+            name: format!("v0.0.{n}"),
+            commit: sha256_hex(format!("v0.0.{n}").as_bytes())[..40].to_string(),
+            age,
+            images: BTreeMap::new(),
+            files: Some(files.clone()),
+        };
+        let env = [
+            ("CVM_HOST", "gpu02"),
+            ("CVM_NAME", "gpu02-cvm"),
+            ("ENV", "sim"),
+            ("HOST_IP", "127.0.0.1"),
+            ("GLM53_HICACHE_RAM_BUDGET", "406GiB"),
+            ("GLM53_R2_HICACHE_RAM_BUDGET", "406GiB"),
+            ("HUGGING_FACE_HUB_TOKEN", "hf_sim_not_a_real_token"),
+            ("MODEL_NAME", "graphistry/GLM-5.3-Flash-W4AFP8"),
+            ("MODEL_PROXY_TOKEN", "sim-model-proxy-token"),
+            ("MONITORING_INGEST_TOKEN", "sim-monitoring-token"),
+            ("PROXY_TOKEN", "sim-proxy-token"),
+        ];
+        SimConfig {
+            compose_files: new.clone(),
+            tags: vec![
+                tag(450, chrono::Duration::days(30), &old),
+                tag(451, chrono::Duration::days(10), &old),
+                tag(452, chrono::Duration::days(3), &new),
+                tag(453, chrono::Duration::hours(1), &new),
+            ],
+            initial_tag: Some("v0.0.451".to_string()),
+            port_aliases: BTreeMap::from([(
+                LONG_CONTEXT_OLD_R2.to_string(),
+                LONG_CONTEXT_NEW_R2.to_string(),
+            )]),
+            initial_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..SimConfig::example()
         }
     }
 }
@@ -209,23 +294,44 @@ impl SimHost {
     /// Binds the host and one port per engine on 127.0.0.1, deploys the initial tag and
     /// starts serving. Fails on a compose file that does not parse or an unknown initial tag.
     pub async fn start(cfg: SimConfig) -> std::io::Result<SimHost> {
-        let mut parsed = BTreeMap::new();
-        for (path, text) in &cfg.compose_files {
-            let file = compose_file::parse(text).map_err(|e| invalid(format!("{path}: {e}")))?;
-            parsed.insert(path.clone(), file);
+        let parse_all = |files: &BTreeMap<String, String>| {
+            let mut parsed = BTreeMap::new();
+            for (path, text) in files {
+                let file =
+                    compose_file::parse(text).map_err(|e| invalid(format!("{path}: {e}")))?;
+                parsed.insert(path.clone(), file);
+            }
+            Ok::<_, std::io::Error>(parsed)
+        };
+        let parsed = parse_all(&cfg.compose_files)?;
+        let mut tag_parsed = BTreeMap::new();
+        for tag in &cfg.tags {
+            if let Some(files) = &tag.files {
+                let files =
+                    parse_all(files).map_err(|e| invalid(format!("tag {}: {e}", tag.name)))?;
+                tag_parsed.insert(tag.name.clone(), files);
+            }
         }
         let mut engine_listeners = BTreeMap::new();
-        for file in parsed.values() {
+        for file in parsed
+            .values()
+            .chain(tag_parsed.values().flat_map(|f| f.values()))
+        {
             for def in file.services.values().filter(|d| engine::is_engine(d)) {
-                if !engine_listeners.contains_key(&def.name) {
-                    engine_listeners
-                        .insert(def.name.clone(), TcpListener::bind("127.0.0.1:0").await?);
+                let owner = cfg.port_aliases.get(&def.name).unwrap_or(&def.name);
+                if !engine_listeners.contains_key(owner) {
+                    engine_listeners.insert(owner.clone(), TcpListener::bind("127.0.0.1:0").await?);
                 }
             }
         }
         let mut engine_ports = BTreeMap::new();
         for (name, listener) in &engine_listeners {
             engine_ports.insert(name.clone(), listener.local_addr()?.port());
+        }
+        for (alias, owner) in &cfg.port_aliases {
+            if let Some(port) = engine_ports.get(owner).copied() {
+                engine_ports.insert(alias.clone(), port);
+            }
         }
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -239,6 +345,7 @@ impl SimHost {
             token: cfg.token.clone(),
             files: cfg.compose_files.clone(),
             parsed,
+            tag_parsed,
             tags: cfg
                 .tags
                 .iter()
@@ -260,12 +367,27 @@ impl SimHost {
             .initial_tag
             .clone()
             .or_else(|| cfg.tags.first().map(|t| t.name.clone()));
-        if let (Some(tag), Some(file)) = (initial, cfg.compose_files.keys().next()) {
-            up::initial_deploy(&shared, file, &tag, &cfg.initial_env).map_err(invalid)?;
+        if let Some(tag) = initial {
+            let files = cfg
+                .tags
+                .iter()
+                .find(|t| t.name == tag)
+                .and_then(|t| t.files.as_ref())
+                .unwrap_or(&cfg.compose_files);
+            if let Some(file) = files.keys().next() {
+                up::initial_deploy(&shared, file, &tag, &cfg.initial_env).map_err(invalid)?;
+            }
         }
         let mut tasks = Vec::new();
         for (service, listener) in engine_listeners {
-            tasks.push(engine::serve_engine(shared.clone(), service, listener));
+            let mut names = vec![service.clone()];
+            names.extend(
+                cfg.port_aliases
+                    .iter()
+                    .filter(|(_, owner)| **owner == service)
+                    .map(|(alias, _)| alias.clone()),
+            );
+            tasks.push(engine::serve_engine(shared.clone(), names, listener));
         }
         tasks.push(metrics::spawn_traffic(shared.clone()));
         let app = routes::router(shared.clone());

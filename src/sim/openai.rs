@@ -68,24 +68,25 @@ async fn serve(
         .map(str::to_owned);
     let (serving, token, ready) = {
         let mut st = ctx.shared.state();
+        let service = ctx.service_with(&st);
         st.faults.api.seq += 1;
         if st.api_calls.len() >= CALLS_CAP {
             st.api_calls.pop_front();
         }
         st.api_calls.push_back(SimApiCall {
-            service: ctx.service.clone(),
+            service: service.clone(),
             path: path.to_owned(),
             body,
             bearer: bearer.clone(),
             at: Utc::now(),
         });
-        let container = st.containers.get(&ctx.service);
-        let ready = !st.faults.health_never.contains(&ctx.service)
+        let container = st.containers.get(&service);
+        let ready = !st.faults.health_never.contains(&service)
             && container.is_some_and(|c| c.running && Instant::now() >= c.ready_at);
         let (model, image, tag) = container
             .map(|c| (served_model(&c.command), c.image.clone(), c.tag.clone()))
             .unwrap_or_default();
-        let fault = st.faults.api.active(&ctx.service, &tag).cloned();
+        let fault = st.faults.api.active(&service, &tag).cloned();
         let serving = Serving {
             model,
             image,

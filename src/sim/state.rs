@@ -26,10 +26,14 @@ pub(crate) const HF_VOLUME: &str = "work_huggingface_cache";
 /// Everything the handlers, engines and the `SimHost` handle share.
 pub(crate) struct Shared {
     pub token: String,
-    /// File path in the repo → its text (identical at every tag, apart from image pins).
+    /// File path in the repo → its text at every tag without files of its own (apart from
+    /// image pins).
     pub files: BTreeMap<String, String>,
     /// The same files, parsed.
     pub parsed: BTreeMap<String, ComposeFile>,
+    /// Tag name → path → the parsed file, for each tag that carries its own files
+    /// ([`SimTag::files`]).
+    pub tag_parsed: BTreeMap<String, BTreeMap<String, ComposeFile>>,
     pub tags: Vec<TagEntry>,
     pub min_tag_age: chrono::Duration,
     pub stream_line_delay: std::time::Duration,
@@ -67,6 +71,8 @@ pub(crate) struct State {
     pub containers: BTreeMap<String, Container>,
     /// `<WORK_DIR>/<file>` as last written by an up or a dry run.
     pub disk: BTreeMap<String, String>,
+    /// The tag each file on disk was fetched at (what a down or a logs call parses).
+    pub disk_tags: BTreeMap<String, String>,
     /// Top-level `/version` fields: the last attempted up.
     pub attempted: Option<DeployRecord>,
     pub current: Option<DeployRecord>,
@@ -163,10 +169,34 @@ impl Shared {
             .find(|t| t.tag.name == name || t.tag.commit == name)
     }
 
-    /// The text of `file` at `tag`: the configured file, plus a comment naming the tag's
-    /// image pins so that each tag's text (and SHA-256) is its own.
+    /// The files `tag` serves: its own, or the host's.
+    fn files_of<'a>(&'a self, tag: &'a SimTag) -> &'a BTreeMap<String, String> {
+        tag.files.as_ref().unwrap_or(&self.files)
+    }
+
+    /// `file` as compose parses it at tag `tag` (a name or a commit): the tag's own file
+    /// when it carries files, else the host's.
+    pub fn parsed_at(&self, file: &str, tag: &str) -> Option<&ComposeFile> {
+        let name = self.find_tag(tag).map_or(tag, |t| t.tag.name.as_str());
+        match self.tag_parsed.get(name) {
+            Some(files) => files.get(file),
+            None => self.parsed.get(file),
+        }
+    }
+
+    /// The parsed file on disk at `file` (as the tag that wrote it defines it).
+    pub fn parsed_on_disk(&self, st: &State, file: &str) -> Option<&ComposeFile> {
+        st.disk.get(file)?;
+        match st.disk_tags.get(file) {
+            Some(tag) => self.parsed_at(file, tag),
+            None => self.parsed.get(file),
+        }
+    }
+
+    /// The text of `file` at `tag`: the tag's own file or the configured one, plus a
+    /// comment naming the tag's image pins so that each tag's text (and SHA-256) is its own.
     pub fn file_at(&self, file: &str, tag: &SimTag) -> Option<String> {
-        let base = self.files.get(file)?;
+        let base = self.files_of(tag).get(file)?;
         if tag.images.is_empty() {
             return Some(base.clone());
         }

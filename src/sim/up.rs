@@ -151,6 +151,7 @@ fn start_up(shared: &Arc<Shared>, headers: &HeaderMap, req: UpIn) -> Result<Resp
     let (fail, cut, shape) = {
         let mut st = shared.state();
         st.disk.insert(req.file.clone(), text.clone());
+        st.disk_tags.insert(req.file.clone(), tag.tag.name.clone());
         if mode == Mode::Apply {
             st.attempted = Some(record.clone());
         }
@@ -197,7 +198,7 @@ fn existing(shared: &Shared) -> BTreeMap<String, Existing> {
 
 async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
     let shared = job.shared.clone();
-    let Some(file) = shared.parsed.get(&job.record.file) else {
+    let Some(file) = shared.parsed_at(&job.record.file, &job.record.tag) else {
         return em.done(false, 1).await;
     };
     let warnings = unset_variable_warnings(&job.text, &job.env);
@@ -341,7 +342,7 @@ async fn finish_abandoned(
     tag: String,
     work: std::time::Duration,
 ) {
-    let Some(parsed) = shared.parsed.get(&file) else {
+    let Some(parsed) = shared.parsed_at(&file, &tag) else {
         return;
     };
     let (recreated, created): (Vec<DryStep>, Vec<DryStep>) = steps
@@ -408,8 +409,7 @@ pub(crate) fn initial_deploy(
         .file_at(file_path, &entry.tag)
         .ok_or_else(|| format!("no compose file {file_path}"))?;
     let file = shared
-        .parsed
-        .get(file_path)
+        .parsed_at(file_path, tag)
         .ok_or_else(|| format!("no compose file {file_path}"))?;
     let order = scope(file, &[])?;
     let want: BTreeMap<String, Desired> = order
@@ -429,6 +429,7 @@ pub(crate) fn initial_deploy(
     };
     let mut st = shared.state();
     st.disk.insert(file_path.to_string(), text);
+    st.disk_tags.insert(file_path.to_string(), tag.to_string());
     st.attempted = Some(record.clone());
     st.current = Some(record);
     Ok(())

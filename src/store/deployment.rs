@@ -27,6 +27,9 @@ pub struct NewDeployment {
     pub source: DeploymentSource,
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
+    /// The compose service it runs under, when not `service` (the replica's slot): a former
+    /// name (docs/reference.md#renamed-replicas).
+    pub deployed_as: Option<String>,
 }
 
 /// What a replica runs, as far as a rollback cares: compared with each recorded deployment.
@@ -85,6 +88,7 @@ struct DeploymentRow {
     source: String,
     rollout_id: Option<String>,
     deployed_at: String,
+    deployed_as: Option<String>,
 }
 
 impl TryFrom<DeploymentRow> for Deployment {
@@ -112,13 +116,14 @@ impl TryFrom<DeploymentRow> for Deployment {
                 message,
             })?,
             rollout_id: r.rollout_id,
+            deployed_as: r.deployed_as,
         })
     }
 }
 
 const SELECT_DEPLOYMENT: &str =
     "select deployment_id, host, service, file, tag, env_overrides, env_sha256, \
-    commit_sha, file_sha256, image, source, rollout_id, deployed_at from deployment";
+    commit_sha, file_sha256, image, source, rollout_id, deployed_at, deployed_as from deployment";
 
 impl Store {
     /// Finishes a rollout successfully and records the deployment it produced, atomically.
@@ -230,6 +235,26 @@ impl Store {
         row.map(Deployment::try_from).transpose()
     }
 
+    /// The replica's newest deployment under the compose service `name` (its key or a
+    /// former name): where a rename's `replaces` takes its file and tag from.
+    pub async fn deployment_named(
+        &self,
+        host: &str,
+        service: &str,
+        name: &str,
+    ) -> Result<Option<Deployment>, StoreError> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "{SELECT_DEPLOYMENT} where host = ? and service = ? and coalesce(deployed_as, service) = ? \
+             order by deployed_at desc, deployment_id desc limit 1"
+        ))
+        .bind(host)
+        .bind(service)
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(Deployment::try_from).transpose()
+    }
+
     /// The replica's newest deployment of `tag`, if it ever ran that tag.
     pub async fn deployment_with_tag(
         &self,
@@ -267,7 +292,8 @@ async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(
     })?;
     sqlx::query(
         "insert into deployment (deployment_id, host, service, file, tag, env_overrides, env_sha256, commit_sha, \
-         file_sha256, image, source, rollout_id, deployed_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         file_sha256, image, source, rollout_id, deployed_at, deployed_as) \
+         values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(new_id("dep"))
     .bind(&d.host)
@@ -282,11 +308,12 @@ async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(
     .bind(d.source.as_str())
     .bind(&d.rollout_id)
     .bind(fmt_time(d.deployed_at))
+    .bind(&d.deployed_as)
     .execute(&mut **tx)
     .await?;
     let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
-            "host": d.host, "service": d.service, "tag": d.tag, "file": d.file,
+            "host": d.host, "service": d.service, "deployed_as": d.deployed_as, "tag": d.tag, "file": d.file,
             "source": d.source, "rollout_id": d.rollout_id,
         }),
     );

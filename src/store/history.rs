@@ -50,7 +50,7 @@ fn csv_field_sql(column: &str) -> String {
 }
 
 /// The columns of `SELECT_ROLLOUT` (the fields of `RolloutRow`).
-const ROLLOUT_COLUMNS: [&str; 25] = [
+const ROLLOUT_COLUMNS: [&str; 27] = [
     "rollout_id",
     "kind",
     "status",
@@ -76,6 +76,8 @@ const ROLLOUT_COLUMNS: [&str; 25] = [
     "rolled_back_by",
     "touched_replica",
     "abort_reason",
+    "deploy_as",
+    "replaces",
 ];
 
 impl Store {

@@ -39,6 +39,24 @@ pub struct Rollout {
     pub rolled_back_by: Option<String>,
     pub touched_replica: bool,
     pub abort_reason: Option<String>,
+    /// The compose service `plan`/`up` act on when not `service`, the replica's slot (a
+    /// rollback to a former name).
+    pub deploy_as: Option<String>,
+    /// The former service a rename takes down (`down` acts on it with its file and tag).
+    pub replaces: Option<crate::domain::plan::Replaces>,
+}
+
+impl Rollout {
+    /// The compose service this rollout deploys (`plan`, `up`, health, logs): `deploy_as`,
+    /// else `service`.
+    pub fn target(&self) -> &str {
+        self.deploy_as.as_deref().unwrap_or(&self.service)
+    }
+
+    /// The former service a rename takes down, if any.
+    pub fn replaced(&self) -> Option<&str> {
+        self.replaces.as_ref().map(|r| r.service.as_str())
+    }
 }
 
 /// One step of a rollout.
@@ -87,6 +105,15 @@ pub struct Deployment {
     pub source: DeploymentSource,
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
+    /// The compose service it ran under, when not `service` (a former name).
+    pub deployed_as: Option<String>,
+}
+
+impl Deployment {
+    /// The compose service it ran under: `deployed_as`, else `service`.
+    pub fn name(&self) -> &str {
+        self.deployed_as.as_deref().unwrap_or(&self.service)
+    }
 }
 
 /// One entry of the append-only audit trail.

@@ -9,6 +9,7 @@ use super::audit::{append, AuditEntry};
 use super::record::Rollout;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
+use crate::domain::plan::Replaces;
 use crate::domain::runbook::StepKindName;
 use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind, RolloutStatus};
 
@@ -32,6 +33,10 @@ pub struct NewRollout {
     pub expect_commit: Option<String>,
     pub expect_file_sha256: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The compose service `plan`/`up` act on, when not `service` (the slot's key).
+    pub deploy_as: Option<String>,
+    /// The former service `down` acts on (a rename).
+    pub replaces: Option<Replaces>,
 }
 
 /// One step copied from the runbook.
@@ -78,6 +83,8 @@ pub(super) struct RolloutRow {
     rolled_back_by: Option<String>,
     touched_replica: i64,
     abort_reason: Option<String>,
+    deploy_as: Option<String>,
+    replaces: Option<String>,
 }
 
 pub(super) fn corrupt(message: impl std::fmt::Display) -> StoreError {
@@ -116,6 +123,11 @@ impl TryFrom<RolloutRow> for Rollout {
             rolled_back_by: r.rolled_back_by,
             touched_replica: r.touched_replica != 0,
             abort_reason: r.abort_reason,
+            deploy_as: r.deploy_as,
+            replaces: match r.replaces {
+                Some(text) => Some(serde_json::from_str(&text).map_err(corrupt)?),
+                None => None,
+            },
         })
     }
 }
@@ -123,7 +135,7 @@ impl TryFrom<RolloutRow> for Rollout {
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
-    abort_reason from rollout";
+    abort_reason, deploy_as, replaces from rollout";
 
 impl Store {
     /// Creates a pending rollout and its steps, or fails `HostBusy` if the host has an active one.
@@ -356,10 +368,15 @@ pub(super) async fn insert_rollout(
     }
     let env = serde_json::to_string(&new.env_overrides).map_err(corrupt)?;
     let logs = serde_json::to_string(&new.require_logs).map_err(corrupt)?;
+    let replaces = match &new.replaces {
+        Some(r) => Some(serde_json::to_string(r).map_err(corrupt)?),
+        None => None,
+    };
     sqlx::query(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
-         expect_file_sha256, active_host) values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         expect_file_sha256, active_host, deploy_as, replaces) \
+         values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&new.id)
     .bind(new.kind.as_str())
@@ -379,6 +396,8 @@ pub(super) async fn insert_rollout(
     .bind(&new.expect_commit)
     .bind(&new.expect_file_sha256)
     .bind(&new.host)
+    .bind(&new.deploy_as)
+    .bind(replaces)
     .execute(&mut **tx)
     .await?;
     for (position, step) in steps.iter().enumerate() {

@@ -81,6 +81,8 @@ pub async fn insert(store: &Store, row: &Row) -> String {
         expect_commit: None,
         expect_file_sha256: None,
         created_at: row.created_at,
+        deploy_as: None,
+        replaces: None,
     };
     let steps = [
         NewStep {

@@ -130,6 +130,8 @@ fn check_runbook_accepts_the_shipped_runbooks_and_names_file_and_line_of_a_bad_o
         "single-replica-canary",
         "recreate-in-place",
         "single-replica-rollback",
+        "long-context-rollout",
+        "long-context-rollback",
     ] {
         let path = format!("{}/runbooks/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
         let out = canaryd(&["check", "runbook", &path], "http://127.0.0.1:9");

@@ -127,6 +127,8 @@ pub struct TestOptions {
     pub api_token: Option<String>,
     /// The config's `prometheus:` server (none by default).
     pub prometheus: Option<canaryd::config::PrometheusConfig>,
+    /// Former names of replicas (`aliases:`), as (service, aliases).
+    pub aliases: Vec<(String, Vec<String>)>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -140,6 +142,7 @@ impl TestOptions {
             http: None,
             api_token: None,
             prometheus: None,
+            aliases: Vec::new(),
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -255,6 +258,13 @@ impl TestApp {
         for host in config.hosts.values_mut() {
             for replica in host.replicas.values_mut() {
                 replica.api_token = opts.api_token.clone().map(Secret::new);
+            }
+        }
+        for (service, aliases) in &opts.aliases {
+            for host in config.hosts.values_mut() {
+                if let Some(replica) = host.replicas.get_mut(service) {
+                    replica.aliases = aliases.clone();
+                }
             }
         }
         for (service, group) in &opts.groups {

@@ -29,6 +29,7 @@ mod prometheus;
 mod real_host;
 mod recovery;
 mod release;
+mod rename;
 mod repo;
 mod rollback;
 mod secrets;

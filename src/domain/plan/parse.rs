@@ -18,6 +18,7 @@ const FIELDS: &[&str] = &[
     "env",
     "require_logs",
     "on_failure",
+    "replaces",
 ];
 
 /// Parses a JSON plan body. A field given twice is refused (`invalid_body`), not silently
@@ -228,7 +229,28 @@ fn from_value(value: Value) -> Result<PlanSpec, PlanError> {
             )
         })?),
     };
+    let replaces = match map.get("replaces") {
+        None | Some(Value::Null) => None,
+        Some(v @ Value::Object(_)) => Some(serde_json::from_value(v.clone()).map_err(|e| {
+            PlanError::new(
+                "invalid_body",
+                Some("replaces"),
+                format!("must be {{service, file?, tag?}} with string values: {e}"),
+            )
+        })?),
+        Some(other) => {
+            return Err(PlanError::new(
+                "invalid_body",
+                Some("replaces"),
+                format!(
+                    "must be an object {{service, file?, tag?}}, got {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
     Ok(PlanSpec {
+        replaces,
         host: text("host", Some("unknown_host"))?.unwrap_or_default(),
         file: text("file", Some("invalid_file"))?.unwrap_or_default(),
         service: text("service", Some("invalid_service"))?.unwrap_or_default(),

@@ -4,6 +4,8 @@ use super::*;
 
 const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
 const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
+const OLD_R2: &str = "model-sg-glm53-fp8-tp4-r2";
+const OLD_R1: &str = "model-sg-glm53-fp8-tp4-r1";
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
 
 fn known() -> KnownTargets {
@@ -16,6 +18,13 @@ fn known() -> KnownTargets {
             .into_iter()
             .map(String::from)
             .collect(),
+        aliases: BTreeMap::from([(
+            "gpu02".to_string(),
+            BTreeMap::from([
+                (OLD_R2.to_string(), R2.to_string()),
+                (OLD_R1.to_string(), R1.to_string()),
+            ]),
+        )]),
     }
 }
 
@@ -224,10 +233,102 @@ fn a_plan_spec_built_by_the_cli_serialises_without_absent_fields() {
         env: None,
         require_logs: None,
         on_failure: Some(OnFailure::Halt),
+        replaces: None,
     };
     let json = serde_json::to_value(&spec).expect("serialises");
     assert_eq!(json.as_object().map(|o| o.len()), Some(6));
     let back =
         parse_json(&serde_json::to_vec(&json).expect("bytes")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(back, spec);
+}
+
+#[test]
+fn replaces_names_a_former_name_of_the_target_and_defaults_its_file_and_tag() {
+    let mut plan = example();
+    plan["replaces"] = json!({"service": OLD_R2});
+    let ok = submit(&plan).unwrap_or_else(|e| panic!("{e}"));
+    let r = ok.replaces.expect("replaces kept");
+    assert_eq!((r.service.as_str(), r.file, r.tag), (OLD_R2, None, None));
+    plan["replaces"] = json!({"service": OLD_R2, "file": FILE, "tag": "v0.0.451"});
+    let r = submit(&plan).unwrap_or_else(|e| panic!("{e}")).replaces;
+    assert_eq!(r.and_then(|r| r.tag).as_deref(), Some("v0.0.451"));
+}
+
+#[test]
+fn a_bad_replaces_is_refused_naming_the_field() {
+    let cases: Vec<(Value, &str, &str, &str)> = vec![
+        (
+            json!({"service": R2}),
+            "invalid_replaces",
+            "replaces.service",
+            "the target itself",
+        ),
+        (
+            json!({"service": R1}),
+            "invalid_replaces",
+            "replaces.service",
+            "another replica",
+        ),
+        (
+            json!({"service": OLD_R1}),
+            "invalid_replaces",
+            "replaces.service",
+            "former name of model-sg-glm53-w4afp8-tp4-r1",
+        ),
+        (
+            json!({"service": "model-x"}),
+            "invalid_replaces",
+            "replaces.service",
+            "not a configured former name",
+        ),
+        (
+            json!({"service": "a b"}),
+            "invalid_replaces",
+            "replaces.service",
+            "exactly one",
+        ),
+        (
+            json!({"service": ""}),
+            "invalid_replaces",
+            "replaces.service",
+            "must name one",
+        ),
+        (
+            json!({"service": OLD_R2, "file": "../x.yaml"}),
+            "invalid_replaces",
+            "replaces.file",
+            "..",
+        ),
+        (
+            json!({"service": OLD_R2, "tag": "v 1"}),
+            "invalid_replaces",
+            "replaces.tag",
+            "letters",
+        ),
+        (
+            json!({"service": OLD_R2, "other": 1}),
+            "invalid_body",
+            "replaces",
+            "unknown field",
+        ),
+        (
+            json!({"file": FILE}),
+            "invalid_body",
+            "replaces",
+            "missing field `service`",
+        ),
+        (json!("old"), "invalid_body", "replaces", "got a string"),
+    ];
+    for (replaces, code, field, says) in cases {
+        let mut plan = example();
+        plan["replaces"] = replaces.clone();
+        let err = submit(&plan).expect_err("refused");
+        assert_eq!(
+            (err.code, err.field.as_deref()),
+            (code, Some(field)),
+            "{replaces}: {err}"
+        );
+        assert!(err.message.starts_with(field), "{err}");
+        assert!(err.message.contains(says), "{replaces}: {err}");
+    }
 }

@@ -420,12 +420,107 @@ fn a_directory_loads_every_yaml_file_by_stem_and_stops_at_the_first_bad_one() {
 #[test]
 fn the_shipped_directories_load_whole() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for dir in ["runbooks", "config/dev/runbooks"] {
+    let shipped: &[&str] = &[
+        "long-context-rollback",
+        "long-context-rollout",
+        "recreate-in-place",
+        DEFAULT_CANARY,
+        ROLLBACK,
+    ];
+    let dev: &[&str] = &["recreate-in-place", DEFAULT_CANARY, ROLLBACK];
+    for (dir, names) in [("runbooks", shipped), ("config/dev/runbooks", dev)] {
         let loaded = load_dir(&root.join(dir)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             loaded.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["recreate-in-place", DEFAULT_CANARY, ROLLBACK],
+            names,
             "{dir}"
+        );
+    }
+}
+
+#[test]
+fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let loaded = load_dir(&root.join("runbooks")).unwrap_or_else(|e| panic!("{e}"));
+    // (kind, companion services) of each step.
+    let shape = |name: &str| -> Vec<(&'static str, Vec<String>)> {
+        loaded[name]
+            .steps
+            .iter()
+            .map(|s| (s.kind.name(), s.kind.companions().to_vec()))
+            .collect()
+    };
+    let list = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let target = |kind: &'static str| (kind, Vec::new());
+    let verification = list(&["glm53-soak-relay", "glm53-perception-check"]);
+    let infra = list(&["proxy-glm53", "dcgm-glm53"]);
+    let otel = list(&["otelcol-contrib"]);
+    let head = [
+        target("snapshot"),
+        target("peers_healthy"),
+        target("plan"),
+        target("down"),
+        target("plan"),
+        target("up"),
+        target("verify_neighbours"),
+        target("wait_health"),
+        target("smoke"),
+        target("wait_logs"),
+    ];
+    let mut rollout = head.to_vec();
+    rollout.extend([
+        ("plan", list(&["glm53-soak-relay"])),
+        ("up", list(&["glm53-soak-relay"])),
+        ("plan", list(&["glm53-perception-check"])),
+        ("up", list(&["glm53-perception-check"])),
+        target("wait_logs"),
+        ("plan", infra.clone()),
+        ("up", infra.clone()),
+        ("plan", otel.clone()),
+        ("up", otel.clone()),
+        target("soak"),
+        target("analyze"),
+        ("down", verification.clone()),
+    ]);
+    assert_eq!(shape("long-context-rollout"), rollout);
+    let mut rollback = head.to_vec();
+    rollback.extend([
+        ("plan", infra.clone()),
+        ("up", infra),
+        ("plan", otel.clone()),
+        ("up", otel),
+        ("down", verification),
+    ]);
+    assert_eq!(shape("long-context-rollback"), rollback);
+    let perception = loaded["long-context-rollout"]
+        .steps
+        .iter()
+        .find(|s| s.name == "perception")
+        .expect("the perception verdict step");
+    let StepKind::WaitLogs(WaitLogs {
+        service,
+        require,
+        forbid,
+        ..
+    }) = &perception.kind
+    else {
+        panic!("perception is a wait_logs step");
+    };
+    assert_eq!(service.as_deref(), Some("glm53-perception-check"));
+    assert!(require.iter().any(|p| p.as_str().contains(r#""ok": true"#)));
+    assert!(forbid.iter().any(|p| p.as_str().contains(r#""ok": false"#)));
+    for name in ["long-context-rollout", "long-context-rollback"] {
+        assert_eq!(loaded[name].ensure_safe(), Ok(()), "{name}");
+        let forced: Vec<&Vec<String>> = loaded[name]
+            .steps
+            .iter()
+            .filter_map(|s| s.kind.scope())
+            .filter(|s| s.force_recreate)
+            .map(|s| &s.services)
+            .collect();
+        assert!(
+            forced.iter().all(|s| **s == ["otelcol-contrib"]),
+            "{name}: {forced:?}"
         );
     }
 }

@@ -89,8 +89,9 @@ impl StepRun<'_> {
             return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
         };
         let config = &self.host.config;
-        let target = self.rollout.service.as_str();
-        let peers = config.peers(target);
+        // The compose service the target runs under; its peers by its slot.
+        let target = self.rollout.target();
+        let peers = config.peers(&self.rollout.service);
         let mut queries = Vec::new();
         for (i, check) in spec.checks.iter().enumerate() {
             let text = check.query.as_deref().unwrap_or_default();

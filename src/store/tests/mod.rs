@@ -54,6 +54,8 @@ pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewR
         expect_commit: None,
         expect_file_sha256: None,
         created_at: at(created),
+        deploy_as: None,
+        replaces: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
         },
         rollout_id: rollout_id.map(str::to_owned),
         deployed_at: at(s),
+        deployed_as: None,
     }
 }
 
@@ -291,4 +292,56 @@ async fn a_replica_left_down_stays_listed_until_a_later_rollout_of_it_succeeds()
     );
     deploy(&store, "ro_2", "v2", 10).await;
     assert!(store.replicas_left_down().await.expect("read").is_empty());
+}
+
+#[tokio::test]
+async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_ran_under() {
+    let (_dir, store) = temp_store().await;
+    let old = NewDeployment {
+        deployed_as: Some("r2-old".into()),
+        ..deployment("v1", 0, None)
+    };
+    store.record_baseline(&old).await.expect("baseline");
+    let mut new = rollout("ro_1", "h1", "r2", 1);
+    new.replaces = Some(crate::domain::plan::Replaces {
+        service: "r2-old".into(),
+        file: None,
+        tag: Some("v1".into()),
+    });
+    create(&store, &new).await;
+    let read = store
+        .get_rollout("ro_1")
+        .await
+        .expect("read")
+        .expect("stored");
+    assert_eq!(read.replaced(), Some("r2-old"));
+    assert_eq!(read.replaces, new.replaces);
+    assert_eq!((read.target(), read.deploy_as.as_deref()), ("r2", None));
+    let listed = store
+        .list_rollouts(&RolloutFilter::default())
+        .await
+        .expect("list");
+    assert_eq!(listed[0].replaces, new.replaces, "the list reads it too");
+    apply(&store, "ro_1", RolloutEvent::Start, 1).await;
+    store
+        .succeed_rollout(
+            "ro_1",
+            &change(RolloutEvent::Succeed, 2),
+            &deployment("v2", 2, Some("ro_1")),
+        )
+        .await
+        .expect("succeeded");
+    let named = |name: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .deployment_named("h1", "r2", name)
+                .await
+                .expect("query")
+                .map(|d| (d.tag.clone(), d.name().to_owned()))
+        }
+    };
+    assert_eq!(named("r2-old").await, Some(("v1".into(), "r2-old".into())));
+    assert_eq!(named("r2").await, Some(("v2".into(), "r2".into())));
+    assert_eq!(named("r2-other").await, None);
 }

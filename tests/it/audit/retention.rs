@@ -44,6 +44,7 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
         source: DeploymentSource::Rollout,
         rollout_id: Some(old_ok.clone()),
         deployed_at: day(0),
+        deployed_as: None,
     };
     let change = RolloutChange {
         event: RolloutEvent::Succeed,
