@@ -280,11 +280,14 @@ async fn demo(url: &str, faults: &SimFaults) -> anyhow::Result<ExitCode> {
 }
 
 /// A release of the good build to both replicas: r2 is the canary, r1 follows once it passed
-/// (one replica of the group away at a time); a progress line per target change.
+/// (one replica of the group away at a time); a progress line per target change. The build's
+/// analysis already passed in the first canary, so each target runs `recreate-in-place` (the
+/// same gates without the analysis window): the demo stays short.
 async fn release(client: &ApiClient) -> anyhow::Result<crate::http::ReleaseOut> {
     outln!("\n== a release: v0.0.452 to {R2} (the canary), then {R1}, one replica at a time")?;
     let body = json!({
         "file": DEV_FILE, "tag": "v0.0.452", "reason": "demo: promote v452 across the host",
+        "runbook": "recreate-in-place",
         "targets": [{"host": DEV_HOST, "service": R2}, {"host": DEV_HOST, "service": R1}],
     });
     let created = client.post("/v1/releases", &body).await?;

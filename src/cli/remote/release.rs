@@ -277,7 +277,9 @@ fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
 /// each target start and end; it also reads the release every `WATCH_INTERVAL` for the
 /// targets' steps, and only polls when the stream is unavailable or breaks.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
-    let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+    // What was shown per target: its state and running step (a target between two steps
+    // keeps the step last shown).
+    let mut seen: BTreeMap<u32, (String, Option<String>)> = BTreeMap::new();
     let mut stream = match client
         .get_stream(&format!("/v1/releases/{id}/events"), None)
         .await
@@ -291,10 +293,13 @@ pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
     loop {
         let r = get(client, id).await?;
         for t in &r.targets {
-            let line = target_line(t);
-            if seen.get(&t.position) != Some(&line) {
-                outln!("{line}")?;
-                seen.insert(t.position, line);
+            let shown = seen.get(&t.position);
+            let state_changed = shown.is_none_or(|(state, _)| *state != t.state);
+            let step_changed =
+                t.current_step.is_some() && shown.is_some_and(|(_, step)| *step != t.current_step);
+            if state_changed || step_changed {
+                outln!("{}", target_line(t))?;
+                seen.insert(t.position, (t.state.clone(), t.current_step.clone()));
             }
         }
         if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
