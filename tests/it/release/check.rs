@@ -92,7 +92,7 @@ fn a_release_file_naming_an_unknown_host_or_replica_fails_with_its_line_and_exit
             format!("release.yaml:7: canary ({HOST}/{R1}): must be one of the targets (invalid_release)"),
         ),
         (
-            release(&format!("targets: []\ncolour: red\n")),
+            release("targets: []\ncolour: red\n"),
             "release.yaml:6: unknown field `colour`".to_owned(),
         ),
     ];
