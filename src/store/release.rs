@@ -58,8 +58,10 @@ pub struct ReleaseTarget {
     pub position: u32,
     pub host: String,
     pub service: String,
+    /// The validated canary plan as stored (JSON text): parsed only when the target starts,
+    /// not on each of the coordinator's reads of the release.
     #[serde(skip)]
-    pub plan: serde_json::Value,
+    pub plan: String,
     pub rollout_id: Option<String>,
     pub rollout_status: Option<RolloutStatus>,
     pub rollout_error: Option<String>,
@@ -545,7 +547,7 @@ impl Store {
                 position: u32::try_from(t.0).map_err(corrupt)?,
                 host: t.1,
                 service: t.2,
-                plan: serde_json::from_str(&t.3).map_err(corrupt)?,
+                plan: t.3,
                 rollout_id: t.4,
                 rollout_status: status_of(t.5)?,
                 rollout_error: t.6,

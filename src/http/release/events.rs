@@ -19,11 +19,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use serde::Serialize;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use super::super::{Actor, ApiError, AppState};
-use crate::store::{ReleaseEvent, Store, StoreError, TargetEnd};
+use crate::store::{AuditEvent, ReleaseEvent, Store, StoreError, TargetEnd};
 
 /// The longest the stream waits before reading the release again when no audit event wakes
 /// it (the coordinator's own tick).
@@ -205,6 +206,19 @@ fn to_sse(e: &StreamEvent) -> Event {
         .data(data)
 }
 
+/// Waits for a rollout's own event (not a step's): only those end a target. A closed bus
+/// never wakes (the tick paces the stream).
+async fn rollout_moved(bus: &mut broadcast::Receiver<AuditEvent>) {
+    loop {
+        match bus.recv().await {
+            Ok(e) if e.step.is_none() => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
 pub(crate) async fn pump(
     store: &Store,
     id: &str,
@@ -227,15 +241,29 @@ pub(crate) async fn pump(
         if done {
             return Ok(());
         }
-        // Any audit event (or a lag) means "look again"; so does time.
-        let woke = tokio::select! {
+        // A rollout's own event (a status change; or a lag) means "look again"; so does time.
+        tokio::select! {
             _ = tx.closed() => return Ok(()),
-            woke = tokio::time::timeout(TICK, bus.recv()) => woke,
-        };
-        if let Ok(Err(RecvError::Closed)) = woke {
-            tokio::time::sleep(TICK).await;
+            _ = tokio::time::timeout(TICK, rollout_moved(&mut bus)) => {},
         }
-        // A burst of events is one look.
-        while bus.try_recv().is_ok() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn an_event_id_is_the_pair_of_cursors_and_nothing_else_parses() {
+        let c = Cursor {
+            release: 3,
+            audit: 70,
+        };
+        assert_eq!(c.id(), "3:70");
+        assert_eq!(Cursor::parse(&c.id()), Some(c));
+        assert_eq!(Cursor::parse(" 0:0 "), Some(Cursor::default()));
+        for bad in ["70", "3:", ":70", "-1:70", "3:x", "3:70:1", ""] {
+            assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+        }
     }
 }
