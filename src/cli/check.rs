@@ -1,18 +1,22 @@
-//! `canaryd check config|runbook|plan FILE`: offline validation, `file:line: message` on error.
+//! `canaryd check config|runbook|plan|release FILE`: offline validation, `file:line: message`
+//! on error.
 //!
 //! Exit codes (docs/cli.md#exit-codes): 0 the file is valid; 1 the check failed (the runbook
 //! or plan is invalid); 2 usage or configuration: an unreadable file, a config that does not
 //! load (the file checked by `check config`, or the `--config` a plan is checked against).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
 use super::serve::EXIT_BAD_CONFIG;
+use crate::config::ResolvedConfig;
 use crate::domain::plan::{self, PlanError};
 use crate::domain::runbook;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+use crate::http::ReleaseIn;
 
 /// The file checked is invalid.
 pub const EXIT_CHECK_FAILED: u8 = 1;
@@ -43,6 +47,19 @@ pub enum CheckCommand {
         #[arg(long, conflicts_with = "config")]
         no_config: bool,
     },
+    /// A release file, checked against a config as `POST /v1/releases` would check it: every
+    /// target (or the selector's hosts and group) known, the canary among them, each target a
+    /// valid canary plan. Exit 1 when the release is invalid, 2 when the config does not load.
+    Release {
+        /// The release file (YAML or JSON), as `canaryd release start` takes it.
+        file: PathBuf,
+        /// The config whose hosts, replicas and runbooks the release must name.
+        #[arg(long, default_value = "config/canaryd.yaml")]
+        config: PathBuf,
+        /// Check the release's fields and syntax only, without a config.
+        #[arg(long, conflicts_with = "config")]
+        no_config: bool,
+    },
 }
 
 /// Why a check did not pass.
@@ -63,6 +80,11 @@ pub fn check(what: CheckCommand) -> anyhow::Result<ExitCode> {
             config,
             no_config,
         } => check_plan(file, (!*no_config).then_some(config.as_path())),
+        CheckCommand::Release {
+            file,
+            config,
+            no_config,
+        } => check_release(file, (!*no_config).then_some(config.as_path())),
     };
     match result {
         Ok(summary) => {
@@ -130,21 +152,7 @@ fn check_plan(file: &Path, config: Option<&Path>) -> Result<String, Failure> {
             "{label}: syntax ok (--no-config: host, service and runbook not checked)"
         ));
     };
-    let loaded = crate::config::load(config_path).map_err(|e| e.to_string());
-    let loaded = loaded.and_then(|c| {
-        runbook::load_dir(&c.runbooks_dir)
-            .map(|r| (c, r))
-            .map_err(|e| e.to_string())
-    });
-    let (config, runbooks) = loaded.map_err(|why| {
-        Failure::Unusable(format!(
-            "{label}: not checked: the config {} did not load: {why}\n\
-             (set the env vars it names: any distinct values do for a check; pass --config FILE; or \
-             --no-config to check the plan's syntax only)",
-            config_path.display()
-        ))
-    })?;
-    let names = runbooks.keys().cloned().collect();
+    let (config, names) = load_config(config_path, &label, "plan")?;
     let plan = plan::validate(spec, &config.known_targets(&names))
         .map_err(|e| Failure::Invalid(plan_error_at(&label, &text, is_json, &e)))?;
     Ok(format!(
@@ -155,6 +163,91 @@ fn check_plan(file: &Path, config: Option<&Path>) -> Result<String, Failure> {
         plan.runbook,
         config_path.display()
     ))
+}
+
+/// The config a file is checked against, and its runbooks' names.
+fn load_config(
+    config_path: &Path,
+    label: &str,
+    what: &str,
+) -> Result<(ResolvedConfig, BTreeSet<String>), Failure> {
+    let loaded = crate::config::load(config_path).map_err(|e| e.to_string());
+    let loaded = loaded.and_then(|c| {
+        runbook::load_dir(&c.runbooks_dir)
+            .map(|r| (c, r.keys().cloned().collect()))
+            .map_err(|e| e.to_string())
+    });
+    loaded.map_err(|why| {
+        Failure::Unusable(format!(
+            "{label}: not checked: the config {} did not load: {why}\n\
+             (set the env vars it names: any distinct values do for a check; pass --config FILE; or \
+             --no-config to check the {what}'s syntax only)",
+            config_path.display()
+        ))
+    })
+}
+
+fn check_release(file: &Path, config: Option<&Path>) -> Result<String, Failure> {
+    let text = read(file)?;
+    let label = file.display().to_string();
+    let input: ReleaseIn = if file.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text)
+            .map_err(|e| Failure::Invalid(format!("{label}:{}: {e}", e.line())))?
+    } else {
+        serde_yaml::from_str(&text).map_err(|e| {
+            let (line, message) = describe_yaml_error(&e);
+            Failure::Invalid(format!("{label}:{}: {message}", line.unwrap_or(1)))
+        })?
+    };
+    let Some(config_path) = config else {
+        return Ok(format!(
+            "{label}: syntax ok (--no-config: hosts, services and runbook not checked)"
+        ));
+    };
+    let (config, names) = load_config(config_path, &label, "release")?;
+    let release =
+        crate::http::check_release(&config, &names, input).map_err(|(code, message)| {
+            let line = release_error_line(&text, &message);
+            Failure::Invalid(format!("{label}:{line}: {message} ({code})"))
+        })?;
+    let canary = &release.targets[0];
+    Ok(format!(
+        "{label}: ok ({} target(s) to {}, canary {}/{}, max_parallel_hosts {}, on_failure {}, \
+         runbook {}; checked against {})",
+        release.targets.len(),
+        release.tag,
+        canary.host,
+        canary.service,
+        release.max_parallel_hosts,
+        release.on_failure,
+        release.runbook,
+        config_path.display()
+    ))
+}
+
+/// The line of the field a release refusal names first (`targets[1] (…): …`,
+/// `selector.hosts[0]: …`, `canary (…): …`), or of its nearest parent found; else 1.
+fn release_error_line(text: &str, message: &str) -> usize {
+    let field = message.split([' ', ':', ',']).next().unwrap_or_default();
+    let mut path = Vec::new();
+    for part in field.split('.') {
+        match part.split_once('[') {
+            Some((name, rest)) => {
+                path.push(Seg::Key(name));
+                if let Some(n) = rest.strip_suffix(']').and_then(|n| n.parse().ok()) {
+                    path.push(Seg::Index(n));
+                }
+            }
+            None => path.push(Seg::Key(part)),
+        }
+    }
+    while !path.is_empty() {
+        if let Some(line) = locate(text, &path) {
+            return line;
+        }
+        path.pop();
+    }
+    1
 }
 
 /// `file:line: message` for a refused plan: the line of the field at fault, or of the syntax
@@ -217,6 +310,23 @@ mod tests {
         ];
         for (field, want) in cases {
             assert_eq!(plan_error_at("p.yaml", yaml, false, &err(field)), want);
+        }
+    }
+
+    #[test]
+    fn release_errors_point_at_the_line_of_the_target_they_name() {
+        let yaml =
+            "file: prod/x.yaml\ntag: v1\nreason: r\ntargets:\n  - {host: gpu02, service: r2}\n  \
+                    - {host: gpu09, service: r1}\nselector:\n  hosts: [gpu02]\n  group: g\n";
+        let cases = [
+            ("targets[1] (gpu09/r1): unknown host", 6),
+            ("targets[7] (gpu09/r1): unknown host", 4),
+            ("selector.hosts[0]: \"gpu09\" is not a configured host", 8),
+            ("targets, selector: give exactly one of them", 4),
+            ("max_parallel_hosts: must be at least 1", 1),
+        ];
+        for (message, want) in cases {
+            assert_eq!(release_error_line(yaml, message), want, "{message}");
         }
     }
 

@@ -1,8 +1,9 @@
 //! `canaryd dev [--demo]`: the daemon against an embedded simulated host, with fast runbooks.
 //! `--demo` runs a canary of r2 whose analysis passes, a one-click rollback, then a canary of
 //! a build whose engine answers twice as slowly: its analysis fails and the automatic
-//! rollback restores r2. It prints each timeline and analysis verdict, and exits 0 when all
-//! four ended as expected.
+//! rollback restores r2. It ends with a release of a good build to both replicas (r2 the
+//! canary, then r1), printed as a progress line per target. It prints each timeline and
+//! analysis verdict, and exits 0 when all five ended as expected.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use serde_json::json;
 
 use super::client::created_id;
 use super::output::timeline;
-use super::remote::follow;
+use super::remote::{follow, watch_release};
 use super::ApiClient;
 use crate::app::{shutdown_signal, App};
 use crate::config::{ComposeTuning, EnvMap, HostConfig, ReplicaConfig, ResolvedConfig, Secret};
@@ -55,8 +56,8 @@ pub struct DevArgs {
     /// SQLite file (default: a fresh one in a temporary folder).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Run a canary of r2, a rollback, a failing canary and its automatic rollback, print
-    /// the timelines, exit.
+    /// Run a canary of r2, a rollback, a failing canary and its automatic rollback, then a
+    /// release to r2 and r1; print the timelines and the release's progress, exit.
     #[arg(long)]
     pub demo: bool,
 }
@@ -245,15 +246,17 @@ async fn demo(url: &str, faults: &SimFaults) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let release = release(&client).await?;
     let bad_code = bad.error.as_ref().map_or("", |e| e.code.as_str());
     let auto_ok = auto.as_ref().is_some_and(|r| r.status == "succeeded");
     let ok = canary.status == "succeeded"
         && rollback.status == "succeeded"
         && bad.status == "failed"
         && bad_code == "analysis_failed"
-        && auto_ok;
+        && auto_ok
+        && release.status == "succeeded";
     outln!(
-        "demo {}: canary {} ({}), rollback {} ({}) back to {}; bad canary {} ({} {bad_code}), automatic rollback {} ({}) back to {}",
+        "demo {}: canary {} ({}), rollback {} ({}) back to {}; bad canary {} ({} {bad_code}), automatic rollback {} ({}) back to {}; release {} ({}) of {} to {} target(s)",
         if ok { "finished" } else { "FAILED" },
         canary.id,
         canary.status,
@@ -265,12 +268,35 @@ async fn demo(url: &str, faults: &SimFaults) -> anyhow::Result<ExitCode> {
         auto.as_ref().map_or("none", |r| r.id.as_str()),
         auto.as_ref().map_or("-", |r| r.status.as_str()),
         auto.as_ref().map_or("-", |r| r.tag.as_str()),
+        release.id,
+        release.status,
+        release.tag,
+        release.targets.len(),
     )?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A release of the good build to both replicas: r2 is the canary, r1 follows once it passed
+/// (one replica of the group away at a time); a progress line per target change. The build's
+/// analysis already passed in the first canary, so each target runs `recreate-in-place` (the
+/// same gates without the analysis window): the demo stays short.
+async fn release(client: &ApiClient) -> anyhow::Result<crate::http::ReleaseOut> {
+    outln!("\n== a release: v0.0.452 to {R2} (the canary), then {R1}, one replica at a time")?;
+    let body = json!({
+        "file": DEV_FILE, "tag": "v0.0.452", "reason": "demo: promote v452 across the host",
+        "runbook": "recreate-in-place",
+        "targets": [{"host": DEV_HOST, "service": R2}, {"host": DEV_HOST, "service": R1}],
+    });
+    let created = client.post("/v1/releases", &body).await?;
+    let id = created_id(&created)?;
+    watch_release(client, &id).await?;
+    Ok(serde_json::from_value(
+        client.get(&format!("/v1/releases/{id}")).await?,
+    )?)
 }
 
 /// Starts a rollout (`POST path`), follows it to its end printing each step, then its

@@ -18,7 +18,7 @@ mod release;
 mod watch;
 
 pub use doctor::{doctor, DoctorArgs};
-pub use release::{release, ReleaseCommand};
+pub use release::{release, watch as watch_release, ReleaseCommand};
 pub use watch::follow;
 
 #[derive(Debug, Subcommand)]

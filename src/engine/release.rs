@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::Utc;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::task::AbortHandle;
 
 use super::{Engine, EngineError, RollbackRequest};
@@ -17,7 +19,7 @@ use crate::domain::release::{
     decide, ReleaseControl, ReleaseStatus, RollbackPhase, TargetPhase, TargetView, SYSTEM_ACTOR,
 };
 use crate::domain::state::RolloutStatus;
-use crate::store::{NewRelease, Release, ReleaseTarget, StoreError};
+use crate::store::{AuditEvent, NewRelease, Release, ReleaseTarget, StoreError};
 
 /// The longest a coordinator sleeps between ticks when no audit event wakes it.
 const TICK: Duration = Duration::from_millis(250);
@@ -161,7 +163,21 @@ async fn coordinate(engine: &Engine, id: &str) {
                 tracing::warn!(release.id = %id, error = %e, "release {id}: tick failed; retrying")
             }
         }
-        let _ = tokio::time::timeout(TICK, events.recv()).await;
+        let _ = tokio::time::timeout(TICK, rollout_moved(&mut events)).await;
+    }
+}
+
+/// Waits for a rollout's own event (a status change, not a step's): only those change what
+/// `decide` says, and each wake reads the whole release. A lag wakes too; a closed bus never
+/// does (the tick still paces the coordinator).
+async fn rollout_moved(events: &mut broadcast::Receiver<AuditEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(e) if e.step.is_none() => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
     }
 }
 
@@ -280,7 +296,7 @@ async fn start_target(
     release: &Release,
     target: &ReleaseTarget,
 ) -> Result<(), EngineError> {
-    let plan: CanaryPlan = serde_json::from_value(target.plan.clone()).map_err(|e| {
+    let plan: CanaryPlan = serde_json::from_str(&target.plan).map_err(|e| {
         EngineError::Store(StoreError::Corrupt {
             table: "release_target",
             message: e.to_string(),

@@ -12,8 +12,11 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+mod events;
+
 use super::body::{JsonBody, JsonInput};
 use super::{Actor, ApiError, AppState};
+use crate::config::ResolvedConfig;
 use crate::domain::plan::{self, PlanError, PlanSpec};
 use crate::domain::release::{ReleaseControl, ReleaseOnFailure, ReleaseStatus};
 use crate::domain::state::{OnFailure, RolloutStatus};
@@ -28,6 +31,7 @@ pub(super) fn router() -> Router<AppState> {
         .route("/v1/releases/{id}/pause", post(pause_release))
         .route("/v1/releases/{id}/resume", post(resume_release))
         .route("/v1/releases/{id}/abort", post(abort_release))
+        .route("/v1/releases/{id}/events", get(events::release_events))
 }
 
 /// One replica: a target or the canary.
@@ -143,6 +147,8 @@ pub struct ReleaseTargetOut {
     /// The newest rollback of the target's rollout (its automatic one, or the release's).
     pub rollback_id: Option<String>,
     pub rollback_status: Option<String>,
+    /// The name of the target rollout's running step, if one runs.
+    pub current_step: Option<String>,
 }
 
 /// The state a target is shown in.
@@ -181,6 +187,7 @@ impl ReleaseOut {
                 finished_at: t.rollout_finished_at,
                 rollback_id: t.rollback_id.clone(),
                 rollback_status: t.rollback_status.map(|s| s.as_str().to_owned()),
+                current_step: t.current_step.clone(),
             })
             .collect();
         let mut progress = BTreeMap::new();
@@ -235,10 +242,10 @@ fn target_error(i: usize, t: &TargetIn, e: PlanError) -> ApiError {
 
 /// The targets of a selector: the group's replicas on each host in the order given, inside a
 /// host by name, last first (`…-r2` before `…-r1`, as operators roll them).
-fn select(state: &AppState, s: &SelectorIn) -> Result<Vec<TargetIn>, ApiError> {
+fn select(config: &ResolvedConfig, s: &SelectorIn) -> Result<Vec<TargetIn>, ApiError> {
     let mut out = Vec::new();
     for (i, host) in s.hosts.iter().enumerate() {
-        let Some(config) = state.config.hosts.get(host) else {
+        let Some(config) = config.hosts.get(host) else {
             return Err(unprocessable(
                 "unknown_host",
                 format!("selector.hosts[{i}]: \"{host}\" is not a configured host"),
@@ -275,6 +282,30 @@ pub(super) fn validate(
     input: ReleaseIn,
     actor: &str,
 ) -> Result<NewRelease, ApiError> {
+    validate_against(&state.config, &state.runbooks, input, actor)
+}
+
+/// `canaryd check release`: a release validated against a config and its runbooks' names as
+/// `POST /v1/releases` would, without a daemon; a refusal is its error code and message.
+pub fn check_release(
+    config: &ResolvedConfig,
+    runbooks: &BTreeSet<String>,
+    input: ReleaseIn,
+) -> Result<NewRelease, (&'static str, String)> {
+    validate_against(config, runbooks, input, "check").map_err(|e| match e {
+        ApiError::Unprocessable { code, message } | ApiError::BadRequest { code, message } => {
+            (code, message)
+        }
+        other => ("internal", format!("{other:?}")),
+    })
+}
+
+fn validate_against(
+    config: &ResolvedConfig,
+    runbooks: &BTreeSet<String>,
+    input: ReleaseIn,
+    actor: &str,
+) -> Result<NewRelease, ApiError> {
     let mut targets = match (&input.targets, &input.selector) {
         (Some(t), None) if !t.is_empty() => t.clone(),
         (Some(_), None) => {
@@ -283,7 +314,7 @@ pub(super) fn validate(
                 "targets: must list at least one {host, service}".into(),
             ))
         }
-        (None, Some(s)) => select(state, s)?,
+        (None, Some(s)) => select(config, s)?,
         _ => {
             return Err(unprocessable(
                 "invalid_release",
@@ -320,7 +351,7 @@ pub(super) fn validate(
             "max_parallel_hosts: must be at least 1".into(),
         ));
     }
-    let known = state.config.known_targets(&state.runbooks);
+    let known = config.known_targets(runbooks);
     let mut new_targets = Vec::with_capacity(targets.len());
     let mut runbook = String::new();
     for (i, t) in targets.iter().enumerate() {

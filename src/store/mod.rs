@@ -37,7 +37,7 @@ pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
 pub use release::{
-    NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget,
+    NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
 };
 pub use retention::{spawn_retention, Purged};
 pub use rollout::{NewRollout, NewStep, RolloutChange};

@@ -58,8 +58,10 @@ pub struct ReleaseTarget {
     pub position: u32,
     pub host: String,
     pub service: String,
+    /// The validated canary plan as stored (JSON text): parsed only when the target starts,
+    /// not on each of the coordinator's reads of the release.
     #[serde(skip)]
-    pub plan: serde_json::Value,
+    pub plan: String,
     pub rollout_id: Option<String>,
     pub rollout_status: Option<RolloutStatus>,
     pub rollout_error: Option<String>,
@@ -67,6 +69,8 @@ pub struct ReleaseTarget {
     pub rollout_finished_at: Option<DateTime<Utc>>,
     pub rollback_id: Option<String>,
     pub rollback_status: Option<RolloutStatus>,
+    /// The name of the target rollout's running step, if one runs.
+    pub current_step: Option<String>,
 }
 
 /// One entry of a release's audit trail.
@@ -80,6 +84,24 @@ pub struct ReleaseEvent {
     pub to_state: Option<String>,
     pub reason: Option<String>,
     pub detail: serde_json::Value,
+}
+
+/// A target's rollout, or the rollback of it, ended (from its terminal audit event): what a
+/// release's event stream says besides the release's own trail.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TargetEnd {
+    /// The audit event's `seq`.
+    pub seq: i64,
+    pub at: DateTime<Utc>,
+    pub position: u32,
+    pub host: String,
+    pub service: String,
+    pub rollout_id: String,
+    /// Whether it is the rollback of the target's rollout (automatic, or `rollback_release`'s).
+    pub rollback: bool,
+    /// `succeeded`, `failed` or `aborted`.
+    pub status: String,
+    pub error: Option<String>,
 }
 
 /// Filters of `list_releases` (AND), newest first.
@@ -129,12 +151,14 @@ type TargetRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 const SELECT_TARGETS: &str = "select t.position, t.host, t.service, t.plan, t.rollout_id, r.status, \
     r.error_code, r.started_at, r.finished_at, \
     (select b.rollout_id from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
-    (select b.status from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1) \
+    (select b.status from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
+    (select s.name from step s where s.rollout_id = t.rollout_id and s.status = 'running' order by s.position limit 1) \
     from release_target t left join rollout r on r.rollout_id = t.rollout_id \
     where t.release_id = ? order by t.position";
 
@@ -415,6 +439,69 @@ impl Store {
 
     /// A release's audit trail, oldest first.
     pub async fn release_events(&self, id: &str) -> Result<Vec<ReleaseEvent>, StoreError> {
+        self.release_events_after(id, 0).await
+    }
+
+    /// The ends of a release's target rollouts and of their rollbacks whose audit event's `seq`
+    /// is above `after_seq`, in `seq` order.
+    pub async fn release_target_ends(
+        &self,
+        id: &str,
+        after_seq: i64,
+    ) -> Result<Vec<TargetEnd>, StoreError> {
+        type Row = (
+            i64,
+            String,
+            i64,
+            String,
+            String,
+            String,
+            i64,
+            String,
+            Option<String>,
+        );
+        // Two arms (the rollout, its rollbacks) so each joins through an index.
+        let rows: Vec<Row> = sqlx::query_as(
+            "select a.seq, a.occurred_at, t.position, t.host, t.service, r.rollout_id, 0, a.to_state, r.error_code \
+             from release_target t join rollout r on r.rollout_id = t.rollout_id \
+             join audit_event a on a.rollout_id = r.rollout_id \
+             where t.release_id = ?1 and a.seq > ?2 and a.step_name is null \
+             and a.to_state in ('succeeded', 'failed', 'aborted') \
+             union all \
+             select a.seq, a.occurred_at, t.position, t.host, t.service, r.rollout_id, 1, a.to_state, r.error_code \
+             from release_target t join rollout r on r.rollback_of = t.rollout_id \
+             join audit_event a on a.rollout_id = r.rollout_id \
+             where t.release_id = ?1 and a.seq > ?2 and a.step_name is null \
+             and a.to_state in ('succeeded', 'failed', 'aborted') \
+             order by 1",
+        )
+        .bind(id)
+        .bind(after_seq)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(TargetEnd {
+                    seq: r.0,
+                    at: parse_time("audit_event", &r.1)?,
+                    position: u32::try_from(r.2).map_err(corrupt)?,
+                    host: r.3,
+                    service: r.4,
+                    rollout_id: r.5,
+                    rollback: r.6 != 0,
+                    status: r.7,
+                    error: r.8,
+                })
+            })
+            .collect()
+    }
+
+    /// A release's audit trail after `after_seq`, oldest first.
+    pub async fn release_events_after(
+        &self,
+        id: &str,
+        after_seq: i64,
+    ) -> Result<Vec<ReleaseEvent>, StoreError> {
         type Row = (
             i64,
             String,
@@ -427,9 +514,10 @@ impl Store {
         );
         let rows: Vec<Row> = sqlx::query_as(
             "select seq, occurred_at, actor, kind, from_state, to_state, reason, detail \
-             from release_event where release_id = ? order by seq",
+             from release_event where release_id = ? and seq > ? order by seq",
         )
         .bind(id)
+        .bind(after_seq)
         .fetch_all(self.pool())
         .await?;
         rows.into_iter()
@@ -459,7 +547,7 @@ impl Store {
                 position: u32::try_from(t.0).map_err(corrupt)?,
                 host: t.1,
                 service: t.2,
-                plan: serde_json::from_str(&t.3).map_err(corrupt)?,
+                plan: t.3,
                 rollout_id: t.4,
                 rollout_status: status_of(t.5)?,
                 rollout_error: t.6,
@@ -467,6 +555,7 @@ impl Store {
                 rollout_finished_at: parse_opt_time("rollout", t.8)?,
                 rollback_id: t.9,
                 rollback_status: status_of(t.10)?,
+                current_step: t.11,
             });
         }
         Ok(Release {

@@ -1,14 +1,16 @@
 //! `canaryd dev --demo`, the real binary end to end: a canary whose analysis passes, a
 //! one-click rollback, a canary whose engine answers twice as slowly (its analysis fails)
-//! and the automatic rollback that restores r2; each verdict printed as a table; exit 0.
+//! and the automatic rollback that restores r2; each verdict printed as a table; then a
+//! release of r2 (the canary) and r1, a progress line per target; exit 0.
 
 use std::process::Command;
 use std::time::Duration;
 
+use canaryd::domain::release::ReleaseStatus;
 use canaryd::domain::state::{RolloutKind, RolloutStatus, StepStatus};
-use canaryd::store::{RolloutFilter, Store};
+use canaryd::store::{ReleaseFilter, RolloutFilter, Store};
 
-use crate::helpers::R2;
+use crate::helpers::{HOST, R1, R2};
 
 #[tokio::test]
 async fn the_demo_fails_a_canary_twice_as_slow_on_its_analysis_and_rolls_it_back() {
@@ -28,7 +30,7 @@ async fn the_demo_fails_a_canary_twice_as_slow_on_its_analysis_and_rolls_it_back
         .stderr(std::fs::File::create(&err_path).expect("stderr file"))
         .spawn()
         .expect("canaryd dev --demo starts");
-    // Bounded: 4 rollouts of seconds each; 240 s leaves room for a loaded CI machine.
+    // Bounded: 6 rollouts of seconds each; 240 s leaves room for a loaded CI machine.
     let mut status = None;
     for _ in 0..2400 {
         if let Some(s) = child.try_wait().expect("wait") {
@@ -71,9 +73,46 @@ async fn the_demo_fails_a_canary_twice_as_slow_on_its_analysis_and_rolls_it_back
             (RolloutKind::Rollback, RolloutStatus::Succeeded, "v0.0.450"),
             (RolloutKind::Canary, RolloutStatus::Failed, "v0.0.451"),
             (RolloutKind::Rollback, RolloutStatus::Succeeded, "v0.0.450"),
+            (RolloutKind::Canary, RolloutStatus::Succeeded, "v0.0.452"),
+            (RolloutKind::Canary, RolloutStatus::Succeeded, "v0.0.452"),
         ],
         "{out}"
     );
+    // The release: r2 alone first, r1 only after it, each shown as it went.
+    let releases = store
+        .list_releases(&ReleaseFilter {
+            limit: 10,
+            ..ReleaseFilter::default()
+        })
+        .await
+        .expect("releases");
+    assert_eq!(releases.len(), 1, "{out}");
+    let release = &releases[0];
+    assert_eq!(release.status, ReleaseStatus::Succeeded, "{out}");
+    let order: Vec<(&str, Option<&str>)> = release
+        .targets
+        .iter()
+        .map(|t| (t.service.as_str(), t.rollout_id.as_deref()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (R2, Some(all[4].id.as_str())),
+            (R1, Some(all[5].id.as_str()))
+        ]
+    );
+    assert!(
+        all[5].created_at >= all[4].finished_at.expect("the canary finished"),
+        "r1 started only after its canary r2 succeeded"
+    );
+    for line in [
+        format!("canary {HOST}/{R2}: succeeded ({})", all[4].id),
+        format!("{HOST}/{R1}: waiting"),
+        format!("{HOST}/{R1}: succeeded ({})", all[5].id),
+        format!("{} succeeded", release.id),
+    ] {
+        assert!(out.contains(&line), "{line:?} in:\n{out}");
+    }
     let bad = &all[2];
     assert_eq!(bad.service, R2);
     assert_eq!(

@@ -15,6 +15,9 @@ use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, is_dry_run, sim_config, FILE, R1, R2};
 
+mod check;
+mod events;
+
 /// One daemon over several simulated hosts (`gpu01`, `gpu02`, …), each with r1 and r2.
 struct Fleet {
     sims: Vec<(String, SimHost)>,

@@ -252,7 +252,7 @@ fn summary(r: &ReleaseOut) -> String {
 
 fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
     format!(
-        "{}{}/{}: {}{}{}",
+        "{}{}/{}: {}{}{}{}",
         if t.canary { "canary " } else { "" },
         t.host,
         t.service,
@@ -261,6 +261,10 @@ fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
             .as_deref()
             .map(|id| format!(" ({id})"))
             .unwrap_or_default(),
+        t.current_step
+            .as_deref()
+            .map(|s| format!(" step {s}"))
+            .unwrap_or_default(),
         t.error
             .as_deref()
             .map(|e| format!(" {e}"))
@@ -268,29 +272,52 @@ fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
     )
 }
 
-/// Follows a release: a line per target whose state changed, then the summary; exit 0
-/// succeeded, 1 failed, 2 aborted.
+/// Follows a release: a line per target whose state (or running step) changed, then the
+/// summary; exit 0 succeeded, 1 failed, 2 aborted. The release's event stream wakes it at
+/// each target start and end; it also reads the release every `WATCH_INTERVAL` for the
+/// targets' steps, and only polls when the stream is unavailable or breaks.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
-    let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+    // What was shown per target: its state and running step (a target between two steps
+    // keeps the step last shown).
+    let mut seen: BTreeMap<u32, (String, Option<String>)> = BTreeMap::new();
+    let mut stream = match client
+        .get_stream(&format!("/v1/releases/{id}/events"), None)
+        .await
+    {
+        Ok(res) => Some(res),
+        Err(e) => {
+            eprintln!("event stream of {id} unavailable ({e:#}); polling instead");
+            None
+        }
+    };
     loop {
         let r = get(client, id).await?;
         for t in &r.targets {
-            let line = target_line(t);
-            if seen.get(&t.position) != Some(&line) {
-                outln!("{line}")?;
-                seen.insert(t.position, line);
+            let shown = seen.get(&t.position);
+            let state_changed = shown.is_none_or(|(state, _)| *state != t.state);
+            let step_changed =
+                t.current_step.is_some() && shown.is_some_and(|(_, step)| *step != t.current_step);
+            if state_changed || step_changed {
+                outln!("{}", target_line(t))?;
+                seen.insert(t.position, (t.state.clone(), t.current_step.clone()));
             }
         }
-        match r.status.as_str() {
-            "succeeded" | "failed" | "aborted" => {
-                outln!("{}", summary(&r))?;
-                return Ok(match r.status.as_str() {
-                    "succeeded" => ExitCode::SUCCESS,
-                    "aborted" => ExitCode::from(2),
-                    _ => ExitCode::from(1),
-                });
-            }
-            _ => tokio::time::sleep(WATCH_INTERVAL).await,
+        if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
+            outln!("{}", summary(&r))?;
+            return Ok(match r.status.as_str() {
+                "succeeded" => ExitCode::SUCCESS,
+                "aborted" => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            });
+        }
+        match &mut stream {
+            // Any event (or keep-alive), or the interval: look again.
+            Some(res) => match tokio::time::timeout(WATCH_INTERVAL, res.chunk()).await {
+                Err(_) | Ok(Ok(Some(_))) => {}
+                // Ended with the release (the next read says so) or broke: poll from now.
+                Ok(Ok(None) | Err(_)) => stream = None,
+            },
+            None => tokio::time::sleep(WATCH_INTERVAL).await,
         }
     }
 }

@@ -1,0 +1,232 @@
+//! Issue 16: a release across a fleet, against the ideal schedule and the manual way.
+//!
+//! `cargo bench --bench release` (results and method: docs/performance.md#releases-across-a-fleet).
+//! `RELEASE_HOSTS` simulated hosts (in this process) with r1 and r2 each; one `canaryd serve`
+//! child with every host configured; one release of every replica (`h000`'s r2 the canary,
+//! then each host's r2 then r1) with `max_parallel_hosts: RELEASE_PARALLEL`.
+//!
+//! - **Per-target time** `p`: the mean of the non-canary targets' rollout times (`started_at`
+//!   to `finished_at`, as canaryd recorded them); `c` is the canary's.
+//! - **Ideal schedule** = `c + ceil((N - 1) / P) × p`, with N targets and P parallel hosts: the
+//!   canary alone, then the N - 1 other targets in waves of P (one replica per host at a time
+//!   never binds when every host has at most 2 targets and hosts ≥ 2P: each wave has P
+//!   distinct hosts with a target left).
+//! - **Wall time**: the release's `created_at` (the POST) to its `finished_at`. Target: within
+//!   5 % of the ideal.
+//! - **Strictly sequential operator** (computed, not measured): `N × p`, one target after
+//!   another with no time lost between them — the manual way's lower bound.
+//! - canaryd's CPU (`utime + stime` of the child, whole release) and peak RSS (`VmHWM`).
+//!
+//! Knobs (env, defaults in brackets): `RELEASE_HOSTS` [50], `RELEASE_PARALLEL` [10],
+//! `RELEASE_INTERVAL_MS` [200], `RELEASE_COLD_MS` [2000], `RELEASE_SOAK_MS` [3000].
+
+mod common;
+#[path = "common/serve.rs"]
+mod serve;
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use canaryd::http::ReleaseOut;
+use canaryd::sim::{SimConfig, SimHost};
+use canaryd::testing::{self, Timings};
+use common::{env_ms, env_usize, ms_between};
+use serde_json::json;
+use serve::{host_name, Daemon, R1, R2};
+
+const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
+
+struct Settings {
+    hosts: usize,
+    parallel: usize,
+    interval: Duration,
+    cold: Duration,
+    soak: Duration,
+}
+
+fn sim_config(cold: Duration) -> SimConfig {
+    let mut cfg = SimConfig::example();
+    cfg.cold_start = cold;
+    cfg.stream_line_delay = Duration::ZERO;
+    cfg
+}
+
+fn runbook(s: &Settings) -> String {
+    testing::canary(
+        "benchmark canary (shipped steps, benchmark timings)",
+        &Timings {
+            peers: Duration::from_secs(60),
+            compose: Duration::from_secs(120),
+            wait: Duration::from_secs(600),
+            interval: s.interval,
+            consecutive: 1,
+            soak: s.soak,
+        },
+    )
+}
+
+struct Measured {
+    wall_ms: f64,
+    canary_ms: f64,
+    per_target_ms: f64,
+    targets: usize,
+    cpu_s: f64,
+    hwm_mib: f64,
+    most_hosts: usize,
+}
+
+async fn release(s: &Settings, sims: &[SimHost], daemon: &Daemon) -> anyhow::Result<Measured> {
+    let tck = common::clk_tck();
+    let cpu_before = common::cpu_seconds(daemon.pid, tck).context("canaryd's CPU")?;
+    let targets: Vec<serde_json::Value> = (0..sims.len())
+        .flat_map(|i| [R2, R1].map(|service| json!({"host": host_name(i), "service": service})))
+        .collect();
+    let body = json!({"file": FILE, "tag": "v0.0.452", "reason": "release benchmark",
+                      "targets": targets, "max_parallel_hosts": s.parallel});
+    let created = daemon.api.post("/v1/releases", &body).await?;
+    let id = created["id"].as_str().context("release id")?.to_owned();
+    // Bounded: 20 minutes at 1 s.
+    let mut r: Option<ReleaseOut> = None;
+    for _ in 0..1200 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now: ReleaseOut =
+            serde_json::from_value(daemon.api.get(&format!("/v1/releases/{id}")).await?)?;
+        if matches!(now.status.as_str(), "succeeded" | "failed" | "aborted") {
+            r = Some(now);
+            break;
+        }
+    }
+    let r = r.context("the release did not end within 20 minutes")?;
+    ensure!(
+        r.status == "succeeded",
+        "release ended {}: {:?}",
+        r.status,
+        r.error
+    );
+    let cpu_s = common::cpu_seconds(daemon.pid, tck).context("canaryd's CPU")? - cpu_before;
+    let hwm_mib = common::status_mib(daemon.pid, "VmHWM").unwrap_or(f64::NAN);
+    let span = |t: &canaryd::http::ReleaseTargetOut| -> anyhow::Result<(f64, f64, f64)> {
+        let (a, b) = (
+            t.started_at.context("started")?,
+            t.finished_at.context("finished")?,
+        );
+        Ok((
+            ms_between(r.created_at, a),
+            ms_between(r.created_at, b),
+            ms_between(a, b),
+        ))
+    };
+    let spans: Vec<(f64, f64, f64)> = r.targets.iter().map(span).collect::<anyhow::Result<_>>()?;
+    let rest = &spans[1..];
+    let per_target_ms = rest.iter().map(|s| s.2).sum::<f64>() / rest.len().max(1) as f64;
+    // Hosts away at once, from the recorded intervals (a check of the limit, not a target).
+    let mut most_hosts = 0;
+    for (start, _, _) in &spans {
+        let hosts: BTreeSet<&str> = spans
+            .iter()
+            .zip(&r.targets)
+            .filter(|((a, b, _), _)| a <= start && start < b)
+            .map(|(_, t)| t.host.as_str())
+            .collect();
+        most_hosts = most_hosts.max(hosts.len());
+    }
+    Ok(Measured {
+        wall_ms: ms_between(r.created_at, r.finished_at.context("finished")?),
+        canary_ms: spans[0].2,
+        per_target_ms,
+        targets: r.targets.len(),
+        cpu_s,
+        hwm_mib,
+        most_hosts,
+    })
+}
+
+async fn run() -> anyhow::Result<bool> {
+    let s = Settings {
+        hosts: env_usize("RELEASE_HOSTS", 50).max(2),
+        parallel: env_usize("RELEASE_PARALLEL", 10).max(1),
+        interval: env_ms("RELEASE_INTERVAL_MS", 200),
+        cold: env_ms("RELEASE_COLD_MS", 2000),
+        soak: env_ms("RELEASE_SOAK_MS", 3000),
+    };
+    println!("release benchmark: {}", common::machine());
+    println!(
+        "{} hosts x 2 replicas, max_parallel_hosts {}, poll {:?}, cold start {:?}, soak {:?}",
+        s.hosts, s.parallel, s.interval, s.cold, s.soak
+    );
+    let mut sims = Vec::with_capacity(s.hosts);
+    for _ in 0..s.hosts {
+        sims.push(SimHost::start(sim_config(s.cold)).await?);
+    }
+    let env: Vec<(String, String)> = sim_config(Duration::ZERO).initial_env.into_iter().collect();
+    let daemon = Daemon::start(&sims, &env, &[("single-replica-canary", runbook(&s))]).await?;
+    let result = release(&s, &sims, &daemon).await;
+    daemon.stop_after(&result);
+    for sim in sims {
+        sim.shutdown().await;
+    }
+    let m = result?;
+    let waves = (m.targets - 1).div_ceil(s.parallel);
+    let ideal_ms = m.canary_ms + waves as f64 * m.per_target_ms;
+    let sequential_ms = m.targets as f64 * m.per_target_ms;
+    let off = (m.wall_ms - ideal_ms) / ideal_ms * 100.0;
+    let cpu_pct = m.cpu_s / (m.wall_ms / 1000.0) * 100.0;
+    let within = off <= 5.0;
+    let rss_ok = m.hwm_mib < 100.0;
+    let cpu_ok = cpu_pct < 10.0;
+    println!();
+    println!("| what | value | target | met |");
+    println!("|---|---|---|---|");
+    println!("| targets | {} ({} hosts x 2) | | |", m.targets, s.hosts);
+    println!("| canary target c (measured) | {:.0} ms | | |", m.canary_ms);
+    println!(
+        "| per-target time p (mean of the other {}) | {:.0} ms | | |",
+        m.targets - 1,
+        m.per_target_ms
+    );
+    println!(
+        "| ideal = c + ceil(({} - 1) / {}) x p = c + {waves} x p | {:.1} s | | |",
+        m.targets,
+        s.parallel,
+        ideal_ms / 1000.0
+    );
+    println!(
+        "| release wall time (created to finished) | **{:.1} s** ({:+.1} % of ideal) | within 5 % | {} |",
+        m.wall_ms / 1000.0,
+        off,
+        if within { "yes" } else { "NO" }
+    );
+    println!(
+        "| most hosts away at once (recorded) | {} | <= {} | {} |",
+        m.most_hosts,
+        s.parallel,
+        if m.most_hosts <= s.parallel {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+    println!(
+        "| strictly sequential operator = N x p (computed) | {:.1} s ({:.1}x the release) | | |",
+        sequential_ms / 1000.0,
+        sequential_ms / m.wall_ms
+    );
+    println!(
+        "| canaryd CPU, whole release | {:.2} s ({:.1} % of one core) | < 10 % | {} |",
+        m.cpu_s,
+        cpu_pct,
+        if cpu_ok { "yes" } else { "NO" }
+    );
+    println!(
+        "| canaryd peak RSS (VmHWM) | {:.1} MiB | < 100 MB | {} |",
+        m.hwm_mib,
+        if rss_ok { "yes" } else { "NO" }
+    );
+    Ok(within && rss_ok && cpu_ok && m.most_hosts <= s.parallel)
+}
+
+fn main() -> ExitCode {
+    common::run_main("release", "MISSED: a target above was not met", run())
+}
