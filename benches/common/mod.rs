@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod sim_fleet;
+
 use std::time::Duration;
 
 /// An integer knob from the environment, or its default.

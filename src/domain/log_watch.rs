@@ -157,9 +157,10 @@ pub fn strip_compose_prefix(line: &str) -> &str {
 }
 
 /// Removes ANSI colour sequences (`ESC [ ... m`), which compose adds on a terminal.
-fn strip_ansi(line: &str) -> String {
+/// Borrowed when there is nothing to strip: a soak reads 500 lines per probe (issue 17).
+fn strip_ansi(line: &str) -> std::borrow::Cow<'_, str> {
     if !line.contains('\u{1b}') {
-        return line.to_string();
+        return std::borrow::Cow::Borrowed(line);
     }
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
@@ -175,7 +176,7 @@ fn strip_ansi(line: &str) -> String {
             out.push(c);
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 fn clip(line: &str) -> String {

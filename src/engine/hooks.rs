@@ -2,7 +2,9 @@
 //! daemon there (crash matrix) or act while it is frozen (abort from every state).
 //!
 //! Checkpoints: `rollout:start` (before the rollout is marked running), `step:<name>:before`
-//! (before the step is marked running), `step:<name>:started` (after it is),
+//! (the previous step's end is committed, the step has not run: still pending when it is the
+//! first or a resumed one, already running when the previous step's end started it in the same
+//! transaction), `step:<name>:started` (after it is),
 //! `step:<name>:attempt_written` (a compose call's attempt is written, the call not sent),
 //! `step:<name>:attempt_done` (a compose call's outcome is written, the step's is not), and
 //! `step:<name>:failed` (the step is marked failed, its rollout is not yet). Unarmed,

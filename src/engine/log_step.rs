@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
+use super::step_run::{pause, until_next_probe, Execute, Progress, Running, StepEnd, StepRun};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
@@ -212,6 +212,7 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let mut progress = Progress::default();
         loop {
+            let began = std::time::Instant::now();
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 match watch.observe(&output, Utc::now()) {
                     LogVerdict::Satisfied => {
@@ -246,7 +247,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
-            if pause(spec.interval, abort).await {
+            if pause(until_next_probe(began, spec.interval, None), abort).await {
                 return StepEnd::Aborted(detail);
             }
         }
@@ -270,6 +271,7 @@ impl StepRun<'_> {
         let mut progress = Progress::default();
         let mut restarts = super::restart::RestartWatch::default();
         loop {
+            let began = std::time::Instant::now();
             if let Some(restarted) = restarts.check(self).await {
                 return restarted;
             }
@@ -306,7 +308,13 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
-            if pause(spec.interval, abort).await {
+            // The last probe falls on the deadline, not up to an interval after it.
+            if pause(
+                until_next_probe(began, spec.interval, Some(deadline)),
+                abort,
+            )
+            .await
+            {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -9,7 +9,8 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::step_run::{
-    is_service, pause, poll_interval, Execute, Progress, Running, StepEnd, StepRun,
+    is_service, pause, poll_interval, until_next_probe, Execute, Progress, Running, StepEnd,
+    StepRun,
 };
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
@@ -221,6 +222,7 @@ impl StepRun<'_> {
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
         let mut progress = Progress::default();
         loop {
+            let began = std::time::Instant::now();
             let sample = self.engine.inner.prober.sample(&url).await;
             if sample.is_healthy() {
                 ok += 1;
@@ -242,7 +244,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
-            if pause(interval, abort).await {
+            if pause(until_next_probe(began, interval, None), abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -122,7 +122,10 @@ async fn drive(
     }
     let runbook = engine.runbook(&rollout.runbook)?.clone();
     let mut run = StepRun::new(engine, &rollout);
-    for step in &db_steps {
+    // The step the previous boundary already started, in the transaction that ended the
+    // previous step (`Store::succeed_step_and_start_next`).
+    let mut started_next: Option<Step> = None;
+    for (i, step) in db_steps.iter().enumerate() {
         if matches!(step.status, StepStatus::Succeeded | StepStatus::Skipped) {
             run.restore(step);
             continue;
@@ -140,7 +143,14 @@ async fn drive(
             return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
         }
         engine.checkpoint(id, Checkpoint::Before(&step.name)).await;
-        if rollout_abort_requested(engine, id).await? {
+        let pre_started = started_next.take().filter(|s| s.id == step.id);
+        if let Some(started) = &pre_started {
+            // Started with the previous step's end, where no abort was requested: one came
+            // since only if the rollout's abort signal says so.
+            if *abort.borrow() && rollout_abort_requested(engine, id).await? {
+                return finish_aborted(engine, &rollout, Some(started)).await;
+            }
+        } else if rollout_abort_requested(engine, id).await? {
             return finish_aborted(engine, &rollout, Some(step)).await;
         }
         if engine.is_stopping() {
@@ -160,7 +170,10 @@ async fn drive(
             )
             .await;
         };
-        let step = start_step(engine, step, &spec.kind).await?;
+        let step = match pre_started {
+            Some(started) => started,
+            None => start_step(engine, step, &spec.kind).await?,
+        };
         engine.checkpoint(id, Checkpoint::Started(&step.name)).await;
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
         let end = run
@@ -169,11 +182,25 @@ async fn drive(
             .await;
         match end {
             StepEnd::Succeeded(detail) => {
-                store
-                    .transition_step(&step, StepEvent::Succeed, &detail, None, Utc::now())
+                // The next step starts in the same transaction, unless the daemon is stopping
+                // (it resumes there at next start) or the runbook no longer has it (the loop
+                // fails it `runbook_changed`).
+                let now = Utc::now();
+                let next = db_steps
+                    .get(i + 1)
+                    .filter(|n| n.status == StepStatus::Pending && !engine.is_stopping())
+                    .and_then(|n| {
+                        let spec = runbook.steps.get(n.position as usize)?;
+                        Some((n, steps::timeout_of(&spec.kind).map(|t| now + t)))
+                    });
+                let started = store
+                    .succeed_step_and_start_next(&step, &detail, next, now)
                     .await?;
                 tracing::info!(rollout.id = %id, step.name = %step.name, "step {} of {id} succeeded", step.name);
                 run.after_success(&step, &detail);
+                started_next = next
+                    .filter(|_| started)
+                    .map(|(n, deadline)| started_row(n, deadline, now));
             }
             StepEnd::Failed {
                 code,
@@ -227,14 +254,18 @@ async fn start_step(
     store
         .transition_step(step, StepEvent::Start, &json!({}), deadline, now)
         .await?;
-    // What the row now says, without reading every step back.
+    Ok(started_row(step, deadline, now))
+}
+
+/// What a pending step's row says once started at `now`, without reading every step back.
+fn started_row(step: &Step, deadline: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Step {
     let mut started = step.clone();
     started.status = StepStatus::Running;
     started.attempts += 1;
     started.started_at = started.started_at.or(Some(now));
     started.deadline_at = started.deadline_at.or(deadline);
     started.detail = json!({});
-    Ok(started)
+    started
 }
 
 pub(super) fn change(

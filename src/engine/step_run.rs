@@ -209,6 +209,28 @@ pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> boo
     }
 }
 
+/// The pause before a wait's next probe: what is left of `interval` since this probe `began`,
+/// so that probes keep their rhythm however long each takes (a sleep of the whole interval
+/// after each probe made a 20 s soak at 1 s last 20.8 s under load); at least a tenth of the
+/// interval, so a probe slower than the interval does not turn into back-to-back calls.
+/// With `end`, a wait that ends at that instant (a soak) sleeps past it by one millisecond at
+/// most: its last probe is at its deadline, not up to an interval later.
+pub(crate) fn until_next_probe(
+    began: std::time::Instant,
+    interval: Duration,
+    end: Option<DateTime<Utc>>,
+) -> Duration {
+    let rest = interval.saturating_sub(began.elapsed()).max(interval / 10);
+    let to_end = end
+        .and_then(|end| (end - Utc::now()).to_std().ok())
+        .filter(|d| !d.is_zero())
+        .map(|d| d + Duration::from_millis(1));
+    match to_end {
+        Some(d) => rest.min(d),
+        None => rest,
+    }
+}
+
 /// Saves a wait's evidence at its first probe, then at most every `engine.progress_every` (5 s
 /// by default; the final evidence is written when the step ends): bounded so that many
 /// concurrent waits do not queue on SQLite's single writer.
@@ -254,5 +276,31 @@ mod tests {
         // Outside a rollout task: the defaults, 50 ms to 1 s.
         assert_eq!(poll_interval(now), Duration::from_millis(50));
         assert_eq!(poll_interval(far), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_probe_waits_out_the_rest_of_its_interval_and_never_sleeps_past_the_end() {
+        let second = Duration::from_secs(1);
+        let began = std::time::Instant::now();
+        // A probe that took no time waits (almost) the whole interval.
+        let rest = until_next_probe(began, second, None);
+        assert!(
+            rest > Duration::from_millis(900) && rest <= second,
+            "{rest:?}"
+        );
+        // One that took 600 ms waits the 400 ms left.
+        let late = began - Duration::from_millis(600);
+        let rest = until_next_probe(late, second, None);
+        assert!(rest <= Duration::from_millis(400), "{rest:?}");
+        // One slower than the interval still waits a tenth of it.
+        let slow = began - Duration::from_secs(3);
+        assert_eq!(until_next_probe(slow, second, None), second / 10);
+        // An end 300 ms away cuts the wait to it (plus 1 ms); an end passed does not.
+        let end = Utc::now() + chrono::Duration::milliseconds(300);
+        let rest = until_next_probe(began, second, Some(end));
+        assert!(rest <= Duration::from_millis(301), "{rest:?}");
+        let passed = Utc::now() - chrono::Duration::milliseconds(300);
+        let rest = until_next_probe(began, second, Some(passed));
+        assert!(rest > Duration::from_millis(900), "{rest:?}");
     }
 }

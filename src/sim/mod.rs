@@ -396,6 +396,11 @@ impl SimHost {
             let signal = async move {
                 let _ = stop_main.wait_for(|s| *s).await;
             };
+            // TCP_NODELAY, as a real compose-manager answers: with Nagle on, every NDJSON
+            // line after the first waited for the client's delayed ACK (about 40 ms a call).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(signal)
                 .await

@@ -82,9 +82,18 @@ impl Emitter {
         }
         line.push(b'\n');
         let slow = self.shared.state().faults.line_delay.unwrap_or_default();
-        tokio::select! {
-            _ = tokio::time::sleep(self.delay.max(slow)) => {}
-            _ = self.shutdown.wait_for(|stop| *stop) => return Err(Gone),
+        let pause = self.delay.max(slow);
+        if pause.is_zero() {
+            // No timer: a zero sleep still waits for the timer's next millisecond tick, which
+            // made an unpaced stream of 50 lines take 50 ms.
+            if *self.shutdown.borrow() {
+                return Err(Gone);
+            }
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.shutdown.wait_for(|stop| *stop) => return Err(Gone),
+            }
         }
         self.sent += 1;
         self.tx.send(Bytes::from(line)).await.map_err(|_| Gone)

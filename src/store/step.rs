@@ -117,56 +117,42 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
         let mut tx = self.begin_write().await?;
-        let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
-            .bind(&step.id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let current = status
-            .parse::<StepStatus>()
-            .map_err(|e| StoreError::Corrupt {
-                table: "step",
-                message: e.to_string(),
-            })?;
-        let next = current
-            .apply(event)
-            .map_err(|e| StoreError::InvalidTransition {
-                id: step.id.clone(),
-                message: format!("step {}: {e}", step.name),
-            })?;
-        let at_s = fmt_time(at);
-        sqlx::query(
-            "update step set status = ?, detail = ?, \
-             attempts = attempts + case when ? then 1 else 0 end, \
-             started_at = coalesce(started_at, case when ? then ? end), \
-             finished_at = case when ? then ? else finished_at end, \
-             deadline_at = coalesce(deadline_at, ?) where step_id = ?",
-        )
-        .bind(next.as_str())
-        .bind(detail.to_string())
-        .bind(next == StepStatus::Running)
-        .bind(next == StepStatus::Running)
-        .bind(&at_s)
-        .bind(next.is_terminal())
-        .bind(&at_s)
-        .bind(deadline.map(fmt_time))
-        .bind(&step.id)
-        .execute(&mut *tx)
-        .await?;
-        let audit_detail = match next {
-            StepStatus::Failed | StepStatus::Aborted => detail.clone(),
-            // An analysis's verdict rides on its `step_succeeded` event (SSE).
-            StepStatus::Succeeded => crate::domain::analysis::verdict_event(detail),
-            _ => serde_json::json!({}),
-        };
-        let entry = AuditEntry::new(at, "canaryd", AuditKind::step(next))
-            .rollout(&step.rollout_id)
-            .step(&step.name)
-            .states(Some(current.as_str()), Some(next.as_str()))
-            .detail(audit_detail);
-        append(&mut tx, &entry).await?;
+        let next = transition_in(&mut tx, step, event, detail, deadline, at).await?;
         tx.commit().await?;
         self.publish().await;
         Ok(next)
+    }
+
+    /// One step boundary in one write transaction: `done` succeeds with `detail`, then, when
+    /// `next` is given and its rollout has no abort requested (read in the same transaction),
+    /// `next` starts with its deadline. Both changes carry their own audit event, exactly as
+    /// two `transition_step` calls would, but the writer lock is taken, and the WAL synced,
+    /// once per boundary instead of twice (issue 17). True when `next` was started.
+    pub async fn succeed_step_and_start_next(
+        &self,
+        done: &Step,
+        detail: &serde_json::Value,
+        next: Option<(&Step, Option<DateTime<Utc>>)>,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at).await?;
+        let mut started = false;
+        if let Some((next, deadline)) = next {
+            let (abort_requested,): (bool,) =
+                sqlx::query_as("select abort_reason is not null from rollout where rollout_id = ?")
+                    .bind(&next.rollout_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if !abort_requested {
+                let empty = serde_json::json!({});
+                transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at).await?;
+                started = true;
+            }
+        }
+        tx.commit().await?;
+        self.publish().await;
+        Ok(started)
     }
 
     /// Replaces a running step's evidence (progress of a wait); no state change, no audit.
@@ -264,4 +250,63 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// A step's status change, its detail and its audit event, inside the caller's transaction.
+async fn transition_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    step: &Step,
+    event: StepEvent,
+    detail: &serde_json::Value,
+    deadline: Option<DateTime<Utc>>,
+    at: DateTime<Utc>,
+) -> Result<StepStatus, StoreError> {
+    let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
+        .bind(&step.id)
+        .fetch_one(&mut **tx)
+        .await?;
+    let current = status
+        .parse::<StepStatus>()
+        .map_err(|e| StoreError::Corrupt {
+            table: "step",
+            message: e.to_string(),
+        })?;
+    let next = current
+        .apply(event)
+        .map_err(|e| StoreError::InvalidTransition {
+            id: step.id.clone(),
+            message: format!("step {}: {e}", step.name),
+        })?;
+    let at_s = fmt_time(at);
+    sqlx::query(
+        "update step set status = ?, detail = ?, \
+         attempts = attempts + case when ? then 1 else 0 end, \
+         started_at = coalesce(started_at, case when ? then ? end), \
+         finished_at = case when ? then ? else finished_at end, \
+         deadline_at = coalesce(deadline_at, ?) where step_id = ?",
+    )
+    .bind(next.as_str())
+    .bind(detail.to_string())
+    .bind(next == StepStatus::Running)
+    .bind(next == StepStatus::Running)
+    .bind(&at_s)
+    .bind(next.is_terminal())
+    .bind(&at_s)
+    .bind(deadline.map(fmt_time))
+    .bind(&step.id)
+    .execute(&mut **tx)
+    .await?;
+    let audit_detail = match next {
+        StepStatus::Failed | StepStatus::Aborted => detail.clone(),
+        // An analysis's verdict rides on its `step_succeeded` event (SSE).
+        StepStatus::Succeeded => crate::domain::analysis::verdict_event(detail),
+        _ => serde_json::json!({}),
+    };
+    let entry = AuditEntry::new(at, "canaryd", AuditKind::step(next))
+        .rollout(&step.rollout_id)
+        .step(&step.name)
+        .states(Some(current.as_str()), Some(next.as_str()))
+        .detail(audit_detail);
+    append(tx, &entry).await?;
+    Ok(next)
 }

@@ -369,6 +369,78 @@ async fn step_transitions_count_attempts_keep_the_first_deadline_and_audit_failu
     assert_eq!(by_rollout["ro_1"].len(), 3);
 }
 
+/// Issue 17: a step boundary is one transaction; the next step starts only while no abort is
+/// requested, and each change keeps its own audit event.
+#[tokio::test]
+async fn a_boundary_succeeds_a_step_and_starts_the_next_unless_an_abort_was_requested() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    let all = store.steps("ro_1").await.expect("steps");
+    store
+        .transition_step(&all[0], StepEvent::Start, &json!({}), None, at(1))
+        .await
+        .expect("running");
+    let started = store
+        .succeed_step_and_start_next(
+            &all[0],
+            &json!({"ok": 1}),
+            Some((&all[1], Some(at(90)))),
+            at(2),
+        )
+        .await
+        .expect("boundary");
+    assert!(started);
+    let read = store.steps("ro_1").await.expect("steps");
+    assert_eq!(read[0].status, StepStatus::Succeeded);
+    assert_eq!(read[0].detail, json!({"ok": 1}));
+    assert_eq!(read[0].finished_at, Some(at(2)));
+    assert_eq!(read[1].status, StepStatus::Running);
+    assert_eq!(
+        (read[1].started_at, read[1].deadline_at),
+        (Some(at(2)), Some(at(90)))
+    );
+    let kinds: Vec<(AuditKind, Option<String>)> = store
+        .audit_events("ro_1", 0)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| (e.kind, e.step))
+        .collect();
+    let tail = &kinds[kinds.len() - 2..];
+    assert_eq!(
+        tail,
+        [
+            (AuditKind::StepSucceeded, Some(all[0].name.clone())),
+            (AuditKind::StepRunning, Some(all[1].name.clone()))
+        ]
+    );
+    store
+        .request_abort("ro_1", "bob", "stop", at(3))
+        .await
+        .expect("abort requested");
+    let started = store
+        .succeed_step_and_start_next(&all[1], &json!({}), Some((&all[2], None)), at(4))
+        .await
+        .expect("boundary");
+    assert!(!started, "an abort requested first wins");
+    let read = store.steps("ro_1").await.expect("steps");
+    assert_eq!(read[1].status, StepStatus::Succeeded);
+    assert_eq!(read[2].status, StepStatus::Pending);
+    // The last step's boundary has no next step.
+    let refused = store
+        .succeed_step_and_start_next(&all[2], &json!({}), None, at(5))
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidTransition { .. })),
+        "a pending step cannot succeed: {refused:?}"
+    );
+    assert_eq!(
+        store.steps("ro_1").await.expect("steps")[2].status,
+        StepStatus::Pending,
+        "nothing half-written"
+    );
+}
+
 #[tokio::test]
 async fn attempts_are_written_ahead_numbered_per_step_and_read_in_order() {
     let (_dir, store) = temp_store().await;
