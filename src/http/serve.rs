@@ -38,6 +38,11 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Server-sent events are small writes: without this, one written while the previous
+        // is unacknowledged waits for the client's delayed ACK (~40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(remote = %remote, error = %e, "setting TCP_NODELAY failed");
+        }
         let service = TowerToHyperService::new(app.clone());
         let mut stop = stop_rx.clone();
         let open = open_rx.clone();
