@@ -306,7 +306,13 @@ impl StepRun<'_> {
                 return StepEnd::Succeeded(detail);
             }
             progress
-                .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
+                .save_changes(
+                    &self.engine.inner.store,
+                    &step.id,
+                    &detail,
+                    || self.mask_json(&detail),
+                    &["probes"],
+                )
                 .await;
             // The last probe falls on the deadline, not up to an interval after it.
             if pause(

@@ -234,12 +234,57 @@ pub(crate) fn until_next_probe(
 /// Saves a wait's evidence at its first probe, then at most every `engine.progress_every` (5 s
 /// by default; the final evidence is written when the step ends): bounded so that many
 /// concurrent waits do not queue on SQLite's single writer.
+///
+/// `save_changes` saves less often still while only a wait's counters move (issue 17: a soak
+/// at a 5 s interval otherwise writes at every probe): such a save waits `QUIET_SAVES` ×
+/// `progress_every`, and any other change is saved at the usual rhythm.
 #[derive(Default)]
 pub(super) struct Progress {
     last: Option<std::time::Instant>,
+    /// What `save_changes` last saved, without its counters.
+    saved: Option<serde_json::Value>,
 }
 
+/// How many `engine.progress_every` a wait whose evidence only counts up goes unsaved.
+pub(super) const QUIET_SAVES: u32 = 6;
+
 impl Progress {
+    /// Like `save`, but when `detail` differs from the last save only in its `counters` (top
+    /// level keys, e.g. a soak's `probes`), it is saved only once `QUIET_SAVES` ×
+    /// `progress_every` have passed. Nothing but the counters' freshness is lost: the final
+    /// evidence is written when the step ends, and recovery reads none of it.
+    pub(super) async fn save_changes(
+        &mut self,
+        store: &crate::store::Store,
+        step_id: &str,
+        detail: &serde_json::Value,
+        masked: impl FnOnce() -> serde_json::Value,
+        counters: &[&str],
+    ) {
+        let state = without(detail, counters);
+        if !self.due(std::time::Instant::now(), timings().progress_every, &state) {
+            return;
+        }
+        self.saved = Some(state);
+        self.last = Some(std::time::Instant::now());
+        if let Err(e) = store.update_step_detail(step_id, &masked()).await {
+            tracing::warn!(error = %e, "could not save the progress of step {step_id}");
+        }
+    }
+
+    /// Whether `save_changes` saves `state` (the detail without its counters) at `now`.
+    fn due(&self, now: std::time::Instant, every: Duration, state: &serde_json::Value) -> bool {
+        let Some(last) = self.last else {
+            return true;
+        };
+        let since = now.saturating_duration_since(last);
+        if self.saved.as_ref() == Some(state) {
+            since >= every * QUIET_SAVES
+        } else {
+            since >= every
+        }
+    }
+
     pub(super) async fn save(
         &mut self,
         store: &crate::store::Store,
@@ -257,9 +302,48 @@ impl Progress {
     }
 }
 
+/// `detail` without the top-level `keys`.
+fn without(detail: &serde_json::Value, keys: &[&str]) -> serde_json::Value {
+    match detail {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.iter()
+                .filter(|(k, _)| !keys.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_detail_whose_counters_alone_move_is_saved_six_times_less_often() {
+        let every = Duration::from_secs(5);
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let healthy = serde_json::json!({"misses_in_a_row": 0, "last": {"status": 200}});
+        let missed = serde_json::json!({"misses_in_a_row": 1, "last": {"status": 503}});
+        let mut p = Progress::default();
+        // The first probe is always saved.
+        assert!(p.due(t0, every, &healthy));
+        p.last = Some(t0);
+        p.saved = Some(healthy.clone());
+        // Unchanged (but for counters): not at 5 s, not at 29 s, at 30 s.
+        assert!(!p.due(at(5), every, &healthy));
+        assert!(!p.due(at(29), every, &healthy));
+        assert!(p.due(at(30), every, &healthy));
+        // A change is saved at the usual rhythm: not before 5 s, at 5 s.
+        assert!(!p.due(at(4), every, &missed));
+        assert!(p.due(at(5), every, &missed));
+        // Counters are left out of the comparison, other keys are not.
+        let a = serde_json::json!({"probes": 1, "misses_in_a_row": 0});
+        let b = serde_json::json!({"probes": 7, "misses_in_a_row": 0});
+        assert_eq!(without(&a, &["probes"]), without(&b, &["probes"]));
+        assert_ne!(without(&a, &["probes"]), without(&b, &[]));
+    }
 
     #[tokio::test]
     async fn the_wait_helpers_read_the_timings_of_their_rollout_task() {
