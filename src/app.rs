@@ -63,8 +63,10 @@ impl App {
             .await
             .context("resuming unfinished releases")?;
         crate::store::spawn_retention(engine.store().clone(), config.retention_days);
+        let known = Arc::new(config.known_targets(&names));
         let state = AppState {
             engine,
+            known,
             tokens: Arc::new(config.tokens.clone()),
             config: Arc::new(config),
             runbooks: Arc::new(names),

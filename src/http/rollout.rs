@@ -210,8 +210,7 @@ async fn create_rollout(
             )))
         }
     };
-    let known = state.config.known_targets(&state.runbooks);
-    let canary = plan::validate(spec, &known)?;
+    let canary = plan::validate(spec, &state.known)?;
     let rollout = state.engine.submit_canary(canary, &actor.name).await?;
     Ok(created(rollout_out(&state, rollout).await?))
 }
