@@ -410,13 +410,13 @@ mod tests {
     fn drain_drops_what_is_queued_and_returns() {
         let (tx, mut rx) = broadcast::channel(4);
         for i in 0..6 {
-            tx.send(i).unwrap();
+            tx.send(i).expect("a receiver");
         }
         // Lagged (2 overwritten), then 4 queued: all dropped.
         drain(&mut rx);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-        tx.send(7).unwrap();
-        assert_eq!(rx.try_recv().unwrap(), 7);
+        tx.send(7).expect("a receiver");
+        assert_eq!(rx.try_recv().ok(), Some(7));
         drop(tx);
         drain(&mut rx);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Closed)));
@@ -427,7 +427,7 @@ mod tests {
         let c = Coordinators::default();
         let a = Arc::new(Notify::new());
         c.0.lock()
-            .unwrap()
+            .expect("not poisoned")
             .insert("rel_a".to_owned(), Arc::clone(&a));
         c.wake("rel_b");
         assert!(a.notified().now_or_never().is_none());
