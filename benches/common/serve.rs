@@ -67,7 +67,10 @@ impl Daemon {
         let config = dir.path().join("canaryd.yaml");
         std::fs::write(&config, cfg)?;
         let log = std::fs::File::create(dir.path().join("canaryd.log"))?;
-        let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        // `RELEASE_CANARYD`: another build's binary under the same bench (before/after).
+        let bin = std::env::var_os("RELEASE_CANARYD")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_canaryd").into());
+        let child = Command::new(bin)
             .arg("serve")
             .arg("--config")
             .arg(&config)

@@ -3,14 +3,20 @@
 //! `domain::release::decide` what may start, and creates those rollouts (each linked to its
 //! target in the same transaction) or, with `rollback_release`, the rollbacks. It holds no state
 //! of its own that matters: after a restart it picks up exactly where the database says.
+//!
+//! A tick happens when something that can change `decide`'s answer is committed: a rollout's
+//! own event (a burst of them is one tick), or a pause, resume or abort (`control_release`
+//! wakes the coordinator directly). [`TICK`] is only the backstop (a lagged or closed bus, a
+//! failed tick's retry).
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
 use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::{Engine, EngineError, RollbackRequest};
@@ -21,15 +27,29 @@ use crate::domain::release::{
 use crate::domain::state::RolloutStatus;
 use crate::store::{AuditEvent, NewRelease, Release, ReleaseTarget, StoreError};
 
-/// The longest a coordinator sleeps between ticks when no audit event wakes it.
-const TICK: Duration = Duration::from_millis(250);
+/// The longest a coordinator sleeps between ticks when nothing wakes it: a backstop only (every
+/// change that matters wakes it at once).
+const TICK: Duration = Duration::from_secs(5);
 
-/// The releases whose coordinator runs (one task per release), and their tasks' handles for
-/// `Engine::kill`.
+/// The most queued events one wake drops unread.
+const DRAIN_MAX: usize = 4096;
+
+/// The releases whose coordinator runs (one task per release, with the `Notify` that
+/// `control_release` wakes it by), and their tasks' handles for `Engine::kill`.
 #[derive(Default)]
-pub(crate) struct Coordinators(Mutex<HashSet<String>>, Mutex<Vec<AbortHandle>>);
+pub(crate) struct Coordinators(Mutex<HashMap<String, Arc<Notify>>>, Mutex<Vec<AbortHandle>>);
 
 impl Coordinators {
+    /// Wakes the coordinator of release `id`, if it runs (a stored permit: a wake between two
+    /// ticks is not lost).
+    fn wake(&self, id: &str) {
+        if let Ok(running) = self.0.lock() {
+            if let Some(n) = running.get(id) {
+                n.notify_one();
+            }
+        }
+    }
+
     /// Stops every coordinator task dead (`Engine::kill`).
     pub(crate) fn kill(&self) {
         if let Ok(mut tasks) = self.1.lock() {
@@ -93,6 +113,7 @@ impl Engine {
             other => other?,
         };
         tracing::info!(release.id = %id, actor, "release {id}: {control} ({reason})");
+        self.inner.releases.wake(id);
         if to == ReleaseStatus::Aborted {
             let why = format!("release {id} aborted: {reason}");
             for t in &moved.targets {
@@ -124,18 +145,20 @@ impl Engine {
         if self.is_stopping() {
             return;
         }
+        let wake = Arc::new(Notify::new());
         {
             let Ok(mut running) = self.inner.releases.0.lock() else {
                 return;
             };
-            if !running.insert(id.clone()) {
+            if running.contains_key(&id) {
                 return;
             }
+            running.insert(id.clone(), Arc::clone(&wake));
         }
         let engine = self.clone();
         // On the tracker, so a shutdown waits for it like for a rollout's task.
         let task = self.inner.tasks.spawn(async move {
-            coordinate(&engine, &id).await;
+            coordinate(&engine, &id, &wake).await;
             if let Ok(mut running) = engine.inner.releases.0.lock() {
                 running.remove(&id);
             }
@@ -148,7 +171,7 @@ impl Engine {
 }
 
 /// The coordinator: ticks until the release is terminal or the daemon stops.
-async fn coordinate(engine: &Engine, id: &str) {
+async fn coordinate(engine: &Engine, id: &str, wake: &Notify) {
     let mut events = engine.store().subscribe();
     // Targets whose rollback cannot be created (nothing recorded to go back to): not retried.
     let mut no_rollback: HashSet<u32> = HashSet::new();
@@ -163,7 +186,24 @@ async fn coordinate(engine: &Engine, id: &str) {
                 tracing::warn!(release.id = %id, error = %e, "release {id}: tick failed; retrying")
             }
         }
-        let _ = tokio::time::timeout(TICK, rollout_moved(&mut events)).await;
+        tokio::select! {
+            _ = tokio::time::timeout(TICK, rollout_moved(&mut events)) => {}
+            _ = wake.notified() => {}
+        }
+        // The events already queued (a wave's targets ending together) are all committed: the
+        // next tick sees them, so they need no tick of their own.
+        drain(&mut events);
+    }
+}
+
+/// Drops the events already received, without waiting.
+fn drain<T: Clone>(events: &mut broadcast::Receiver<T>) {
+    // Bounded (a bus that never empties is left for the next wake).
+    for _ in 0..DRAIN_MAX {
+        match events.try_recv() {
+            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+        }
     }
 }
 
@@ -357,5 +397,43 @@ async fn roll_back_target(
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[test]
+    fn drain_drops_what_is_queued_and_returns() {
+        let (tx, mut rx) = broadcast::channel(4);
+        for i in 0..6 {
+            tx.send(i).expect("a receiver");
+        }
+        // Lagged (2 overwritten), then 4 queued: all dropped.
+        drain(&mut rx);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        tx.send(7).expect("a receiver");
+        assert_eq!(rx.try_recv().ok(), Some(7));
+        drop(tx);
+        drain(&mut rx);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Closed)));
+    }
+
+    #[test]
+    fn wake_reaches_the_running_coordinator_only_and_is_not_lost() {
+        let c = Coordinators::default();
+        let a = Arc::new(Notify::new());
+        c.0.lock()
+            .expect("not poisoned")
+            .insert("rel_a".to_owned(), Arc::clone(&a));
+        c.wake("rel_b");
+        assert!(a.notified().now_or_never().is_none());
+        // Woken before it waits: the permit is kept for its next wait.
+        c.wake("rel_a");
+        assert!(a.notified().now_or_never().is_some());
+        assert!(a.notified().now_or_never().is_none());
     }
 }

@@ -27,7 +27,7 @@ use super::super::{Actor, ApiError, AppState};
 use crate::store::{AuditEvent, ReleaseEvent, Store, StoreError, TargetEnd};
 
 /// The longest the stream waits before reading the release again when no audit event wakes
-/// it (the coordinator's own tick).
+/// it: a release's own events (pause, resume, abort) are not on the bus.
 const TICK: Duration = Duration::from_millis(250);
 
 /// Where a client is in the two sources: the last `release_event.seq` and the last
