@@ -26,11 +26,12 @@
 //! [10000], `FLEET_SOAK_MS` [20000]. `FLEET_HOSTS=0` skips phase 3.
 
 mod common;
+#[path = "common/serve.rs"]
+mod serve;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::BufRead;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -42,10 +43,9 @@ use chrono::{DateTime, Utc};
 use common::sim_fleet::{self, HostAddr, SimFleet};
 use common::{env_ms, env_usize, ms_between, pct};
 use serde_json::{json, Value};
+use serve::{addr, host_name, Daemon, R1, R2};
 
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
-const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
-const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
 /// Canaries alternate between two tags old enough for the simulated host (v0.0.450 runs first).
 const TAGS: [&str; 2] = ["v0.0.451", "v0.0.452"];
 const SCRIPT: &str = include_str!("common/manual_canary.sh");
@@ -131,129 +131,19 @@ fn sim_config(cold: Duration) -> SimConfig {
     cfg
 }
 
-/// What canaryd's config needs of an in-process simulated host.
-fn addr(sim: &SimHost) -> anyhow::Result<HostAddr> {
-    let health = [R1, R2]
-        .iter()
-        .map(|s| sim.health_url(s).context("engine port"))
-        .collect::<anyhow::Result<_>>()?;
-    Ok(HostAddr {
-        url: sim.url(),
-        token: sim.token().to_owned(),
-        health,
-    })
-}
-
-fn host_name(i: usize) -> String {
-    format!("h{i:03}")
-}
-
-/// `canaryd serve` in a child process, configured for the given simulated hosts.
-struct Daemon {
-    child: Child,
-    pid: u32,
-    api: ApiClient,
-    url: String,
-    dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    async fn start(sims: &[HostAddr], interval: Duration, soak: Duration) -> anyhow::Result<Self> {
-        let first = sims.first().context("at least one simulated host")?;
-        let dir = tempfile::tempdir().context("temp dir")?;
-        let env: String = sim_config(Duration::ZERO)
-            .initial_env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}\n"))
-            .collect();
-        std::fs::write(dir.path().join("host.env"), env)?;
-        std::fs::create_dir(dir.path().join("runbooks"))?;
-        std::fs::write(
-            dir.path().join("runbooks/single-replica-canary.yaml"),
-            canary_runbook(interval, soak),
-        )?;
-        std::fs::write(
-            dir.path().join("runbooks/single-replica-rollback.yaml"),
-            rollback_runbook(interval),
-        )?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let mut cfg = format!(
-            "listen: 127.0.0.1:{port}\ndatabase: canaryd.db\nrunbooks_dir: runbooks\n\
-             compose: {{busy_retry_initial: 100ms, busy_retry_max: 1s}}\nhosts:\n"
-        );
-        for (i, sim) in sims.iter().enumerate() {
-            writeln!(
-                cfg,
-                "  {}:\n    compose_manager_url: {}\n    token_env: BENCH_SIM_TOKEN\n    env_file: host.env\n    replicas:",
-                host_name(i),
-                sim.url
-            )?;
-            for (service, health) in [R1, R2].into_iter().zip(&sim.health) {
-                writeln!(
-                    cfg,
-                    "      {service}: {{group: glm53-long, health_url: {health}}}"
-                )?;
-            }
-        }
-        let config = dir.path().join("canaryd.yaml");
-        std::fs::write(&config, cfg)?;
-        let log = std::fs::File::create(dir.path().join("canaryd.log"))?;
-        let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env("BENCH_SIM_TOKEN", &first.token)
-            // The serve default, stated so that a RUST_LOG of the caller does not change it.
-            .env("RUST_LOG", "canaryd=info,tower_http=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("spawning canaryd serve")?;
-        let pid = child.id();
-        let url = format!("http://127.0.0.1:{port}");
-        let api = ApiClient::new(&url, None)?;
-        let mut daemon = Daemon {
-            child,
-            pid,
-            api,
-            url,
-            dir,
-        };
-        let http = reqwest::Client::new();
-        for _ in 0..1000 {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                let log = std::fs::read_to_string(daemon.dir.path().join("canaryd.log"))
-                    .unwrap_or_default();
-                bail!("canaryd exited at start ({status}):\n{log}");
-            }
-            let ready = http.get(format!("{}/readyz", daemon.url)).send().await;
-            if ready.is_ok_and(|r| r.status().is_success()) {
-                return Ok(daemon);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        bail!("canaryd was not ready within 20 s")
-    }
-
-    /// Stops the daemon; on a failed run, shows the end of its log first.
-    fn stop_after<T>(self, result: &anyhow::Result<T>) {
-        if result.is_err() {
-            let log =
-                std::fs::read_to_string(self.dir.path().join("canaryd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            eprintln!("--- end of the canaryd log:\n{}", tail.join("\n"));
-        }
-        self.stop();
-    }
-
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `canaryd serve` in a child process over `sims`, with the canary and rollback runbooks at
+/// these timings and the sim's env file.
+async fn start_daemon(
+    sims: &[HostAddr],
+    interval: Duration,
+    soak: Duration,
+) -> anyhow::Result<Daemon> {
+    let env: Vec<(String, String)> = sim_config(Duration::ZERO).initial_env.into_iter().collect();
+    let runbooks = [
+        ("single-replica-canary", canary_runbook(interval, soak)),
+        ("single-replica-rollback", rollback_runbook(interval)),
+    ];
+    Daemon::start(sims, &env, &runbooks, None).await
 }
 
 fn plan(host: &str, tag: &str, marker: Option<&str>) -> Value {
@@ -386,7 +276,7 @@ impl Sample {
 }
 
 async fn canaryd_single(s: &Settings, sim: &SimHost) -> anyhow::Result<Sample> {
-    let daemon = Daemon::start(&[addr(sim)?], s.interval, s.soak).await?;
+    let daemon = start_daemon(&[addr(sim)?], s.interval, s.soak).await?;
     let result = async {
         let mut out = Sample::default();
         let limit = s.cold + s.soak + Duration::from_secs(60);
@@ -559,7 +449,7 @@ async fn fleet(s: &Settings) -> anyhow::Result<Fleet> {
     let sims = tokio::task::block_in_place(|| {
         SimFleet::start(s.hosts, s.sim_procs, s.fleet_cold, TAGS[0], [R1, R2])
     })?;
-    let result = match Daemon::start(&sims.hosts, s.fleet_interval, s.fleet_soak).await {
+    let result = match start_daemon(&sims.hosts, s.fleet_interval, s.fleet_soak).await {
         Ok(daemon) => {
             let result = fleet_run(s, tck, &daemon, &sims).await;
             daemon.stop_after(&result);

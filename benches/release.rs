@@ -40,7 +40,7 @@ use canaryd::sim::{SimConfig, SimHost};
 use canaryd::testing::{self, Timings};
 use common::{env_ms, env_usize, ms_between};
 use serde_json::json;
-use serve::{host_name, Daemon, R1, R2};
+use serve::{addr, host_name, Daemon, R1, R2};
 
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
 
@@ -244,7 +244,15 @@ async fn run() -> anyhow::Result<bool> {
         sims.push(SimHost::start(sim_config(s.cold)).await?);
     }
     let env: Vec<(String, String)> = sim_config(Duration::ZERO).initial_env.into_iter().collect();
-    let daemon = Daemon::start(&sims, &env, &[("single-replica-canary", runbook(&s))]).await?;
+    let hosts = sims.iter().map(addr).collect::<anyhow::Result<Vec<_>>>()?;
+    // `RELEASE_CANARYD`: another build's binary under the same bench (before/after).
+    let daemon = Daemon::start(
+        &hosts,
+        &env,
+        &[("single-replica-canary", runbook(&s))],
+        std::env::var_os("RELEASE_CANARYD"),
+    )
+    .await?;
     let result = release(&s, &sims, &daemon).await;
     daemon.stop_after(&result);
     for sim in sims {

@@ -1,6 +1,6 @@
-//! `canaryd serve` in a child process over simulated hosts of the bench's own process, so the
-//! daemon's CPU and RSS are its alone (`/proc/<pid>`). Used by `release` (`fleet` keeps its
-//! own copy, with the rollback runbook it needs).
+//! `canaryd serve` in a child process over simulated hosts (in the bench's process or in its
+//! sim children), so the daemon's CPU and RSS are its alone (`/proc/<pid>`). Used by `fleet`
+//! and `release`.
 
 use std::fmt::Write as _;
 use std::process::{Child, Command, Stdio};
@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use canaryd::cli::ApiClient;
 use canaryd::sim::SimHost;
+
+use crate::common::sim_fleet::HostAddr;
 
 pub const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
 pub const R2: &str = "model-sg-glm53-w4afp8-tp4-r2";
@@ -26,13 +28,29 @@ pub fn host_name(i: usize) -> String {
     format!("h{i:03}")
 }
 
+/// What canaryd's config needs of an in-process simulated host.
+pub fn addr(sim: &SimHost) -> anyhow::Result<HostAddr> {
+    let health = [R1, R2]
+        .iter()
+        .map(|s| sim.health_url(s).context("engine port"))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(HostAddr {
+        url: sim.url(),
+        token: sim.token().to_owned(),
+        health,
+    })
+}
+
 impl Daemon {
-    /// Starts the daemon with every host of `sims` (each with r1 and r2 of one group) and the
-    /// runbooks given as (name, YAML); waits for `/readyz`.
+    /// Starts the daemon with every host of `sims` (each with r1 and r2 of one group, their
+    /// health URLs in that order), the env file's lines and the runbooks given as (name, YAML);
+    /// waits for `/readyz`. `canaryd` runs another build's binary (before/after comparisons);
+    /// `None` is this build's.
     pub async fn start(
-        sims: &[SimHost],
+        sims: &[HostAddr],
         env: &[(String, String)],
         runbooks: &[(&str, String)],
+        canaryd: Option<std::ffi::OsString>,
     ) -> anyhow::Result<Self> {
         let first = sims.first().context("at least one simulated host")?;
         let dir = tempfile::tempdir().context("temp dir")?;
@@ -54,10 +72,9 @@ impl Daemon {
                 cfg,
                 "  {}:\n    compose_manager_url: {}\n    token_env: BENCH_SIM_TOKEN\n    env_file: host.env\n    replicas:",
                 host_name(i),
-                sim.url()
+                sim.url
             )?;
-            for service in [R1, R2] {
-                let health = sim.health_url(service).context("engine port")?;
+            for (service, health) in [R1, R2].into_iter().zip(&sim.health) {
                 writeln!(
                     cfg,
                     "      {service}: {{group: glm53-long, health_url: {health}}}"
@@ -67,14 +84,12 @@ impl Daemon {
         let config = dir.path().join("canaryd.yaml");
         std::fs::write(&config, cfg)?;
         let log = std::fs::File::create(dir.path().join("canaryd.log"))?;
-        // `RELEASE_CANARYD`: another build's binary under the same bench (before/after).
-        let bin = std::env::var_os("RELEASE_CANARYD")
-            .unwrap_or_else(|| env!("CARGO_BIN_EXE_canaryd").into());
+        let bin = canaryd.unwrap_or_else(|| env!("CARGO_BIN_EXE_canaryd").into());
         let child = Command::new(bin)
             .arg("serve")
             .arg("--config")
             .arg(&config)
-            .env("BENCH_SIM_TOKEN", first.token())
+            .env("BENCH_SIM_TOKEN", &first.token)
             // The serve default, stated so that a RUST_LOG of the caller does not change it.
             .env("RUST_LOG", "canaryd=info,tower_http=warn")
             .stdin(Stdio::null())
