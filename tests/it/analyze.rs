@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::{RolloutOut, StepOut};
+use canaryd::http::RolloutOut;
 use serde_json::Value;
 
 use crate::helpers::{
     canary_with, fast_runbooks, sim_config, TestApp, TestOptions, FAST_CANARY, R1, R2,
 };
+use crate::helpers::{check, number, step};
 
 const TTFT: &str = "{name: ttft_p95, histogram: \"sglang:time_to_first_token_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 30";
 const ITL: &str = "{name: itl_p95, histogram: \"sglang:inter_token_latency_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 30";
@@ -49,25 +50,6 @@ async fn app_with(runbooks: BTreeMap<String, Runbook>) -> TestApp {
 
 fn code(r: &RolloutOut) -> Option<&str> {
     r.error.as_ref().map(|e| e.code.as_str())
-}
-
-fn step<'a>(r: &'a RolloutOut, name: &str) -> &'a StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}"))
-}
-
-/// The stored verdict of check `name` of the analysis step.
-fn check<'a>(r: &'a RolloutOut, name: &str) -> &'a Value {
-    step(r, "analysis").detail["checks"]
-        .as_array()
-        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no check {name} in {:#}", step(r, "analysis").detail))
-}
-
-fn number(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 #[tokio::test]

@@ -2,9 +2,9 @@
 //! recorded with actor and reason; nobody approving fails it `not_approved` and the canary is
 //! rolled back; an approval is refused when nothing waits; a wait survives a restart.
 
-use canaryd::http::{RolloutOut, StepOut};
 use serde_json::json;
 
+use crate::helpers::step;
 use crate::helpers::{canary_with, sim_config, TestApp, TestOptions, R2};
 
 const HEALTH: &str =
@@ -12,13 +12,6 @@ const HEALTH: &str =
 const CANARY_TAG: &str = "v0.0.452";
 /// What the example host runs at start, and so what a failed canary's rollback restores.
 const PRIOR_TAG: &str = "v0.0.450";
-
-fn step<'a>(r: &'a RolloutOut, name: &str) -> &'a StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}: {r:#?}"))
-}
 
 fn options(timeout: &str) -> TestOptions {
     let approve = format!("{HEALTH}  - {{name: judgement, kind: approve, timeout: {timeout}}}\n");

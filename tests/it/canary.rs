@@ -5,14 +5,8 @@ use std::time::Duration;
 use canaryd::sim::SimOp;
 use serde_json::{json, Value};
 
+use crate::helpers::step;
 use crate::helpers::{is_dry_run, TestApp, FILE, HOST, R1, R2};
-
-fn step<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a canaryd::http::StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}"))
-}
 
 #[tokio::test]
 async fn a_canary_of_r2_runs_every_step_and_leaves_r1_untouched() {

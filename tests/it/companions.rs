@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use canaryd::domain::runbook::{self, Runbook};
 use serde_json::{json, Value};
 
+use crate::helpers::step;
 use crate::helpers::{
     fast_runbooks, is_dry_run, sim_config, TestApp, TestOptions, FAST_CANARY, FILE, R1, R2,
 };
@@ -38,13 +39,6 @@ fn runbooks_with(name: &str, extra: &str) -> BTreeMap<String, Runbook> {
     let rb = runbook::parse(name, name, &text).expect("companion runbook parses");
     books.insert(name.to_owned(), rb);
     books
-}
-
-fn step<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a canaryd::http::StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}"))
 }
 
 fn services(call: &canaryd::sim::RecordedCall) -> Vec<String> {

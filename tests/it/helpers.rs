@@ -449,3 +449,24 @@ impl TestApp {
 pub fn is_dry_run(call: &RecordedCall) -> bool {
     call.body.get("dry_run").and_then(Value::as_bool) == Some(true)
 }
+
+/// Step `name` of rollout `r`; panics naming it (and showing the rollout) when it has none.
+pub fn step<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a canaryd::http::StepOut {
+    r.steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no step {name}: {r:#?}"))
+}
+
+/// The stored verdict of check `name` of the rollout's `analysis` step.
+pub fn check<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a serde_json::Value {
+    step(r, "analysis").detail["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no check {name} in {:#}", step(r, "analysis").detail))
+}
+
+/// `v` as a number; panics showing it otherwise.
+pub fn number(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}

@@ -8,17 +8,11 @@ use canaryd::config::ComposeTuning;
 use canaryd::http::RolloutOut;
 use canaryd::sim::{SimHost, SimOp};
 
+use crate::helpers::step;
 use crate::helpers::{canary_with, is_dry_run, sim_config, TestApp, TestOptions, FILE, R2};
 
 fn code(r: &RolloutOut) -> Option<&str> {
     r.error.as_ref().map(|e| e.code.as_str())
-}
-
-fn step<'a>(r: &'a RolloutOut, name: &str) -> &'a canaryd::http::StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}"))
 }
 
 fn real_ups(app: &TestApp, tag: &str) -> usize {

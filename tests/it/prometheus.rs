@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use canaryd::config::PrometheusConfig;
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::{RolloutOut, StepOut};
+use canaryd::http::RolloutOut;
 use canaryd::probe::prometheus::Prometheus;
 use canaryd::sim::SimHost;
 use serde_json::Value;
 
+use crate::helpers::{check, number, step};
 use crate::helpers::{fast_runbooks, sim_config, TestApp, TestOptions, FAST_CANARY, HOST, R1, R2};
 
 const BINARY: &str = "/usr/bin/prometheus";
@@ -323,24 +324,6 @@ async fn a_query_prometheus_refuses_fails_with_its_code_and_message() {
     );
     assert!(r.rolled_back_by.is_some(), "rolled back");
     app.stop().await;
-}
-
-fn step<'a>(r: &'a RolloutOut, name: &str) -> &'a StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}"))
-}
-
-fn check<'a>(r: &'a RolloutOut, name: &str) -> &'a Value {
-    step(r, "analysis").detail["checks"]
-        .as_array()
-        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no check {name} in {:#}", step(r, "analysis").detail))
-}
-
-fn number(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 #[tokio::test]

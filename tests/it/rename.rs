@@ -470,11 +470,7 @@ async fn the_long_context_runbook_runs_procedure_a_end_to_end_on_the_sim() {
         verdict.detail
     );
     // The new r2 was judged against its peers on every check, with the numbers kept.
-    let analysis = r
-        .steps
-        .iter()
-        .find(|s| s.name == "analysis")
-        .expect("the analysis step");
+    let analysis = crate::helpers::step(&r, "analysis");
     assert_eq!(analysis.status, "succeeded", "{:#?}", analysis.detail);
     let checks = analysis.detail["checks"].as_array().expect("checks");
     let verdicts: Vec<(&str, &str)> = checks

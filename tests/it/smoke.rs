@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use canaryd::http::{RolloutOut, StepOut};
+use canaryd::http::RolloutOut;
 use canaryd::sim::{ApiFault, SimHost};
 use serde_json::{json, Value};
 
+use crate::helpers::step;
 use crate::helpers::{sim_config, with_smoke, TestApp, TestOptions, FAST_SMOKE, R1, R2};
 
 const MODEL: &str = "z-ai/glm-5.3-flash";
@@ -14,13 +15,6 @@ const PROMPT: &str = "Reply with the word ready.";
 const CANARY_TAG: &str = "v0.0.452";
 /// What the example host runs at start, and so what a failed canary's rollback restores.
 const PRIOR_TAG: &str = "v0.0.450";
-
-fn step<'a>(r: &'a RolloutOut, name: &str) -> &'a StepOut {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no step {name}: {r:#?}"))
-}
 
 fn code(r: &RolloutOut) -> Option<&str> {
     r.error.as_ref().map(|e| e.code.as_str())
