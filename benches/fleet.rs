@@ -23,7 +23,8 @@
 //! Knobs (env, defaults in brackets): `BENCH_RUNS` [5], `BENCH_SCRIPT_RUNS` [3],
 //! `BENCH_INTERVAL_MS` [200], `BENCH_COLD_MS` [2000], `BENCH_SOAK_MS` [2000], `FLEET_HOSTS`
 //! [200], `FLEET_SIM_PROCS` [one per 250 hosts], `FLEET_INTERVAL_MS` [1000], `FLEET_COLD_MS`
-//! [10000], `FLEET_SOAK_MS` [20000]. `FLEET_HOSTS=0` skips phase 3.
+//! [10000], `FLEET_SOAK_MS` [20000], `FLEET_CANARYD` [the daemon built with this bench: another
+//! build, or a wrapper script that runs it under a profiler]. `FLEET_HOSTS=0` skips phase 3.
 
 mod common;
 #[path = "common/serve.rs"]
@@ -143,7 +144,8 @@ async fn start_daemon(
         ("single-replica-canary", canary_runbook(interval, soak)),
         ("single-replica-rollback", rollback_runbook(interval)),
     ];
-    Daemon::start(sims, &env, &runbooks, None).await
+    // FLEET_CANARYD: another build of the daemon (or a wrapper that profiles it).
+    Daemon::start(sims, &env, &runbooks, std::env::var_os("FLEET_CANARYD")).await
 }
 
 fn plan(host: &str, tag: &str, marker: Option<&str>) -> Value {
