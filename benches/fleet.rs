@@ -431,6 +431,13 @@ struct Fleet {
     /// Peak RSS once every engine turned healthy, before this bench read any rollout: the
     /// start burst's share of the peak (the reads of every rollout come after).
     hwm_burst_mib: f64,
+    /// The start burst: from the first POST until every canary's `up` reached its simulated
+    /// host (polled every 200 ms), with canaryd's and the sims' CPU seconds over it.
+    burst_s: f64,
+    burst_cpu_s: f64,
+    burst_sims_s: f64,
+    /// canaryd's context switches (every thread's, voluntary + involuntary) over the burst.
+    burst_switches: u64,
     hwm_mib: f64,
     threads: u64,
     wait_window_s: f64,
@@ -477,6 +484,7 @@ async fn fleet_run(
     let rss_idle = common::status_mib(pid, "VmRSS").unwrap_or(f64::NAN);
     let cpu0 = common::cpu_seconds(pid, tck).context("cpu of canaryd")?;
     let (sims0, bench0) = (cpu_of(&sim_pids, tck), cpu_of(&[me], tck));
+    let switches0 = common::context_switches(pid).unwrap_or(0);
     let t0 = Instant::now();
     let posts = (0..s.hosts).map(|i| {
         let api = &daemon.api;
@@ -493,7 +501,16 @@ async fn fleet_run(
     // be the load): the simulated hosts say when every new r2 has turned healthy.
     let slack = Duration::from_secs(120) + Duration::from_millis(100) * s.hosts as u32;
     let limit = Instant::now() + s.fleet_cold + slack;
+    let mut burst = None;
     loop {
+        if burst.is_none() && (0..s.hosts).all(|i| sims.up_at(i).is_some()) {
+            burst = Some((
+                t0.elapsed().as_secs_f64(),
+                common::cpu_seconds(pid, tck).context("cpu")? - cpu0,
+                cpu_of(&sim_pids, tck) - sims0,
+                common::context_switches(pid).unwrap_or(0) - switches0,
+            ));
+        }
         let now = Utc::now();
         let healthy = (0..s.hosts)
             .filter(|i| sims.up_at(*i).is_some_and(|up| up + cold <= now))
@@ -509,6 +526,7 @@ async fn fleet_run(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let hwm_burst = common::status_mib(pid, "VmHWM").unwrap_or(f64::NAN);
+    let (burst_s, burst_cpu_s, burst_sims_s, burst_switches) = burst.context("every up sent")?;
     tokio::time::sleep(2 * s.fleet_interval).await;
     // Then every canary should be in its soak: one read of each (at most every second).
     let earliest_soak = loop {
@@ -599,6 +617,10 @@ async fn fleet_run(
         cpu_bench_s: bench1 - bench0,
         rss_idle_mib: rss_idle,
         hwm_burst_mib: hwm_burst,
+        burst_s,
+        burst_cpu_s,
+        burst_sims_s,
+        burst_switches,
         hwm_mib: common::status_mib(pid, "VmHWM").unwrap_or(f64::NAN),
         threads: common::threads(pid).unwrap_or(0),
         wait_window_s: window_s,
@@ -759,7 +781,7 @@ async fn run() -> anyhow::Result<bool> {
     };
     let (gap_target, gap_ok) = judged("p99 < 50", pct(&fs.gaps_ms, 99.0) < 50.0);
     let (over_target, over_ok) = judged("p50 < 500", pct(&fs.overhead_ms, 50.0) < 500.0);
-    let fleet_rows: [(String, String, String, Option<bool>); 11] = [
+    let fleet_rows: [(String, String, String, Option<bool>); 12] = [
         (
             "CPU seconds of canaryd, whole run".into(),
             format!("{:.2} s", f.cpu_total_s),
@@ -769,6 +791,19 @@ async fn run() -> anyhow::Result<bool> {
         (
             "CPU per canary".into(),
             format!("{:.1} ms", 1e3 * f.cpu_total_s / f.hosts as f64),
+            "-".into(),
+            None,
+        ),
+        (
+            "start burst (POSTs -> every up sent)".into(),
+            format!(
+                "{:.2} s; CPU canaryd {:.2} s ({:.1} ms/canary, {:.0} switches/canary), sims {:.2} s",
+                f.burst_s,
+                f.burst_cpu_s,
+                1e3 * f.burst_cpu_s / f.hosts as f64,
+                f.burst_switches as f64 / f.hosts as f64,
+                f.burst_sims_s
+            ),
             "-".into(),
             None,
         ),

@@ -247,10 +247,7 @@ impl Metrics {
             return;
         }
         let Some(name) = &event.step else { return };
-        let Ok(steps) = store.steps(rollout_id).await else {
-            return;
-        };
-        let Some(step) = steps.iter().find(|s| &s.name == name) else {
+        let Ok(Some(step)) = store.step_timing(rollout_id, name).await else {
             return;
         };
         if outcome == StepStatus::Running {

@@ -61,10 +61,29 @@ pub fn status_mib(pid: u32, field: &str) -> Option<f64> {
 
 /// Threads of a process (`Threads:` of `/proc/<pid>/status`).
 pub fn threads(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_u64(&format!("/proc/{pid}/status"), "Threads")
+}
+
+/// Context switches, voluntary + involuntary, of every live thread of a process (each
+/// thread's `/proc/<pid>/task/<tid>/status`; a thread that has exited is not counted).
+pub fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let status = task.path().join("status");
+        let status = status.to_str()?;
+        total += status_u64(status, "voluntary_ctxt_switches").unwrap_or(0);
+        total += status_u64(status, "nonvoluntary_ctxt_switches").unwrap_or(0);
+    }
+    Some(total)
+}
+
+/// A number field of a `/proc` status file.
+fn status_u64(path: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(path).ok()?;
     status
         .lines()
-        .find(|l| l.starts_with("Threads:"))?
+        .find(|l| l.split(':').next() == Some(field))?
         .split_whitespace()
         .nth(1)?
         .parse()

@@ -24,7 +24,9 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::config::{NotificationsConfig, WebhookConfig, WebhookFormat};
-use crate::store::{DueDelivery, Store};
+use crate::domain::notification::NotifyEvent;
+use crate::domain::state::RolloutKind;
+use crate::store::{AuditEvent, DueDelivery, Store};
 
 /// Outbox rows handled per pass; a pass repeats while there is more.
 const BATCH: i64 = 100;
@@ -107,7 +109,7 @@ impl Worker {
                     .min(poll),
                 _ => poll,
             };
-            wait_for_work(&mut events, wait, poll).await;
+            wait_for_work(&mut events, wait, poll, may_notify).await;
         }
     }
 
@@ -209,22 +211,40 @@ impl Worker {
     }
 }
 
-/// Waits for the next pass: an audit event (a notification may have been written), or `wait`
-/// (the next due retry, at most the poll interval). Without a publisher any more (the store is
-/// closing) it waits `poll`, so a closed channel is no busy loop.
+/// Waits for the next pass: an audit event that `wakes` (one that may have written a
+/// notification), or `wait` (the next due retry, at most the poll interval). Other events are
+/// let by: a step's start or end writes no notification, and a pass per event (three reads)
+/// was a large share of the daemon's work when hundreds of rollouts move at once. A missed
+/// event (`Lagged`) wakes, since one of them may have notified. Without a publisher any more
+/// (the store is closing) it waits `poll`, so a closed channel is no busy loop.
 async fn wait_for_work<T: Clone>(
     events: &mut tokio::sync::broadcast::Receiver<T>,
     wait: Duration,
     poll: Duration,
+    wakes: impl Fn(&T) -> bool,
 ) {
-    tokio::select! {
-        received = events.recv() => {
-            if let Err(tokio::sync::broadcast::error::RecvError::Closed) = received {
-                tokio::time::sleep(poll).await;
-            }
+    use tokio::sync::broadcast::error::RecvError;
+    let timer = tokio::time::sleep(wait);
+    tokio::pin!(timer);
+    loop {
+        tokio::select! {
+            received = events.recv() => match received {
+                Ok(event) if !wakes(&event) => {}
+                Ok(_) | Err(RecvError::Lagged(_)) => return,
+                Err(RecvError::Closed) => {
+                    tokio::time::sleep(poll).await;
+                    return;
+                }
+            },
+            () = &mut timer => return,
         }
-        () = tokio::time::sleep(wait) => {}
     }
+}
+
+/// Whether an audit event can have written a notification (`store::outbox::enqueue` writes
+/// one for exactly these kinds, whatever the rollout's kind).
+fn may_notify(event: &AuditEvent) -> bool {
+    NotifyEvent::from_audit(event.kind, RolloutKind::Canary).is_some()
 }
 
 /// The delay before retrying after failed attempt number `attempt` (1-based): `initial`,
@@ -254,12 +274,17 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
+    /// The tests' "may have notified": odd events.
+    fn odd(n: &u32) -> bool {
+        n % 2 == 1
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_notifier_waits_for_the_due_retry_or_wakes_at_an_event() {
         let (tx, mut rx) = broadcast::channel::<u32>(4);
         // Nothing happens: it wakes when the retry is due.
         let start = Instant::now();
-        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND).await;
+        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND, odd).await;
         assert_eq!(start.elapsed(), 3 * SECOND);
         // An event arrives a second in: it wakes then, before the retry is due.
         let start = Instant::now();
@@ -268,12 +293,28 @@ mod tests {
             tx.send(7).expect("a receiver");
             tx
         });
-        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND).await;
+        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND, odd).await;
         assert_eq!(start.elapsed(), SECOND);
+        // Events that cannot have notified are let by: it wakes at the one that may have.
+        let start = Instant::now();
+        let tx = send.await.expect("sender task");
+        let send = tokio::spawn(async move {
+            for n in [2, 4, 9] {
+                tokio::time::sleep(SECOND).await;
+                tx.send(n).expect("a receiver");
+            }
+            tx
+        });
+        wait_for_work(&mut rx, 10 * SECOND, 10 * SECOND, odd).await;
+        assert_eq!(start.elapsed(), 3 * SECOND);
+        assert!(
+            rx.try_recv().is_err(),
+            "the waking event was consumed, none left"
+        );
         // The publisher is gone: it waits the poll interval, not at all.
         drop(send.await.expect("sender task"));
         let start = Instant::now();
-        wait_for_work(&mut rx, SECOND, 5 * SECOND).await;
+        wait_for_work(&mut rx, SECOND, 5 * SECOND, odd).await;
         assert_eq!(start.elapsed(), 5 * SECOND);
     }
 

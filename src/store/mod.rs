@@ -35,7 +35,7 @@ pub use bulk::BulkSpec;
 pub use deployment::{NewDeployment, RunningState};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
-pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt};
+pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming};
 pub use release::{
     NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
 };

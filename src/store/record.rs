@@ -75,6 +75,15 @@ pub struct Step {
     pub detail: serde_json::Value,
 }
 
+/// A step's kind, position and times (`Store::step_timing`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepTiming {
+    pub position: i64,
+    pub kind: StepKindName,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
 /// One write-ahead record of a compose-manager call with side effects.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepAttempt {

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::audit::{append, AuditEntry};
-use super::record::{Step, StepAttempt};
+use super::record::{Step, StepAttempt, StepTiming};
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
@@ -74,6 +74,35 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Step::try_from).collect()
+    }
+
+    /// One step's kind, position and times, without its detail (what the metrics need per
+    /// step event: the detail can be a whole `docker ps` snapshot or a dry run's plan).
+    pub async fn step_timing(
+        &self,
+        rollout_id: &str,
+        name: &str,
+    ) -> Result<Option<StepTiming>, StoreError> {
+        let row: Option<(i64, String, Option<String>, Option<String>)> = sqlx::query_as(
+            "select position, kind, started_at, finished_at from step \
+             where rollout_id = ? and name = ?",
+        )
+        .bind(rollout_id)
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some((position, kind, started_at, finished_at)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(StepTiming {
+            position,
+            kind: kind.parse().map_err(|e: String| StoreError::Corrupt {
+                table: "step",
+                message: e,
+            })?,
+            started_at: parse_opt_time("step", started_at)?,
+            finished_at: parse_opt_time("step", finished_at)?,
+        }))
     }
 
     /// The steps of several rollouts (a listing page) in one query, by rollout id. SQLite
