@@ -69,7 +69,6 @@ impl App {
             known,
             tokens: Arc::new(config.tokens.clone()),
             config: Arc::new(config),
-            runbooks: Arc::new(names),
             metrics,
             ready: Arc::new(AtomicBool::new(false)),
         };

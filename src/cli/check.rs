@@ -205,8 +205,8 @@ fn check_release(file: &Path, config: Option<&Path>) -> Result<String, Failure> 
         ));
     };
     let (config, names) = load_config(config_path, &label, "release")?;
-    let release =
-        crate::http::check_release(&config, &names, input).map_err(|(code, message)| {
+    let release = crate::http::check_release(&config, &config.known_targets(&names), input)
+        .map_err(|(code, message)| {
             let line = release_error_line(&text, &message);
             Failure::Invalid(format!("{label}:{line}: {message} ({code})"))
         })?;

@@ -16,7 +16,6 @@ mod rollback;
 mod rollout;
 mod serve;
 
-use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -43,7 +42,6 @@ pub struct AppState {
     pub engine: Engine,
     pub config: Arc<ResolvedConfig>,
     pub tokens: Arc<Vec<ApiToken>>,
-    pub runbooks: Arc<BTreeSet<String>>,
     /// The configured hosts, replicas and aliases and the loaded runbooks, built once at start:
     /// a fleet of 1,000 hosts makes it about 0.5 MB, too much to rebuild per request.
     pub known: Arc<KnownTargets>,

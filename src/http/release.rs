@@ -17,7 +17,7 @@ mod events;
 use super::body::{JsonBody, JsonInput};
 use super::{Actor, ApiError, AppState};
 use crate::config::ResolvedConfig;
-use crate::domain::plan::{self, PlanError, PlanSpec};
+use crate::domain::plan::{self, KnownTargets, PlanError, PlanSpec};
 use crate::domain::release::{ReleaseControl, ReleaseOnFailure, ReleaseStatus};
 use crate::domain::state::{OnFailure, RolloutStatus};
 use crate::store::{
@@ -282,17 +282,18 @@ pub(super) fn validate(
     input: ReleaseIn,
     actor: &str,
 ) -> Result<NewRelease, ApiError> {
-    validate_against(&state.config, &state.runbooks, input, actor)
+    validate_against(&state.config, &state.known, input, actor)
 }
 
-/// `canaryd check release`: a release validated against a config and its runbooks' names as
-/// `POST /v1/releases` would, without a daemon; a refusal is its error code and message.
+/// `canaryd check release`: a release validated against a config and what it knows
+/// (`ResolvedConfig::known_targets`) as `POST /v1/releases` would, without a daemon; a refusal
+/// is its error code and message.
 pub fn check_release(
     config: &ResolvedConfig,
-    runbooks: &BTreeSet<String>,
+    known: &KnownTargets,
     input: ReleaseIn,
 ) -> Result<NewRelease, (&'static str, String)> {
-    validate_against(config, runbooks, input, "check").map_err(|e| match e {
+    validate_against(config, known, input, "check").map_err(|e| match e {
         ApiError::Unprocessable { code, message } | ApiError::BadRequest { code, message } => {
             (code, message)
         }
@@ -300,9 +301,11 @@ pub fn check_release(
     })
 }
 
+/// `known` is built once per daemon (`AppState::known`): at 1,000 hosts it is about 0.5 MB
+/// of small maps, too much to rebuild per request.
 fn validate_against(
     config: &ResolvedConfig,
-    runbooks: &BTreeSet<String>,
+    known: &KnownTargets,
     input: ReleaseIn,
     actor: &str,
 ) -> Result<NewRelease, ApiError> {
@@ -351,7 +354,6 @@ fn validate_against(
             "max_parallel_hosts: must be at least 1".into(),
         ));
     }
-    let known = config.known_targets(runbooks);
     let mut new_targets = Vec::with_capacity(targets.len());
     let mut runbook = String::new();
     for (i, t) in targets.iter().enumerate() {
@@ -367,7 +369,7 @@ fn validate_against(
             replaces: None,
             on_failure: Some(OnFailure::Rollback),
         };
-        let canary = plan::validate(spec, &known).map_err(|e| target_error(i, t, e))?;
+        let canary = plan::validate(spec, known).map_err(|e| target_error(i, t, e))?;
         runbook.clone_from(&canary.runbook);
         let plan = serde_json::to_value(&canary).map_err(|e| ApiError::Internal(e.to_string()))?;
         new_targets.push(NewReleaseTarget {
