@@ -78,7 +78,7 @@ impl LogWatch {
         for raw in output.lines() {
             let raw = strip_ansi(raw.trim_end_matches('\r'));
             let message = strip_compose_prefix(&raw);
-            let hit = |p: &LogPattern| p.matches(&raw) || p.matches(message);
+            let hit = |p: &LogPattern| p.matches_line_or_part(&raw, message);
             if let Some(pattern) = self.forbid.iter().find(|p| hit(p)) {
                 self.forbidden = Some((pattern.as_str().to_string(), clip(message)));
                 break;
