@@ -198,6 +198,14 @@ impl ComposeClient {
         wire::parse_ps_output(PS, &answer.output)
     }
 
+    /// The container of compose service `service` among the host's (`GET /docker/ps`):
+    /// the same call and errors as [`Self::ps`], but only that entry is copied out of the
+    /// answer (a soak reads it at every probe).
+    pub async fn ps_service(&self, service: &str) -> Result<Option<PsEntry>, ComposeError> {
+        let answer: wire::OutputIn = self.call(PS, self.http.get(self.url(PS))).await?;
+        wire::find_service_entry(PS, &answer.output, service)
+    }
+
     /// The operation holding the host's lock, if any (`GET /status`).
     pub async fn status(&self) -> Result<HostStatus, ComposeError> {
         self.call(STATUS, self.http.get(self.url(STATUS))).await

@@ -72,13 +72,44 @@ impl LogWatch {
 
     /// Looks at one `compose/logs` output, taken at `now`, and answers the verdict.
     pub fn observe(&mut self, output: &str, now: DateTime<Utc>) -> LogVerdict {
-        if self.forbidden.is_some() {
+        if self.forbidden.is_some() || self.nothing_to_find_in(output) {
             return self.verdict();
         }
+        self.scan_lines(output, now);
+        self.verdict()
+    }
+
+    /// Whether no line of `output` can match a pattern still watched: each is a substring
+    /// that the whole output does not contain, and no line has ANSI codes (removing them
+    /// could join text). Every line (without its `\r`, with or without its prefix) is a
+    /// piece of `output`, so a substring absent from `output` is absent from every line:
+    /// one search of the output per pattern instead of one per line (issue 17: a soak
+    /// reads 500 lines per probe, nearly all of them seen before and matching nothing).
+    fn nothing_to_find_in(&self, output: &str) -> bool {
+        if output.contains('\u{1b}') {
+            return false;
+        }
+        let unseen = self
+            .require
+            .iter()
+            .zip(&self.seen)
+            .filter(|(_, seen)| seen.is_none())
+            .map(|(pattern, _)| pattern);
+        self.forbid
+            .iter()
+            .chain(unseen)
+            .all(|pattern| match pattern {
+                LogPattern::Substring(needle) => !output.contains(needle.as_str()),
+                LogPattern::Regex { .. } => false,
+            })
+    }
+
+    /// Tries every line of `output` against the patterns still watched.
+    fn scan_lines(&mut self, output: &str, now: DateTime<Utc>) {
         for raw in output.lines() {
             let raw = strip_ansi(raw.trim_end_matches('\r'));
             let message = strip_compose_prefix(&raw);
-            let hit = |p: &LogPattern| p.matches(&raw) || p.matches(message);
+            let hit = |p: &LogPattern| p.matches_line_or_part(&raw, message);
             if let Some(pattern) = self.forbid.iter().find(|p| hit(p)) {
                 self.forbidden = Some((pattern.as_str().to_string(), clip(message)));
                 break;
@@ -93,7 +124,6 @@ impl LogWatch {
                 }
             }
         }
-        self.verdict()
     }
 
     /// The verdict from everything observed so far.
@@ -193,6 +223,7 @@ fn clip(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
+    use proptest::prelude::*;
 
     use super::*;
 
@@ -223,6 +254,58 @@ mod tests {
     }
 
     const R2: &str = "model-sg-glm53-w4afp8-tp4-r2  | ";
+
+    /// `observe` without the whole-output search: every line tried, as before issue 17.
+    fn observe_every_line(watch: &mut LogWatch, output: &str, now: DateTime<Utc>) -> LogVerdict {
+        if watch.forbidden.is_none() {
+            watch.scan_lines(output, now);
+        }
+        watch.verdict()
+    }
+
+    /// Lines with and without the compose prefix, ANSI codes, `\r`, and pieces of the
+    /// patterns below (whole, split by a colour code, across two lines).
+    fn log_line() -> impl Strategy<Value = String> {
+        let text = prop_oneof![
+            Just("Decode batch. #running-req: 3".to_owned()),
+            Just("CUDA error 801".to_owned()),
+            Just("CUDA \u{1b}[31merror\u{1b}[0m 801".to_owned()),
+            Just("CUDA".to_owned()),
+            Just("error 801".to_owned()),
+            Just("ready".to_owned()),
+            Just("\u{1b}[32mready\u{1b}[0m".to_owned()),
+            Just("not ready".to_owned()),
+            Just("WARN [event-loop-stall] blocked".to_owned()),
+            Just("out of".to_owned()),
+            Just("memory".to_owned()),
+            "\\PC{0,12}",
+        ];
+        (text, 0..3u8, any::<bool>()).prop_map(|(text, prefix, cr)| {
+            let prefix = ["", "svc-1  | ", "svc-1 |"][prefix as usize];
+            format!("{prefix}{text}{}", if cr { "\r" } else { "" })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(crate::domain::fuzz::config())]
+
+        #[test]
+        fn searching_the_whole_output_first_gives_the_verdicts_of_trying_every_line(
+            reads in proptest::collection::vec(proptest::collection::vec(log_line(), 0..6), 1..5),
+            require in proptest::sample::subsequence(vec!["ready", "re:^ready$", "CUDA error", "out of\nmemory"], 0..3),
+            forbid in proptest::sample::subsequence(vec!["CUDA error 801", "[event-loop-stall]", "re:error \\d+", "out of memory"], 0..3),
+        ) {
+            let mut fast = LogWatch::new(patterns(&require), patterns(&forbid));
+            let mut every = fast.clone();
+            for (i, lines) in reads.iter().enumerate() {
+                let output = lines.join("\n");
+                let now = at(i as u32);
+                prop_assert_eq!(fast.observe(&output, now), observe_every_line(&mut every, &output, now));
+                prop_assert_eq!(fast.seen(), every.seen());
+                prop_assert_eq!(fast.missing(), every.missing());
+            }
+        }
+    }
 
     #[test]
     fn required_lines_are_remembered_across_moving_windows() {

@@ -59,6 +59,21 @@ impl LogPattern {
         }
     }
 
+    /// Whether `line`, or `part` of it, matches: what a log watch asks of a line and its
+    /// message without the compose prefix. `part` must be a piece of `line` (the message
+    /// is its end); a substring found in `part` is then found in `line`, so only `line` is
+    /// searched for one (a soak searches 500 lines per probe, issue 17). A regex can tell
+    /// them apart (`^`), so it is tried on both.
+    pub fn matches_line_or_part(&self, line: &str, part: &str) -> bool {
+        match self {
+            Self::Substring(_) => {
+                debug_assert!(line.contains(part), "{part:?} is not a piece of {line:?}");
+                self.matches(line)
+            }
+            Self::Regex { .. } => self.matches(line) || self.matches(part),
+        }
+    }
+
     /// The pattern exactly as written (with `re:` for a regex).
     pub fn as_str(&self) -> &str {
         match self {
@@ -105,6 +120,39 @@ impl<'de> Deserialize<'de> for LogPattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_or_its_message_matches_as_either_alone_would() {
+        let line = "model-sg-r2  | ready: CUDA error 801";
+        let message = &line["model-sg-r2  | ".len()..];
+        let patterns = [
+            "CUDA error",
+            "model-sg",
+            "r2  | re",
+            "ready",
+            "absent",
+            "re:^ready",
+            "re:^model",
+            "re:801$",
+            "re:^r2",
+            "re:x^",
+        ];
+        for text in patterns {
+            let p = pattern(text);
+            for (whole, part) in [
+                (line, message),
+                (line, line),
+                (line, ""),
+                (message, message),
+            ] {
+                assert_eq!(
+                    p.matches_line_or_part(whole, part),
+                    p.matches(whole) || p.matches(part),
+                    "{text} on {whole:?} / {part:?}"
+                );
+            }
+        }
+    }
 
     fn pattern(text: &str) -> LogPattern {
         LogPattern::parse(text).expect("valid pattern")

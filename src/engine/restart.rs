@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::step_run::{is_service, StepEnd, StepRun};
+use super::step_run::{StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::uptime::{judge_restart, ContainerRead};
 
@@ -23,8 +23,8 @@ impl RestartWatch {
     /// Reads `docker ps` once; the step's failure when the target restarted.
     pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
         let at = chrono::Utc::now();
-        let ps = match run.host.client.ps().await {
-            Ok(ps) => ps,
+        let target = match run.host.client.ps_service(run.rollout.target()).await {
+            Ok(target) => target,
             Err(e) => {
                 self.failed_reads += 1;
                 self.last_error = Some(e.to_string());
@@ -32,14 +32,11 @@ impl RestartWatch {
             }
         };
         self.reads += 1;
-        let current = ps
-            .iter()
-            .find(|c| is_service(c, run.rollout.target()))
-            .map(|c| ContainerRead {
-                id: c.id.clone(),
-                status: c.status.clone(),
-                at,
-            });
+        let current = target.map(|c| ContainerRead {
+            id: c.id,
+            status: c.status,
+            at,
+        });
         let verdict = judge_restart(
             self.baseline.as_ref().map(|b| b.id.as_str()),
             run.up_done_at,

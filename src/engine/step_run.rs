@@ -147,10 +147,7 @@ impl StepRun<'_> {
 
 /// Whether a `docker ps` entry is the given compose service's container.
 pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
-    c.names == service
-        || c.labels
-            .split(',')
-            .any(|l| l == format!("com.docker.compose.service={service}"))
+    c.is_service(service)
 }
 
 tokio::task_local! {

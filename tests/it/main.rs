@@ -19,6 +19,7 @@ mod doctor;
 mod helpers;
 mod hostile;
 mod http_errors;
+mod keep_alive;
 mod layers;
 mod logging;
 mod metrics;

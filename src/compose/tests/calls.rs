@@ -176,6 +176,57 @@ async fn ps_splits_its_output_into_containers() {
 }
 
 #[tokio::test]
+async fn ps_service_answers_the_one_container_of_a_service_after_checking_every_line() {
+    let server = MockServer::start().await;
+    let output = concat!(
+        r#"{"ID":"b2","Names":"nginx","Image":"nginx:1.27","State":"running","Status":"Up 2 hours"}"#,
+        "\n",
+        r#"{"ID":"a1","Names":"work-r2-1","Image":"sglang:1","State":"running","Status":"Up 2 hours","Labels":"x=y,com.docker.compose.service=model-sg-glm53-w4afp8-tp4-r2"}"#,
+        "\n",
+        r#"{"ID":"c3","Names":"model-sg-glm53-w4afp8-tp4-r2","Image":"sglang:2"}"#,
+        "\n"
+    );
+    Mock::given(method("GET"))
+        .and(path("/docker/ps"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
+        )
+        .mount(&server)
+        .await;
+    let c = client(&server);
+    let found = c.ps_service(R2).await.expect("ok").expect("found");
+    // The first match, as `ps()` and a `find` with `PsEntry::is_service` would pick it.
+    let all = c.ps().await.expect("ok");
+    let first = all.iter().find(|e| e.is_service(R2)).expect("found");
+    assert_eq!(&found, first);
+    assert_eq!(found.id, "a1");
+    assert_eq!(
+        c.ps_service("nginx").await.expect("ok").map(|e| e.id),
+        Some("b2".into())
+    );
+    assert_eq!(c.ps_service("model-sg-glm53").await.expect("ok"), None);
+
+    // A line that is not JSON fails the read even when the service's line came first.
+    let server = MockServer::start().await;
+    let output = format!(
+        "{}\nnot json\n",
+        r#"{"ID":"c3","Names":"model-sg-glm53-w4afp8-tp4-r2"}"#
+    );
+    Mock::given(method("GET"))
+        .and(path("/docker/ps"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
+        )
+        .mount(&server)
+        .await;
+    let err = client(&server).ps_service(R2).await.err();
+    assert!(
+        matches!(err, Some(ComposeError::Protocol { line_no: 2, .. })),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn status_reports_the_operation_in_flight() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
