@@ -308,3 +308,45 @@ fn client_options_default_to_the_documented_values() {
         ("canaryd", "work")
     );
 }
+
+#[tokio::test]
+async fn hosts_sharing_one_http_client_each_send_their_own_token_and_actor() {
+    let http = crate::compose::ComposeHttp::new(std::time::Duration::from_secs(2)).expect("http");
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    for server in [&a, &b] {
+        Mock::given(method("GET"))
+            .and(path("/status"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"in_flight": null})))
+            .mount(server)
+            .await;
+    }
+    let on = |server: &MockServer, token: &str, actor: &str| {
+        let opts = ClientOptions {
+            triggered_by: actor.to_owned(),
+            ..opts()
+        };
+        ComposeClient::with_http(&http, &server.uri(), token, opts).expect("valid client")
+    };
+    let (to_a, to_b) = (
+        on(&a, "token-of-a", "canaryd-a"),
+        on(&b, "token-of-b", "canaryd-b"),
+    );
+    for _ in 0..2 {
+        to_a.status().await.expect("a answers");
+        to_b.status().await.expect("b answers");
+    }
+    for (server, token, actor) in [
+        (&a, "token-of-a", "canaryd-a"),
+        (&b, "token-of-b", "canaryd-b"),
+    ] {
+        let requests = server.received_requests().await.expect("recording on");
+        assert_eq!(requests.len(), 2, "two calls each");
+        for request in &requests {
+            assert_eq!(
+                header_of(request, "authorization"),
+                Some(format!("Bearer {token}"))
+            );
+            assert_eq!(header_of(request, "x-triggered-by").as_deref(), Some(actor));
+        }
+    }
+}
