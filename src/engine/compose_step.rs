@@ -976,4 +976,4 @@ fn outcome_name(o: &StreamOutcome) -> AttemptOutcome {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -33,7 +33,9 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
             host = tracing::field::Empty,
             service = tracing::field::Empty
         );
-        drive(engine, id, abort.clone()).instrument(span)
+        // On the heap: inline, the drive was copied into each future wrapping it (the
+        // retries, the `select!`, the timings' scope), about 30 KB a rollout task in all.
+        Box::pin(drive(engine, id, abort.clone()).instrument(span))
     };
     let timings = engine.inner.timings;
     let drives = retry_storage_errors(id, &timings, || engine.is_stopping(), drive_once);

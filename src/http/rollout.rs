@@ -157,12 +157,15 @@ pub(super) async fn rollout_out(
 ) -> Result<RolloutOut, ApiError> {
     let store = state.engine.store();
     let internal = |e: crate::store::StoreError| ApiError::Internal(e.to_string());
-    let steps = store.steps(&rollout.id).await.map_err(internal)?;
     // The calls are extra evidence: an unreadable attempt row must not hide the rollout.
     let attempts = store.attempts(&rollout.id).await.unwrap_or_else(|e| {
         tracing::warn!(rollout.id = %rollout.id, error = %e, "could not read the compose calls of rollout {}", rollout.id);
         Vec::new()
     });
+    // The steps last: their evidence (dry-run plans, `docker ps` snapshots, parsed JSON, tens
+    // of KB a rollout) then goes to the answer without waiting for the database again. Read
+    // first, 1,000 concurrent reads held it while they queued for the attempts' read.
+    let steps = store.steps(&rollout.id).await.map_err(internal)?;
     let step_ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
     let mut out = RolloutOut::new(rollout, steps);
     for a in attempts {

@@ -359,3 +359,104 @@ fn client_options_default_to_the_documented_values() {
         ("canaryd", "work")
     );
 }
+
+#[tokio::test]
+async fn hosts_sharing_one_http_client_each_send_their_own_token_and_actor() {
+    let http = crate::compose::ComposeHttp::new(std::time::Duration::from_secs(2)).expect("http");
+    let (a, b) = (MockServer::start().await, MockServer::start().await);
+    for server in [&a, &b] {
+        Mock::given(method("GET"))
+            .and(path("/status"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"in_flight": null})))
+            .mount(server)
+            .await;
+    }
+    let on = |server: &MockServer, token: &str, actor: &str| {
+        let opts = ClientOptions {
+            triggered_by: actor.to_owned(),
+            ..opts()
+        };
+        ComposeClient::with_http(&http, &server.uri(), token, opts).expect("valid client")
+    };
+    let (to_a, to_b) = (
+        on(&a, "token-of-a", "canaryd-a"),
+        on(&b, "token-of-b", "canaryd-b"),
+    );
+    for _ in 0..2 {
+        to_a.status().await.expect("a answers");
+        to_b.status().await.expect("b answers");
+    }
+    for (server, token, actor) in [
+        (&a, "token-of-a", "canaryd-a"),
+        (&b, "token-of-b", "canaryd-b"),
+    ] {
+        let requests = server.received_requests().await.expect("recording on");
+        assert_eq!(requests.len(), 2, "two calls each");
+        for request in &requests {
+            assert_eq!(
+                header_of(request, "authorization"),
+                Some(format!("Bearer {token}"))
+            );
+            assert_eq!(header_of(request, "x-triggered-by").as_deref(), Some(actor));
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_call_over_a_shared_http_client_sends_the_hosts_token_and_actor() {
+    let http = crate::compose::ComposeHttp::new(std::time::Duration::from_secs(2)).expect("http");
+    let server = MockServer::start().await;
+    // Any answer will do: what is checked is what each call sent.
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"output": ""})))
+        .mount(&server)
+        .await;
+    let opts = ClientOptions {
+        triggered_by: "canaryd-x".to_owned(),
+        ..opts()
+    };
+    let c = ComposeClient::with_http(&http, &server.uri(), "token-x", opts).expect("client");
+    let logs = LogsRequest {
+        file: FILE.into(),
+        service: R2.into(),
+        tail: 5,
+    };
+    let _ = c.status().await;
+    let _ = c.version().await;
+    let _ = c.ps().await;
+    let _ = c.ps_service(R2).await;
+    let _ = c.logs(&logs).await;
+    let _ = c.supports_dry_run().await;
+    let _ = c.dry_run(&up_req(R2)).await;
+    let _ = c.down(&down_req(R2)).await;
+    let _ = c.up(&up_req(R2)).await;
+    let requests = server.received_requests().await.expect("recording on");
+    let paths: Vec<&str> = requests.iter().map(|r| r.url.path()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/status",
+            "/version",
+            "/docker/ps",
+            "/docker/ps",
+            "/compose/logs",
+            "/docker/evict",
+            "/compose/up",
+            "/compose/down",
+            "/compose/up"
+        ]
+    );
+    for request in &requests {
+        let at = request.url.path();
+        assert_eq!(
+            header_of(request, "authorization").as_deref(),
+            Some("Bearer token-x"),
+            "{at}"
+        );
+        assert_eq!(
+            header_of(request, "x-triggered-by").as_deref(),
+            Some("canaryd-x"),
+            "{at}"
+        );
+    }
+}

@@ -52,7 +52,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
 
 /// An engine whose 409 backoff starts at 20 ms and stops doubling at 80 ms, and a rollout of
 /// h1 with one `down` step.
-async fn engine(dir: &std::path::Path) -> Engine {
+pub(crate) async fn engine(dir: &std::path::Path) -> Engine {
     let tuning = ComposeTuning {
         busy_retry_initial: MS * 20,
         busy_retry_max: MS * 80,
