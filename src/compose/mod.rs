@@ -341,12 +341,28 @@ impl ComposeClient {
         streamed
     }
 
-    /// Sends a whole call with the request timeout; returns status and body text.
+    /// Sends a whole call with the request timeout; returns status and body text (invalid
+    /// UTF-8 replaced, as `reqwest::Response::text` does).
     async fn send_whole(
         &self,
         endpoint: &'static str,
         request: RequestBuilder,
     ) -> Result<(u16, String), ComposeError> {
+        self.send_whole_with(endpoint, request, |status, body| {
+            (status, String::from_utf8_lossy(body).into_owned())
+        })
+        .await
+    }
+
+    /// `send_whole`, the status and body as received given to `read`: a caller that only
+    /// reads the body need not copy it into a `String` first (a soak's 500-line log answer
+    /// is about 94 KB, issue 17).
+    async fn send_whole_with<R>(
+        &self,
+        endpoint: &'static str,
+        request: RequestBuilder,
+        read: impl FnOnce(u16, &[u8]) -> R,
+    ) -> Result<R, ComposeError> {
         let started = Instant::now();
         let response = match request.timeout(self.opts.request_timeout).send().await {
             Ok(response) => response,
@@ -357,8 +373,8 @@ impl ComposeClient {
         };
         let status = response.status().as_u16();
         self.observe(endpoint, response.status().as_str());
-        let text = response
-            .text()
+        let body = response
+            .bytes()
             .await
             .map_err(|e| ComposeError::from_transport(endpoint, &e))?;
         tracing::debug!(
@@ -368,7 +384,7 @@ impl ComposeClient {
             duration_ms = started.elapsed().as_millis() as u64,
             "compose-manager answered"
         );
-        Ok((status, text))
+        Ok(read(status, &body))
     }
 
     /// A whole call whose 200 answer is JSON of type `T`.
@@ -377,12 +393,29 @@ impl ComposeClient {
         endpoint: &'static str,
         request: RequestBuilder,
     ) -> Result<T, ComposeError> {
-        let (status, text) = self.send_whole(endpoint, request).await?;
+        self.send_whole_with(endpoint, request, |status, body| {
+            // Read in place when UTF-8 (always, from compose-manager); otherwise with the
+            // invalid bytes replaced, as before.
+            let text = match std::str::from_utf8(body) {
+                Ok(text) => std::borrow::Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(body),
+            };
+            Self::decode(endpoint, status, &text)
+        })
+        .await?
+    }
+
+    /// A whole call's answer: JSON of type `T` when `status` is 200, its error otherwise.
+    fn decode<T: DeserializeOwned>(
+        endpoint: &'static str,
+        status: u16,
+        text: &str,
+    ) -> Result<T, ComposeError> {
         if status != 200 {
-            return Err(ComposeError::from_status(endpoint, status, &text));
+            return Err(ComposeError::from_status(endpoint, status, text));
         }
-        serde_json::from_str(&text).map_err(|e| {
-            ComposeError::protocol(endpoint, 0, &text, format!("unexpected answer: {e}"))
+        serde_json::from_str(text).map_err(|e| {
+            ComposeError::protocol(endpoint, 0, text, format!("unexpected answer: {e}"))
         })
     }
 }

@@ -151,6 +151,37 @@ async fn logs_sends_file_tail_and_one_service_and_returns_the_output() {
     assert_identity(&only_request(&server).await);
 }
 
+/// A whole answer is read from its bytes in place when it is UTF-8 (issue 17); one that is
+/// not is still read with the invalid bytes replaced, as `reqwest`'s `text()` read it.
+#[tokio::test]
+async fn an_answer_that_is_not_utf8_is_read_with_the_invalid_bytes_replaced() {
+    let server = MockServer::start().await;
+    let mut body = br#"{"status": "ok", "output": "r2  | caf"#.to_vec();
+    body.extend_from_slice(b"\xE9 \xFF\\n\"}");
+    Mock::given(method("POST"))
+        .and(path("/compose/logs"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "application/json"))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/version"))
+        .respond_with(ResponseTemplate::new(500).set_body_raw(
+            b"{\"error\": \"disk \xFF full\"}".to_vec(),
+            "application/json",
+        ))
+        .mount(&server)
+        .await;
+    let logs = LogsRequest {
+        file: FILE.into(),
+        service: R2.into(),
+        tail: 500,
+    };
+    let output = client(&server).logs(&logs).await.expect("ok");
+    assert_eq!(output, "r2  | caf\u{FFFD} \u{FFFD}\n");
+    let err = client(&server).version().await.expect_err("a 500");
+    assert!(err.to_string().contains("disk \u{FFFD} full"), "{err}");
+}
+
 #[tokio::test]
 async fn ps_splits_its_output_into_containers() {
     let server = MockServer::start().await;
