@@ -21,6 +21,15 @@ async fn only_request(server: &MockServer) -> Request {
     requests.remove(0)
 }
 
+/// A read of `tail` lines of `service`'s logs in the test file.
+fn logs_req(service: &str, tail: u32) -> LogsRequest {
+    LogsRequest {
+        file: FILE.into(),
+        service: service.into(),
+        tail,
+    }
+}
+
 fn header_of(request: &Request, name: &str) -> Option<String> {
     request
         .headers
@@ -116,11 +125,7 @@ async fn blank_comma_or_whitespace_services_are_refused_before_any_request() {
         refused(c.up(&up_req(bad)).await.map(drop));
         refused(c.dry_run(&up_req(bad)).await.map(drop));
         refused(c.down(&down_req(bad)).await.map(drop));
-        let logs = LogsRequest {
-            file: FILE.into(),
-            service: bad.into(),
-            tail: 10,
-        };
+        let logs = logs_req(bad, 10);
         refused(c.logs(&logs).await.map(drop));
     }
     let seen = server.received_requests().await.expect("recording on");
@@ -141,11 +146,7 @@ async fn logs_sends_file_tail_and_one_service_and_returns_the_output() {
         .expect(1)
         .mount(&server)
         .await;
-    let logs = LogsRequest {
-        file: FILE.into(),
-        service: R2.into(),
-        tail: 500,
-    };
+    let logs = logs_req(R2, 500);
     let output = client(&server).logs(&logs).await.expect("ok");
     assert_eq!(output, "r2  | event-loop stall dump armed: x\n");
     assert_identity(&only_request(&server).await);
@@ -171,11 +172,7 @@ async fn an_answer_that_is_not_utf8_is_read_with_the_invalid_bytes_replaced() {
         ))
         .mount(&server)
         .await;
-    let logs = LogsRequest {
-        file: FILE.into(),
-        service: R2.into(),
-        tail: 500,
-    };
+    let logs = logs_req(R2, 500);
     let output = client(&server).logs(&logs).await.expect("ok");
     assert_eq!(output, "r2  | caf\u{FFFD} \u{FFFD}\n");
     let err = client(&server).version().await.expect_err("a 500");
@@ -447,11 +444,7 @@ async fn every_call_over_a_shared_http_client_sends_the_hosts_token_and_actor() 
         ..opts()
     };
     let c = ComposeClient::with_http(&http, &server.uri(), "token-x", opts).expect("client");
-    let logs = LogsRequest {
-        file: FILE.into(),
-        service: R2.into(),
-        tail: 5,
-    };
+    let logs = logs_req(R2, 5);
     let _ = c.status().await;
     let _ = c.version().await;
     let _ = c.ps().await;
