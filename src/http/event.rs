@@ -70,16 +70,25 @@ async fn rollout_events(
     // Subscribe before the replay reads the database: nothing committed in between is lost
     // (it arrives on the bus too, and `seq` drops the duplicates).
     let bus = store.subscribe();
-    let (tx, mut rx) = mpsc::channel::<AuditEvent>(64);
+    let (tx, rx) = mpsc::channel::<AuditEvent>(64);
     tokio::spawn(async move {
         if let Err(e) = pump(&store, &id, after, bus, &tx).await {
             tracing::warn!(rollout.id = %id, error = %e, "event stream of {id} ended early");
         }
     });
+    Ok(sse_of(rx, to_sse))
+}
+
+/// An event stream of what a pump task sends on `rx`, each item turned into an SSE event by
+/// `to_sse`, with a keep-alive comment every 15 s (the rollout's and the release's streams).
+pub(super) fn sse_of<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+    to_sse: fn(&T) -> Event,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let stream = futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|e| e.map(|e| Ok(to_sse(&e))))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
 /// Whether an event ends its rollout (the rollout's own move to a terminal status).

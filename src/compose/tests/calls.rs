@@ -30,6 +30,17 @@ fn logs_req(service: &str, tail: u32) -> LogsRequest {
     }
 }
 
+/// `server` answers `GET /docker/ps` with `output`.
+async fn answer_ps(server: &MockServer, output: &str) {
+    Mock::given(method("GET"))
+        .and(path("/docker/ps"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
+        )
+        .mount(server)
+        .await;
+}
+
 fn header_of(request: &Request, name: &str) -> Option<String> {
     request
         .headers
@@ -188,13 +199,7 @@ async fn ps_splits_its_output_into_containers() {
         r#"{"ID":"b2","Names":"nginx","Image":"nginx:1.27","State":"running","Status":"Up 2 hours"}"#,
         "\n"
     );
-    Mock::given(method("GET"))
-        .and(path("/docker/ps"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
-        )
-        .mount(&server)
-        .await;
+    answer_ps(&server, output).await;
     let entries = client(&server).ps().await.expect("ok");
     assert_eq!(entries.len(), 2);
     assert_eq!(entries[0].names, "model-sg-glm53-w4afp8-tp4-r1");
@@ -214,13 +219,7 @@ async fn ps_service_answers_the_one_container_of_a_service_after_checking_every_
         r#"{"ID":"c3","Names":"model-sg-glm53-w4afp8-tp4-r2","Image":"sglang:2"}"#,
         "\n"
     );
-    Mock::given(method("GET"))
-        .and(path("/docker/ps"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
-        )
-        .mount(&server)
-        .await;
+    answer_ps(&server, output).await;
     let c = client(&server);
     let found = c.ps_service(R2).await.expect("ok").expect("found");
     // The first match, as `ps()` and a `find` with `PsEntry::is_service` would pick it.
@@ -240,13 +239,7 @@ async fn ps_service_answers_the_one_container_of_a_service_after_checking_every_
         "{}\nnot json\n",
         r#"{"ID":"c3","Names":"model-sg-glm53-w4afp8-tp4-r2"}"#
     );
-    Mock::given(method("GET"))
-        .and(path("/docker/ps"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "output": output})),
-        )
-        .mount(&server)
-        .await;
+    answer_ps(&server, &output).await;
     let err = client(&server).ps_service(R2).await.err();
     assert!(
         matches!(err, Some(ComposeError::Protocol { line_no: 2, .. })),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use serde::Serialize;
@@ -186,16 +186,13 @@ pub(super) async fn release_events(
     };
     state.engine.get_release(&id).await?;
     let store = state.engine.store().clone();
-    let (tx, mut rx) = mpsc::channel::<StreamEvent>(64);
+    let (tx, rx) = mpsc::channel::<StreamEvent>(64);
     tokio::spawn(async move {
         if let Err(e) = pump(&store, &id, after, &tx).await {
             tracing::warn!(release.id = %id, error = %e, "event stream of {id} ended early");
         }
     });
-    let stream = futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|e| e.map(|e| Ok(to_sse(&e))))
-    });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(super::super::event::sse_of(rx, to_sse))
 }
 
 fn to_sse(e: &StreamEvent) -> Event {
