@@ -192,14 +192,61 @@ impl Metrics {
 
     /// Follows the store's audit events until the store is dropped.
     pub async fn follow(self: Arc<Self>, store: Store) {
-        let mut events = store.subscribe();
+        let events = store.subscribe();
+        // Events committed before this follower started are not its own (a restart's
+        // counters start at zero).
+        let last = match store.last_audit_seq().await {
+            Ok(last) => last,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics could not read the last audit event");
+                0
+            }
+        };
+        self.follow_from(store, events, last).await;
+    }
+
+    /// Follows `events` from the event after `last`. Every committed event is counted once,
+    /// in order: when the broadcast ran ahead of this follower (`Lagged`, as with 1,000
+    /// rollouts starting at once), the events it skipped are read back from the database.
+    async fn follow_from(
+        self: Arc<Self>,
+        store: Store,
+        mut events: tokio::sync::broadcast::Receiver<AuditEvent>,
+        mut last: i64,
+    ) {
         loop {
             match events.recv().await {
-                Ok(event) => self.on_event(&store, &event).await,
+                Ok(event) if event.seq <= last => {}
+                Ok(event) => {
+                    last = event.seq;
+                    self.on_event(&store, &event).await;
+                }
                 Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "metrics missed {n} audit events")
+                    tracing::debug!(missed = n, "metrics catching up on {n} audit events");
+                    last = self.catch_up(&store, last).await;
                 }
                 Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Handles every event after `last` from the database; the last one handled.
+    async fn catch_up(&self, store: &Store, mut last: i64) -> i64 {
+        loop {
+            let batch = match store.audit_events_after(last).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics could not read back missed audit events");
+                    return last;
+                }
+            };
+            let full = batch.len() >= crate::store::AUDIT_BATCH;
+            for event in batch {
+                last = event.seq;
+                self.on_event(store, &event).await;
+            }
+            if !full {
+                return last;
             }
         }
     }
@@ -285,4 +332,74 @@ impl Metrics {
 fn seconds(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> Option<f64> {
     let ms = (to? - from).num_milliseconds();
     (ms >= 0).then(|| ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::audit::AuditKind;
+    use crate::store::AuditEntry;
+
+    /// The value of the sample line starting with `prefix` in `text`.
+    fn sample(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_fell_behind_counts_the_events_it_missed_from_the_database() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("canaryd.db"))
+            .await
+            .expect("store opens");
+        let events = store.subscribe();
+        let last = store.last_audit_seq().await.expect("last seq");
+        let new = crate::store::tests::rollout("ro_1", "gpu02", "r2", 0);
+        store.create_rollout(&new, &[]).await.expect("rollout");
+        let ended = AuditEntry::new(
+            Utc::now(),
+            "canaryd",
+            AuditKind::rollout(RolloutStatus::Succeeded),
+        )
+        .rollout("ro_1");
+        store.audit(&ended).await.expect("end event");
+        // More events than the broadcast holds (1,024), after the one that counts: a follower
+        // that has not read yet loses the oldest, the rollout's end among them.
+        let noise = 1_100;
+        for _ in 0..noise {
+            let entry = AuditEntry::new(
+                Utc::now(),
+                "alice",
+                AuditKind::rollout(RolloutStatus::Pending),
+            );
+            store.audit(&entry).await.expect("noise event");
+        }
+        for _ in 0..500 {
+            if events.len() > noise {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(
+            events.len() > noise,
+            "every event was broadcast: {}",
+            events.len()
+        );
+
+        let metrics = Metrics::new();
+        let follower = tokio::spawn(Arc::clone(&metrics).follow_from(store.clone(), events, last));
+        let line = "canaryd_rollouts_total{kind=\"canary\",outcome=\"succeeded\"}";
+        let mut counted = None;
+        for _ in 0..500 {
+            counted = sample(&metrics.encode(0, 0), line);
+            if counted.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        follower.abort();
+        assert_eq!(counted, Some(1.0), "{}", metrics.encode(0, 0));
+    }
 }

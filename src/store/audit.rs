@@ -88,6 +88,9 @@ struct AuditRow {
     detail: String,
 }
 
+/// The most events [`Store::audit_events_after`] answers at once.
+pub const AUDIT_BATCH: usize = 10_000;
+
 impl Store {
     /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
@@ -115,13 +118,22 @@ impl Store {
         to_events(rows)
     }
 
-    /// Every audit event after `after_seq`, in order (at most 10,000 at a time).
+    /// The sequence number of the newest audit event (0 when there is none).
+    pub async fn last_audit_seq(&self) -> Result<i64, StoreError> {
+        let (last,): (i64,) = sqlx::query_as("select coalesce(max(seq), 0) from audit_event")
+            .fetch_one(self.pool())
+            .await?;
+        Ok(last)
+    }
+
+    /// Every audit event after `after_seq`, in order (at most [`AUDIT_BATCH`] at a time).
     pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
         let rows: Vec<AuditRow> = sqlx::query_as(
             "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail \
-             from audit_event where seq > ? order by seq limit 10000",
+             from audit_event where seq > ? order by seq limit ?",
         )
         .bind(after_seq)
+        .bind(AUDIT_BATCH as i64)
         .fetch_all(self.pool())
         .await?;
         to_events(rows)

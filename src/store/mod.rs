@@ -28,7 +28,7 @@ use sqlx::sqlite::{
 };
 
 pub use approval::{Approval, AWAITING_APPROVAL};
-pub use audit::AuditEntry;
+pub use audit::{AuditEntry, AUDIT_BATCH};
 #[doc(hidden)]
 #[cfg(feature = "testing")]
 pub use bulk::BulkSpec;
