@@ -275,7 +275,7 @@ impl StepRun<'_> {
             if let Some(restarted) = restarts.check(self).await {
                 return restarted;
             }
-            let sample = self.engine.inner.prober.sample(&url).await;
+            let sample = self.engine.inner.prober.sample_url(&url).await;
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };
             worst = worst.max(misses);

@@ -223,7 +223,7 @@ impl StepRun<'_> {
         let mut progress = Progress::default();
         loop {
             let began = std::time::Instant::now();
-            let sample = self.engine.inner.prober.sample(&url).await;
+            let sample = self.engine.inner.prober.sample_url(&url).await;
             if sample.is_healthy() {
                 ok += 1;
                 streak += 1;

@@ -119,9 +119,9 @@ impl StepRun<'_> {
     }
 
     /// The target's health URL, or the step's failure when it has none.
-    pub(super) fn target_health_url(&self) -> Result<String, StepEnd> {
+    pub(super) fn target_health_url(&self) -> Result<crate::probe::HealthUrl, StepEnd> {
         self.health_url(&self.rollout.service)
-            .map(str::to_owned)
+            .map(|url| crate::probe::HealthUrl::new(url.to_owned()))
             .ok_or_else(|| {
                 StepEnd::failed(
                     ErrorCode::NoHealthUrl,
