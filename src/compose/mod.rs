@@ -9,6 +9,7 @@
 
 mod error;
 mod lines;
+mod output;
 mod plan;
 mod request;
 mod stream;
@@ -234,22 +235,21 @@ impl ComposeClient {
     pub async fn logs(&self, req: &LogsRequest) -> Result<String, ComposeError> {
         let body = LogsBody::new(req)?;
         let request = self.request(Method::POST, LOGS).json(&body);
-        let answer: wire::OutputIn = self.call(LOGS, request).await?;
-        Ok(answer.output)
+        self.call_output(LOGS, request).await
     }
 
     /// The host's containers (`GET /docker/ps`).
     pub async fn ps(&self) -> Result<Vec<PsEntry>, ComposeError> {
-        let answer: wire::OutputIn = self.call(PS, self.request(Method::GET, PS)).await?;
-        wire::parse_ps_output(PS, &answer.output)
+        let output = self.call_output(PS, self.request(Method::GET, PS)).await?;
+        wire::parse_ps_output(PS, &output)
     }
 
     /// The container of compose service `service` among the host's (`GET /docker/ps`):
     /// the same call and errors as [`Self::ps`], but only that entry is copied out of the
     /// answer (a soak reads it at every probe).
     pub async fn ps_service(&self, service: &str) -> Result<Option<PsEntry>, ComposeError> {
-        let answer: wire::OutputIn = self.call(PS, self.request(Method::GET, PS)).await?;
-        wire::find_service_entry(PS, &answer.output, service)
+        let output = self.call_output(PS, self.request(Method::GET, PS)).await?;
+        wire::find_service_entry(PS, &output, service)
     }
 
     /// The operation holding the host's lock, if any (`GET /status`).
@@ -422,6 +422,28 @@ impl ComposeClient {
                 Err(_) => String::from_utf8_lossy(body),
             };
             Self::decode(endpoint, status, &text)
+        })
+        .await?
+    }
+
+    /// A whole call whose 200 answer is `{"output": "...", ...}` (logs, ps): the output text,
+    /// decoded in one buffer of its size ([`output`]).
+    async fn call_output(
+        &self,
+        endpoint: &'static str,
+        request: RequestBuilder,
+    ) -> Result<String, ComposeError> {
+        self.send_whole_with(endpoint, request, |status, body| {
+            let text = match std::str::from_utf8(body) {
+                Ok(text) => std::borrow::Cow::Borrowed(text),
+                Err(_) => String::from_utf8_lossy(body),
+            };
+            if status != 200 {
+                return Err(ComposeError::from_status(endpoint, status, &text));
+            }
+            output::output_of(&text).map_err(|e| {
+                ComposeError::protocol(endpoint, 0, &text, format!("unexpected answer: {e}"))
+            })
         })
         .await?
     }

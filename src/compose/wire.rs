@@ -123,13 +123,6 @@ pub struct DeployedRecord {
     pub file_sha256: Option<String>,
 }
 
-/// `{"status":"ok","output":"..."}` of logs and ps.
-#[derive(Debug, Deserialize)]
-pub(crate) struct OutputIn {
-    #[serde(default)]
-    pub(crate) output: String,
-}
-
 /// Splits the `output` of `GET /docker/ps` (one JSON object per line) into entries.
 pub(crate) fn parse_ps_output(endpoint: &str, output: &str) -> Result<Vec<PsEntry>, ComposeError> {
     let mut entries = Vec::new();
