@@ -39,6 +39,22 @@ fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
     chromium.zip(driver)
 }
 
+/// An operator (`alice-secret`) and an on-call engineer (`oncall-secret`).
+fn operator_and_oncall() -> Vec<ApiToken> {
+    vec![
+        ApiToken {
+            name: "ops-alice".into(),
+            role: Role::Operator,
+            secret: Secret::new("alice-secret"),
+        },
+        ApiToken {
+            name: "oncall".into(),
+            role: Role::Oncall,
+            secret: Secret::new("oncall-secret"),
+        },
+    ]
+}
+
 /// The binaries, `None` to skip (only with CANARYD_SKIP_BROWSER=1), or a failing test.
 fn require_browser(test: &str) -> Option<(PathBuf, PathBuf)> {
     if let Some(found) = browser_binaries() {
@@ -455,19 +471,7 @@ async fn the_rollback_button_asks_for_a_reason_and_a_confirmation_then_starts_a_
         return;
     };
     let _one_browser = BROWSER_LOCK.lock().await;
-    let tokens = vec![
-        ApiToken {
-            name: "ops-alice".into(),
-            role: Role::Operator,
-            secret: Secret::new("alice-secret"),
-        },
-        ApiToken {
-            name: "oncall".into(),
-            role: Role::Oncall,
-            secret: Secret::new("oncall-secret"),
-        },
-    ];
-    let daemon = Daemon::start(tokens).await;
+    let daemon = Daemon::start(operator_and_oncall()).await;
     let canary = daemon.start_canary("v0.0.451", Some("alice-secret")).await;
     daemon
         .wait_rollout(&canary, Some("alice-secret"), |r| {

@@ -2,26 +2,10 @@
 //! current step), followed live through its event stream, and paused then aborted with the
 //! Pause and Abort buttons, each after a reason and a confirmation.
 
-use canaryd::config::{ApiToken, Role, Secret};
 use serde_json::{json, Value};
 
-use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
+use super::{operator_and_oncall, require_browser, Browser, Daemon, BROWSER_LOCK};
 use crate::helpers::{FILE, HOST, R1, R2};
-
-fn tokens() -> Vec<ApiToken> {
-    vec![
-        ApiToken {
-            name: "ops-alice".into(),
-            role: Role::Operator,
-            secret: Secret::new("alice-secret"),
-        },
-        ApiToken {
-            name: "oncall".into(),
-            role: Role::Oncall,
-            secret: Secret::new("oncall-secret"),
-        },
-    ]
-}
 
 /// Polls the release until `check` holds (bounded: 300 × 50 ms).
 async fn wait_release(daemon: &Daemon, id: &str, check: impl Fn(&Value) -> bool) -> Value {
@@ -92,7 +76,7 @@ async fn the_release_view_shows_the_targets_and_pauses_then_aborts_with_a_reason
         return;
     };
     let _one_browser = BROWSER_LOCK.lock().await;
-    let daemon = Daemon::start(tokens()).await;
+    let daemon = Daemon::start(operator_and_oncall()).await;
     // The canary target waits on health (60 s), so the release is held mid-way.
     daemon.sim.faults().set_health_never(R2, true);
     let body = json!({"file": FILE, "tag": "v0.0.452", "reason": "promote v0.0.452",
