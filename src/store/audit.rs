@@ -75,6 +75,9 @@ pub(super) async fn append(
     super::outbox::enqueue(tx, done.last_insert_rowid(), e).await
 }
 
+/// The most events `Store::audit_events_after` answers at once.
+pub(super) const AUDIT_BATCH: usize = 10_000;
+
 #[derive(sqlx::FromRow)]
 struct AuditRow {
     seq: i64,
@@ -115,13 +118,14 @@ impl Store {
         to_events(rows)
     }
 
-    /// Every audit event after `after_seq`, in order (at most 10,000 at a time).
+    /// Every audit event after `after_seq`, in order (at most `AUDIT_BATCH` at a time).
     pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
         let rows: Vec<AuditRow> = sqlx::query_as(
             "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail \
-             from audit_event where seq > ? order by seq limit 10000",
+             from audit_event where seq > ? order by seq limit ?",
         )
         .bind(after_seq)
+        .bind(AUDIT_BATCH as i64)
         .fetch_all(self.pool())
         .await?;
         to_events(rows)
