@@ -1,7 +1,8 @@
 //! Prometheus metrics (docs/reference.md#operations), fed by the store's committed audit events and
 //! by the compose-manager client's per-request observer. Encoded with `prometheus-client`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,6 +14,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::compose::ComposeObserver;
+use crate::domain::runbook::StepKindName;
 use crate::domain::state::{RolloutKind, RolloutStatus, StepStatus};
 use crate::store::{AuditEvent, Store};
 
@@ -63,6 +65,18 @@ pub struct Metrics {
     replicas_down: Gauge,
     releases: Family<OutcomeLabel, Counter>,
     release_targets: Family<StateLabel, Gauge>,
+    /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
+    /// name, until its end event: the end then needs no read of its own (issue 17). Bounded:
+    /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
+    /// when events were missed (a lag).
+    running: Mutex<HashMap<String, HashMap<String, StartedStep>>>,
+}
+
+/// A running step's kind and start, as its running event read them.
+#[derive(Debug, Clone, Copy)]
+struct StartedStep {
+    kind: StepKindName,
+    started_at: Option<DateTime<Utc>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -140,6 +154,7 @@ impl Metrics {
             compose_requests,
             active_rollouts,
             replicas_down,
+            running: Mutex::default(),
         })
     }
 
@@ -197,7 +212,9 @@ impl Metrics {
             match events.recv().await {
                 Ok(event) => self.on_event(&store, &event).await,
                 Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "metrics missed {n} audit events")
+                    tracing::warn!(missed = n, "metrics missed {n} audit events");
+                    // An end missed leaves its start behind: the store answers instead.
+                    self.running_steps().clear();
                 }
                 Err(RecvError::Closed) => return,
             }
@@ -219,6 +236,7 @@ impl Metrics {
 
     /// A rollout ended: count it and observe its duration.
     async fn on_rollout_end(&self, store: &Store, rollout_id: &str, outcome: RolloutStatus) {
+        self.running_steps().remove(rollout_id);
         let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
             return;
         };
@@ -247,26 +265,71 @@ impl Metrics {
             return;
         }
         let Some(name) = &event.step else { return };
+        if outcome != StepStatus::Running {
+            let started = self
+                .running_steps()
+                .get_mut(rollout_id)
+                .and_then(|steps| steps.remove(name));
+            if let Some(started) = started {
+                // The end's time is the event's: a step's `finished_at` is written with its
+                // end event, in one transaction, from one clock reading.
+                self.observe_step(
+                    started.kind,
+                    outcome,
+                    started.started_at.unwrap_or(event.occurred_at),
+                    Some(event.occurred_at),
+                );
+                return;
+            }
+        }
         let Ok(Some(step)) = store.step_timing(rollout_id, name).await else {
             return;
         };
         if outcome == StepStatus::Running {
+            self.running_steps()
+                .entry(rollout_id.to_owned())
+                .or_default()
+                .insert(
+                    name.clone(),
+                    StartedStep {
+                        kind: step.kind,
+                        started_at: step.started_at,
+                    },
+                );
             if step.position == 0 {
                 self.observe_initiation(store, rollout_id, event.occurred_at)
                     .await;
             }
             return;
         }
-        let labels = KindOutcome {
-            kind: step.kind.as_str().to_owned(),
-            outcome: outcome.as_str().to_owned(),
-        };
-        if let Some(secs) = seconds(
+        self.observe_step(
+            step.kind,
+            outcome,
             step.started_at.unwrap_or(event.occurred_at),
             step.finished_at,
-        ) {
+        );
+    }
+
+    fn observe_step(
+        &self,
+        kind: StepKindName,
+        outcome: StepStatus,
+        from: DateTime<Utc>,
+        to: Option<DateTime<Utc>>,
+    ) {
+        let labels = KindOutcome {
+            kind: kind.as_str().to_owned(),
+            outcome: outcome.as_str().to_owned(),
+        };
+        if let Some(secs) = seconds(from, to) {
             self.step_duration.get_or_create(&labels).observe(secs);
         }
+    }
+
+    fn running_steps(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, StartedStep>>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A rollback's first step starts right before its first compose call.
@@ -285,4 +348,103 @@ impl Metrics {
 fn seconds(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> Option<f64> {
     let ms = (to? - from).num_milliseconds();
     (ms >= 0).then(|| ms as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::state::{RolloutEvent, StepEvent};
+    use crate::store::tests::{change, rollout};
+    use crate::store::NewStep;
+
+    fn ms(n: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid")
+            + chrono::Duration::milliseconds(n)
+    }
+
+    /// Issue 17: a step's end observed from what its running event kept gives the very values
+    /// the store's read gives (as after a restart, or a lag, when nothing was kept), and
+    /// nothing stays kept once the rollout ends.
+    #[tokio::test]
+    async fn a_step_end_observed_from_its_start_event_matches_the_stores_read() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("canaryd.db"))
+            .await
+            .expect("store opens");
+        let steps: Vec<NewStep> = [
+            ("snapshot", StepKindName::Snapshot),
+            ("down", StepKindName::Down),
+            ("up", StepKindName::Up),
+        ]
+        .into_iter()
+        .map(|(name, kind)| NewStep {
+            name: name.into(),
+            kind,
+        })
+        .collect();
+        store
+            .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps)
+            .await
+            .expect("created");
+        store
+            .transition_rollout("ro_1", &change(RolloutEvent::Start, 1))
+            .await
+            .expect("started");
+        let rows = store.steps("ro_1").await.expect("steps");
+        let moves = [
+            (0, StepEvent::Start, 1_000),
+            (0, StepEvent::Succeed, 1_250),
+            (1, StepEvent::Start, 1_250),
+            (1, StepEvent::Fail, 3_517),
+            (2, StepEvent::Skip, 3_600),
+        ];
+        for (i, event, at) in moves {
+            store
+                .transition_step(&rows[i], event, &json!({}), None, ms(at))
+                .await
+                .expect("moved");
+        }
+        store
+            .transition_rollout("ro_1", &change(RolloutEvent::Fail, 4))
+            .await
+            .expect("failed");
+        let events = store.audit_events("ro_1", 0).await.expect("events");
+
+        let kept = Metrics::new();
+        let read = Metrics::new();
+        for e in &events {
+            kept.on_event(&store, e).await;
+            read.running_steps().clear();
+            read.on_event(&store, e).await;
+        }
+        let text = kept.encode(0, 0);
+        // The same lines (a family's label sets come out in no fixed order).
+        let lines = |t: &str| {
+            let mut v: Vec<String> = t.lines().map(str::to_owned).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(lines(&text), lines(&read.encode(0, 0)));
+        assert!(
+            text.contains(
+                "canaryd_step_duration_seconds_sum{kind=\"snapshot\",outcome=\"succeeded\"} 0.25\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "canaryd_step_duration_seconds_sum{kind=\"down\",outcome=\"failed\"} 2.267\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            kept.running_steps().is_empty(),
+            "nothing kept after the end"
+        );
+    }
 }
