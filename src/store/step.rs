@@ -146,7 +146,13 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
         let mut tx = self.begin_write().await?;
-        let next = transition_in(&mut tx, step, event, detail, deadline, at).await?;
+        let next = transition_in(&mut tx, step, event, detail, deadline, at, false)
+            .await?
+            // Never `None`: only a start guarded by the abort check answers it.
+            .ok_or_else(|| StoreError::Corrupt {
+                table: "step",
+                message: format!("step {}: no transition made", step.name),
+            })?;
         tx.commit().await?;
         self.publish().await;
         Ok(next)
@@ -156,7 +162,9 @@ impl Store {
     /// `next` is given and its rollout has no abort requested (read in the same transaction),
     /// `next` starts with its deadline. Both changes carry their own audit event, exactly as
     /// two `transition_step` calls would, but the writer lock is taken, and the WAL synced,
-    /// once per boundary instead of twice (issue 17). True when `next` was started.
+    /// once per boundary instead of twice (issue 17). The abort check rides in `next`'s
+    /// update (`transition_in`'s `unless_abort_requested`), read apart only when that update
+    /// changed nothing. True when `next` was started.
     pub async fn succeed_step_and_start_next(
         &self,
         done: &Step,
@@ -165,19 +173,13 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin_write().await?;
-        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at).await?;
+        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at, false).await?;
         let mut started = false;
         if let Some((next, deadline)) = next {
-            let (abort_requested,): (bool,) =
-                sqlx::query_as("select abort_reason is not null from rollout where rollout_id = ?")
-                    .bind(&next.rollout_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if !abort_requested {
-                let empty = serde_json::json!({});
-                transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at).await?;
-                started = true;
-            }
+            let empty = serde_json::json!({});
+            started = transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at, true)
+                .await?
+                .is_some();
         }
         tx.commit().await?;
         self.publish().await;
@@ -285,6 +287,12 @@ impl Store {
 /// written and the status is read, as the only source of truth: the transition is judged from
 /// it, exactly as strictly (`InvalidTransition`, `Corrupt`, a missing row's error), and the
 /// update is made from it.
+///
+/// With `unless_abort_requested`, the update also requires that the step's rollout has no
+/// abort requested, and `None` (nothing written) answers a rollout that has one: when the
+/// update changes nothing, the abort request is read before the status, so a requested
+/// abort wins over the status check, as when it was read first. `None` never answers
+/// without it.
 async fn transition_in(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     step: &Step,
@@ -292,7 +300,8 @@ async fn transition_in(
     detail: &serde_json::Value,
     deadline: Option<DateTime<Utc>>,
     at: DateTime<Utc>,
-) -> Result<StepStatus, StoreError> {
+    unless_abort_requested: bool,
+) -> Result<Option<StepStatus>, StoreError> {
     let detail_s = detail.to_string();
     let at_s = fmt_time(at);
     let deadline_s = deadline.map(fmt_time);
@@ -302,7 +311,9 @@ async fn transition_in(
              attempts = attempts + case when ? then 1 else 0 end, \
              started_at = coalesce(started_at, case when ? then ? end), \
              finished_at = case when ? then ? else finished_at end, \
-             deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ?",
+             deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
+             and not (? and exists (select 1 from rollout r \
+             where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
         )
         .bind(next.as_str())
         .bind(detail_s.as_str())
@@ -314,6 +325,7 @@ async fn transition_in(
         .bind(deadline_s.as_deref())
         .bind(step.id.as_str())
         .bind(current.as_str())
+        .bind(unless_abort_requested)
     };
     let mut changed = None;
     if let Ok(next) = step.status.apply(event) {
@@ -325,6 +337,17 @@ async fn transition_in(
     let (current, next) = match changed {
         Some(change) => change,
         None => {
+            if unless_abort_requested {
+                let (abort_requested,): (bool,) = sqlx::query_as(
+                    "select abort_reason is not null from rollout where rollout_id = ?",
+                )
+                .bind(&step.rollout_id)
+                .fetch_one(&mut **tx)
+                .await?;
+                if abort_requested {
+                    return Ok(None);
+                }
+            }
             let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
                 .bind(&step.id)
                 .fetch_one(&mut **tx)
@@ -357,5 +380,5 @@ async fn transition_in(
         .states(Some(current.as_str()), Some(next.as_str()))
         .detail(audit_detail);
     append(tx, &entry).await?;
-    Ok(next)
+    Ok(Some(next))
 }

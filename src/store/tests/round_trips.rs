@@ -223,3 +223,68 @@ async fn a_full_batch_is_read_past_without_another_ring() {
     assert_eq!(reads.load(Ordering::SeqCst), 2);
     publisher.abort();
 }
+
+/// A boundary's start of the next step, whose abort check rides in the update: for the next
+/// step stored pending or skipped, a caller's copy right or stale, and an abort requested or
+/// not, the outcome is the one of reading the abort first and then judging the stored status:
+/// an abort wins (nothing started, no error), otherwise the stored status decides, and a
+/// refusal writes nothing, not even the first step's success.
+#[tokio::test]
+async fn a_boundary_reads_the_abort_before_the_next_steps_status_whatever_the_copy_says() {
+    let (_dir, store) = temp_store().await;
+    let mut case = 0;
+    for stored in [StepStatus::Pending, StepStatus::Skipped] {
+        for copy in [StepStatus::Pending, StepStatus::Running] {
+            for abort in [false, true] {
+                case += 1;
+                let id = format!("ro_{case}");
+                let what = format!("{id}: next stored {stored}, copy {copy}, abort {abort}");
+                create(&store, &rollout(&id, &format!("h{case}"), "r2", 0)).await;
+                let all = store.steps(&id).await.expect("steps");
+                store
+                    .transition_step(&all[1], StepEvent::Start, &json!({}), None, at(1))
+                    .await
+                    .expect("running");
+                if stored == StepStatus::Skipped {
+                    store
+                        .transition_step(&all[2], StepEvent::Skip, &json!({}), None, at(2))
+                        .await
+                        .expect("skipped");
+                }
+                if abort {
+                    store
+                        .request_abort(&id, "bob", "stop", at(3))
+                        .await
+                        .expect("abort requested");
+                }
+                let done = down(&store, &id).await;
+                let mut next = all[2].clone();
+                next.status = copy;
+                let events_before = store.audit_events(&id, 0).await.expect("events").len();
+                let got = store
+                    .succeed_step_and_start_next(&done, &json!({}), Some((&next, None)), at(4))
+                    .await;
+                let read = store.steps(&id).await.expect("steps");
+                let events = store.audit_events(&id, 0).await.expect("events").len();
+                if abort {
+                    assert!(matches!(got, Ok(false)), "{what}: {got:?}");
+                    assert_eq!(read[1].status, StepStatus::Succeeded, "{what}");
+                    assert_eq!(read[2].status, stored, "{what}");
+                    assert_eq!(events, events_before + 1, "{what}");
+                } else if stored == StepStatus::Pending {
+                    assert!(matches!(got, Ok(true)), "{what}: {got:?}");
+                    assert_eq!(read[2].status, StepStatus::Running, "{what}");
+                    assert_eq!(events, events_before + 2, "{what}");
+                } else {
+                    assert!(
+                        matches!(got, Err(StoreError::InvalidTransition { .. })),
+                        "{what}: {got:?}"
+                    );
+                    assert_eq!(read[1].status, StepStatus::Running, "{what}: rolled back");
+                    assert_eq!(read[2].status, stored, "{what}");
+                    assert_eq!(events, events_before, "{what}");
+                }
+            }
+        }
+    }
+}
