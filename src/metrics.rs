@@ -68,9 +68,13 @@ pub struct Metrics {
     /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
     /// name, until its end event: the end then needs no read of its own (issue 17). Bounded:
     /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
-    /// when events were missed (a lag).
+    /// when `KEPT_ROLLOUTS` rollouts are kept (ends missed in a lag would otherwise stay).
     running: Mutex<HashMap<String, HashMap<String, StartedStep>>>,
 }
+
+/// At most this many rollouts' running steps are kept (`Metrics::running`): far more than run
+/// at once; reached only when end events were missed, and then the store answers the ends.
+const KEPT_ROLLOUTS: usize = 10_000;
 
 /// A running step's kind and start, as its running event read them.
 #[derive(Debug, Clone, Copy)]
@@ -212,9 +216,7 @@ impl Metrics {
             match events.recv().await {
                 Ok(event) => self.on_event(&store, &event).await,
                 Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "metrics missed {n} audit events");
-                    // An end missed leaves its start behind: the store answers instead.
-                    self.running_steps().clear();
+                    tracing::warn!(missed = n, "metrics missed {n} audit events")
                 }
                 Err(RecvError::Closed) => return,
             }
@@ -286,16 +288,20 @@ impl Metrics {
             return;
         };
         if outcome == StepStatus::Running {
-            self.running_steps()
-                .entry(rollout_id.to_owned())
-                .or_default()
-                .insert(
-                    name.clone(),
-                    StartedStep {
-                        kind: step.kind,
-                        started_at: step.started_at,
-                    },
-                );
+            {
+                let mut running = self.running_steps();
+                if running.len() >= KEPT_ROLLOUTS && !running.contains_key(rollout_id) {
+                    running.clear();
+                }
+                let started = StartedStep {
+                    kind: step.kind,
+                    started_at: step.started_at,
+                };
+                running
+                    .entry(rollout_id.to_owned())
+                    .or_default()
+                    .insert(name.clone(), started);
+            }
             if step.position == 0 {
                 self.observe_initiation(store, rollout_id, event.occurred_at)
                     .await;
@@ -345,13 +351,8 @@ impl Metrics {
     }
 }
 
-fn seconds(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> Option<f64> {
-    let ms = (to? - from).num_milliseconds();
-    (ms >= 0).then(|| ms as f64 / 1000.0)
-}
-
 #[cfg(test)]
-mod tests {
+mod step_end_tests {
     use chrono::TimeZone;
     use serde_json::json;
 
@@ -447,4 +448,9 @@ mod tests {
             "nothing kept after the end"
         );
     }
+}
+
+fn seconds(from: DateTime<Utc>, to: Option<DateTime<Utc>>) -> Option<f64> {
+    let ms = (to? - from).num_milliseconds();
+    (ms >= 0).then(|| ms as f64 / 1000.0)
 }

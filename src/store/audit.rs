@@ -75,9 +75,6 @@ pub(super) async fn append(
     super::outbox::enqueue(tx, done.last_insert_rowid(), e).await
 }
 
-/// The most events `Store::audit_events_after` answers at once.
-pub(super) const AUDIT_BATCH: usize = 10_000;
-
 #[derive(sqlx::FromRow)]
 struct AuditRow {
     seq: i64,
@@ -90,6 +87,9 @@ struct AuditRow {
     to_state: Option<String>,
     detail: String,
 }
+
+/// The most events [`Store::audit_events_after`] answers at once.
+pub const AUDIT_BATCH: usize = 10_000;
 
 impl Store {
     /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
@@ -118,7 +118,7 @@ impl Store {
         to_events(rows)
     }
 
-    /// Every audit event after `after_seq`, in order (at most `AUDIT_BATCH` at a time).
+    /// Every audit event after `after_seq`, in order (at most 10,000 at a time).
     pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
         let rows: Vec<AuditRow> = sqlx::query_as(
             "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail \
