@@ -1,7 +1,8 @@
 //! Prometheus metrics (docs/reference.md#operations), fed by the store's committed audit events and
 //! by the compose-manager client's per-request observer. Encoded with `prometheus-client`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,8 +14,12 @@ use prometheus_client::registry::Registry;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::compose::ComposeObserver;
+use crate::domain::runbook::StepKindName;
 use crate::domain::state::{RolloutKind, RolloutStatus, StepStatus};
 use crate::store::{AuditEvent, Store};
+
+#[cfg(test)]
+mod step_end_tests;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindOutcome {
@@ -63,6 +68,22 @@ pub struct Metrics {
     replicas_down: Gauge,
     releases: Family<OutcomeLabel, Counter>,
     release_targets: Family<StateLabel, Gauge>,
+    /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
+    /// name, until its end event: the end then needs no read of its own (issue 17). Bounded:
+    /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
+    /// when `KEPT_ROLLOUTS` rollouts are kept (ends missed in a lag would otherwise stay).
+    running: Mutex<HashMap<String, HashMap<String, StartedStep>>>,
+}
+
+/// At most this many rollouts' running steps are kept (`Metrics::running`): far more than run
+/// at once; reached only when end events were missed, and then the store answers the ends.
+const KEPT_ROLLOUTS: usize = 10_000;
+
+/// A running step's kind and start, as its running event read them.
+#[derive(Debug, Clone, Copy)]
+struct StartedStep {
+    kind: StepKindName,
+    started_at: Option<DateTime<Utc>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -140,6 +161,7 @@ impl Metrics {
             compose_requests,
             active_rollouts,
             replicas_down,
+            running: Mutex::default(),
         })
     }
 
@@ -266,6 +288,7 @@ impl Metrics {
 
     /// A rollout ended: count it and observe its duration.
     async fn on_rollout_end(&self, store: &Store, rollout_id: &str, outcome: RolloutStatus) {
+        self.running_steps().remove(rollout_id);
         let Ok(Some(r)) = store.get_rollout(rollout_id).await else {
             return;
         };
@@ -294,26 +317,75 @@ impl Metrics {
             return;
         }
         let Some(name) = &event.step else { return };
+        if outcome != StepStatus::Running {
+            let started = self
+                .running_steps()
+                .get_mut(rollout_id)
+                .and_then(|steps| steps.remove(name));
+            if let Some(started) = started {
+                // The end's time is the event's: a step's `finished_at` is written with its
+                // end event, in one transaction, from one clock reading.
+                self.observe_step(
+                    started.kind,
+                    outcome,
+                    started.started_at.unwrap_or(event.occurred_at),
+                    Some(event.occurred_at),
+                );
+                return;
+            }
+        }
         let Ok(Some(step)) = store.step_timing(rollout_id, name).await else {
             return;
         };
         if outcome == StepStatus::Running {
+            {
+                let mut running = self.running_steps();
+                if running.len() >= KEPT_ROLLOUTS && !running.contains_key(rollout_id) {
+                    running.clear();
+                }
+                let started = StartedStep {
+                    kind: step.kind,
+                    started_at: step.started_at,
+                };
+                running
+                    .entry(rollout_id.to_owned())
+                    .or_default()
+                    .insert(name.clone(), started);
+            }
             if step.position == 0 {
                 self.observe_initiation(store, rollout_id, event.occurred_at)
                     .await;
             }
             return;
         }
-        let labels = KindOutcome {
-            kind: step.kind.as_str().to_owned(),
-            outcome: outcome.as_str().to_owned(),
-        };
-        if let Some(secs) = seconds(
+        self.observe_step(
+            step.kind,
+            outcome,
             step.started_at.unwrap_or(event.occurred_at),
             step.finished_at,
-        ) {
+        );
+    }
+
+    fn observe_step(
+        &self,
+        kind: StepKindName,
+        outcome: StepStatus,
+        from: DateTime<Utc>,
+        to: Option<DateTime<Utc>>,
+    ) {
+        let labels = KindOutcome {
+            kind: kind.as_str().to_owned(),
+            outcome: outcome.as_str().to_owned(),
+        };
+        if let Some(secs) = seconds(from, to) {
             self.step_duration.get_or_create(&labels).observe(secs);
         }
+    }
+
+    fn running_steps(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, StartedStep>>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A rollback's first step starts right before its first compose call.

@@ -159,28 +159,16 @@ impl Store {
     /// The one task that reads committed audit events back and broadcasts them, in `seq`
     /// order, each once. Writers only ring `wake`: they never wait on it, so a burst of
     /// commits from many rollouts does not queue behind a shared lock.
-    async fn run_publisher(self, mut last: i64) {
-        loop {
-            self.bus.wake.notified().await;
-            loop {
-                match self.audit_events_after(last).await {
-                    Ok(events) if events.is_empty() => break,
-                    Ok(events) => {
-                        for e in events {
-                            last = e.seq;
-                            let _ = self.bus.tx.send(e);
-                        }
-                    }
-                    Err(_) if self.pool.is_closed() => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not read back audit events to publish");
-                        break;
-                    }
-                }
-            }
-        }
+    async fn run_publisher(self, last: i64) {
+        let store = &self;
+        publish_committed(
+            &self.bus,
+            last,
+            |after| store.audit_events_after(after),
+            || store.pool.is_closed(),
+        )
+        .await
     }
-
     /// Audit events as they are committed (a slow subscriber may miss some: `Lagged`).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AuditEvent> {
         self.bus.tx.subscribe()
@@ -223,6 +211,45 @@ impl Store {
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
         self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+/// The publisher's loop, apart from the database it reads (`read`: the events after a `seq`, at
+/// most `audit::AUDIT_BATCH`; `closed`: whether a failed read means the store is gone). Each
+/// ring of `wake` reads until a batch comes back shorter than the limit: that batch was all
+/// there was, so it is caught up without one more read to see an empty answer (issue 17). A
+/// commit that lands during a read rings `wake` while nobody waits on it; `notify_one` keeps
+/// that ring as a permit, so the next `notified()` returns at once and the event is read then.
+async fn publish_committed<F, Fut>(
+    bus: &EventBus,
+    mut last: i64,
+    mut read: F,
+    closed: impl Fn() -> bool,
+) where
+    F: FnMut(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<AuditEvent>, StoreError>>,
+{
+    loop {
+        bus.wake.notified().await;
+        loop {
+            match read(last).await {
+                Ok(events) => {
+                    let caught_up = events.len() < audit::AUDIT_BATCH;
+                    for e in events {
+                        last = e.seq;
+                        let _ = bus.tx.send(e);
+                    }
+                    if caught_up {
+                        break;
+                    }
+                }
+                Err(_) if closed() => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read back audit events to publish");
+                    break;
+                }
+            }
+        }
     }
 }
 

@@ -146,7 +146,13 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
         let mut tx = self.begin_write().await?;
-        let next = transition_in(&mut tx, step, event, detail, deadline, at).await?;
+        let next = transition_in(&mut tx, step, event, detail, deadline, at, false)
+            .await?
+            // Never `None`: only a start guarded by the abort check answers it.
+            .ok_or_else(|| StoreError::Corrupt {
+                table: "step",
+                message: format!("step {}: no transition made", step.name),
+            })?;
         tx.commit().await?;
         self.publish().await;
         Ok(next)
@@ -156,7 +162,9 @@ impl Store {
     /// `next` is given and its rollout has no abort requested (read in the same transaction),
     /// `next` starts with its deadline. Both changes carry their own audit event, exactly as
     /// two `transition_step` calls would, but the writer lock is taken, and the WAL synced,
-    /// once per boundary instead of twice (issue 17). True when `next` was started.
+    /// once per boundary instead of twice (issue 17). The abort check rides in `next`'s
+    /// update (`transition_in`'s `unless_abort_requested`), read apart only when that update
+    /// changed nothing. True when `next` was started.
     pub async fn succeed_step_and_start_next(
         &self,
         done: &Step,
@@ -165,19 +173,13 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin_write().await?;
-        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at).await?;
+        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at, false).await?;
         let mut started = false;
         if let Some((next, deadline)) = next {
-            let (abort_requested,): (bool,) =
-                sqlx::query_as("select abort_reason is not null from rollout where rollout_id = ?")
-                    .bind(&next.rollout_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if !abort_requested {
-                let empty = serde_json::json!({});
-                transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at).await?;
-                started = true;
-            }
+            let empty = serde_json::json!({});
+            started = transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at, true)
+                .await?
+                .is_some();
         }
         tx.commit().await?;
         self.publish().await;
@@ -199,6 +201,8 @@ impl Store {
     }
 
     /// Write-ahead: records that a compose call is about to be sent, and commits, before the call.
+    /// The attempt's number (`n`, from 1 per step) is counted by the insert itself: one
+    /// statement, atomic on its own, instead of a transaction around a read and a write.
     pub async fn begin_attempt(
         &self,
         step: &Step,
@@ -206,24 +210,18 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<String, StoreError> {
         let id = new_id("att");
-        let mut tx = self.begin_write().await?;
-        let (n,): (i64,) =
-            sqlx::query_as("select count(*) + 1 from step_attempt where step_id = ?")
-                .bind(&step.id)
-                .fetch_one(&mut *tx)
-                .await?;
         sqlx::query(
-            "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) values (?, ?, ?, ?, ?, ?)",
+            "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
+             select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
         )
         .bind(&id)
         .bind(&step.id)
         .bind(&step.rollout_id)
-        .bind(n)
         .bind(endpoint)
         .bind(fmt_time(at))
-        .execute(&mut *tx)
+        .bind(&step.id)
+        .execute(self.pool())
         .await?;
-        tx.commit().await?;
         Ok(id)
     }
 
@@ -282,6 +280,19 @@ impl Store {
 }
 
 /// A step's status change, its detail and its audit event, inside the caller's transaction.
+///
+/// The status the caller's row says (`step.status`) is tried first, in the update's `where`:
+/// when the database agrees, the change costs one statement instead of a read and a write
+/// (issue 17). When it does not (a caller holding an older copy of the row), nothing was
+/// written and the status is read, as the only source of truth: the transition is judged from
+/// it, exactly as strictly (`InvalidTransition`, `Corrupt`, a missing row's error), and the
+/// update is made from it.
+///
+/// With `unless_abort_requested`, the update also requires that the step's rollout has no
+/// abort requested, and `None` (nothing written) answers a rollout that has one: when the
+/// update changes nothing, the abort request is read before the status, so a requested
+/// abort wins over the status check, as when it was read first. `None` never answers
+/// without it.
 async fn transition_in(
     tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
     step: &Step,
@@ -289,42 +300,74 @@ async fn transition_in(
     detail: &serde_json::Value,
     deadline: Option<DateTime<Utc>>,
     at: DateTime<Utc>,
-) -> Result<StepStatus, StoreError> {
-    let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
-        .bind(&step.id)
-        .fetch_one(&mut **tx)
-        .await?;
-    let current = status
-        .parse::<StepStatus>()
-        .map_err(|e| StoreError::Corrupt {
-            table: "step",
-            message: e.to_string(),
-        })?;
-    let next = current
-        .apply(event)
-        .map_err(|e| StoreError::InvalidTransition {
-            id: step.id.clone(),
-            message: format!("step {}: {e}", step.name),
-        })?;
+    unless_abort_requested: bool,
+) -> Result<Option<StepStatus>, StoreError> {
+    let detail_s = detail.to_string();
     let at_s = fmt_time(at);
-    sqlx::query(
-        "update step set status = ?, detail = ?, \
-         attempts = attempts + case when ? then 1 else 0 end, \
-         started_at = coalesce(started_at, case when ? then ? end), \
-         finished_at = case when ? then ? else finished_at end, \
-         deadline_at = coalesce(deadline_at, ?) where step_id = ?",
-    )
-    .bind(next.as_str())
-    .bind(detail.to_string())
-    .bind(next == StepStatus::Running)
-    .bind(next == StepStatus::Running)
-    .bind(&at_s)
-    .bind(next.is_terminal())
-    .bind(&at_s)
-    .bind(deadline.map(fmt_time))
-    .bind(&step.id)
-    .execute(&mut **tx)
-    .await?;
+    let deadline_s = deadline.map(fmt_time);
+    let update = |current: StepStatus, next: StepStatus| {
+        sqlx::query(
+            "update step set status = ?, detail = ?, \
+             attempts = attempts + case when ? then 1 else 0 end, \
+             started_at = coalesce(started_at, case when ? then ? end), \
+             finished_at = case when ? then ? else finished_at end, \
+             deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
+             and not (? and exists (select 1 from rollout r \
+             where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
+        )
+        .bind(next.as_str())
+        .bind(detail_s.as_str())
+        .bind(next == StepStatus::Running)
+        .bind(next == StepStatus::Running)
+        .bind(at_s.as_str())
+        .bind(next.is_terminal())
+        .bind(at_s.as_str())
+        .bind(deadline_s.as_deref())
+        .bind(step.id.as_str())
+        .bind(current.as_str())
+        .bind(unless_abort_requested)
+    };
+    let mut changed = None;
+    if let Ok(next) = step.status.apply(event) {
+        let done = update(step.status, next).execute(&mut **tx).await?;
+        if done.rows_affected() == 1 {
+            changed = Some((step.status, next));
+        }
+    }
+    let (current, next) = match changed {
+        Some(change) => change,
+        None => {
+            if unless_abort_requested {
+                let (abort_requested,): (bool,) = sqlx::query_as(
+                    "select abort_reason is not null from rollout where rollout_id = ?",
+                )
+                .bind(&step.rollout_id)
+                .fetch_one(&mut **tx)
+                .await?;
+                if abort_requested {
+                    return Ok(None);
+                }
+            }
+            let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
+                .bind(&step.id)
+                .fetch_one(&mut **tx)
+                .await?;
+            let current = status
+                .parse::<StepStatus>()
+                .map_err(|e| StoreError::Corrupt {
+                    table: "step",
+                    message: e.to_string(),
+                })?;
+            let next = current
+                .apply(event)
+                .map_err(|e| StoreError::InvalidTransition {
+                    id: step.id.clone(),
+                    message: format!("step {}: {e}", step.name),
+                })?;
+            update(current, next).execute(&mut **tx).await?;
+            (current, next)
+        }
+    };
     let audit_detail = match next {
         StepStatus::Failed | StepStatus::Aborted => detail.clone(),
         // An analysis's verdict rides on its `step_succeeded` event (SSE).
@@ -337,5 +380,5 @@ async fn transition_in(
         .states(Some(current.as_str()), Some(next.as_str()))
         .detail(audit_detail);
     append(tx, &entry).await?;
-    Ok(next)
+    Ok(Some(next))
 }

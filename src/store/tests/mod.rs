@@ -4,6 +4,7 @@
 mod approval;
 mod migrate;
 mod records;
+mod round_trips;
 
 use std::collections::BTreeMap;
 
