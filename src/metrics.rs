@@ -422,10 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_that_fell_behind_counts_the_events_it_missed_from_the_database() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&dir.path().join("canaryd.db"))
-            .await
-            .expect("store opens");
+        let (_dir, store) = crate::store::tests::temp_store().await;
         let events = store.subscribe();
         let last = store.last_audit_seq().await.expect("last seq");
         let new = crate::store::tests::rollout("ro_1", "gpu02", "r2", 0);

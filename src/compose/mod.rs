@@ -415,12 +415,7 @@ impl ComposeClient {
         request: RequestBuilder,
     ) -> Result<T, ComposeError> {
         self.send_whole_with(endpoint, request, |status, body| {
-            // Read in place when UTF-8 (always, from compose-manager); otherwise with the
-            // invalid bytes replaced, as before.
-            let text = match std::str::from_utf8(body) {
-                Ok(text) => std::borrow::Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(body),
-            };
+            let text = body_text(body);
             Self::decode(endpoint, status, &text)
         })
         .await?
@@ -434,10 +429,7 @@ impl ComposeClient {
         request: RequestBuilder,
     ) -> Result<String, ComposeError> {
         self.send_whole_with(endpoint, request, |status, body| {
-            let text = match std::str::from_utf8(body) {
-                Ok(text) => std::borrow::Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(body),
-            };
+            let text = body_text(body);
             if status != 200 {
                 return Err(ComposeError::from_status(endpoint, status, &text));
             }
@@ -464,6 +456,15 @@ impl ComposeClient {
 }
 
 /// `http://host[:port][/prefix]`, without a trailing `/`, credentials, query or fragment.
+/// An answer's body as text: read in place when UTF-8 (always, from compose-manager);
+/// otherwise with the invalid bytes replaced, as `reqwest`'s `text()` does.
+fn body_text(body: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(body) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(body),
+    }
+}
+
 fn check_base_url(raw: &str) -> Result<String, ComposeError> {
     let trimmed = raw.trim().trim_end_matches('/');
     let invalid = |message: &str| ComposeError::InvalidUrl {

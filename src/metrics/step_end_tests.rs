@@ -5,8 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::domain::state::{RolloutEvent, StepEvent};
-use crate::store::tests::{change, rollout};
-use crate::store::NewStep;
+use crate::store::tests::{change, rollout, steps, temp_store};
 
 fn ms(n: i64) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
@@ -20,21 +19,8 @@ fn ms(n: i64) -> DateTime<Utc> {
 /// nothing stays kept once the rollout ends.
 #[tokio::test]
 async fn a_step_end_observed_from_its_start_event_matches_the_stores_read() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&dir.path().join("canaryd.db"))
-        .await
-        .expect("store opens");
-    let steps: Vec<NewStep> = [
-        ("snapshot", StepKindName::Snapshot),
-        ("down", StepKindName::Down),
-        ("up", StepKindName::Up),
-    ]
-    .into_iter()
-    .map(|(name, kind)| NewStep {
-        name: name.into(),
-        kind,
-    })
-    .collect();
+    let (_dir, store) = temp_store().await;
+    let steps = steps();
     store
         .create_rollout(&rollout("ro_1", "h1", "r2", 0), &steps)
         .await

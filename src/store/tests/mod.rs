@@ -18,7 +18,7 @@ use crate::domain::state::{
 };
 
 /// A store on a fresh file; keep the folder alive as long as the store.
-pub(super) async fn temp_store() -> (tempfile::TempDir, Store) {
+pub(crate) async fn temp_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Store::open(&dir.path().join("canaryd.db"))
         .await
@@ -60,7 +60,7 @@ pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewR
     }
 }
 
-pub(super) fn steps() -> Vec<NewStep> {
+pub(crate) fn steps() -> Vec<NewStep> {
     use crate::domain::runbook::StepKindName;
     [
         ("snapshot", StepKindName::Snapshot),
