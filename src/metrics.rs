@@ -71,12 +71,13 @@ pub struct Metrics {
     /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
     /// name, until its end event: the end then needs no read of its own (issue 17). Bounded:
     /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
-    /// when `KEPT_ROLLOUTS` rollouts are kept (ends missed in a lag would otherwise stay).
+    /// when `KEPT_ROLLOUTS` rollouts are kept (an end that never arrives, e.g. a catch-up
+    /// whose read failed, would otherwise stay).
     running: Mutex<HashMap<String, HashMap<String, StartedStep>>>,
 }
 
 /// At most this many rollouts' running steps are kept (`Metrics::running`): far more than run
-/// at once; reached only when end events were missed, and then the store answers the ends.
+/// at once; reached only when end events never arrived, and then the store answers the ends.
 const KEPT_ROLLOUTS: usize = 10_000;
 
 /// A running step's kind and start, as its running event read them.

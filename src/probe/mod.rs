@@ -81,11 +81,6 @@ impl HealthUrl {
         let parsed = reqwest::Url::parse(&raw).ok();
         Self { raw, parsed }
     }
-
-    /// The URL as configured.
-    pub fn as_str(&self) -> &str {
-        &self.raw
-    }
 }
 
 impl std::fmt::Display for HealthUrl {

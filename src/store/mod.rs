@@ -140,9 +140,6 @@ impl Store {
             .await?;
         MIGRATOR.run(&pool).await?;
         register_step_kinds(&pool).await?;
-        let (last,): (i64,) = sqlx::query_as("select coalesce(max(seq), 0) from audit_event")
-            .fetch_one(&pool)
-            .await?;
         let (tx, _) = tokio::sync::broadcast::channel(1024);
         let bus = EventBus {
             tx,
@@ -152,6 +149,7 @@ impl Store {
             pool,
             bus: std::sync::Arc::new(bus),
         };
+        let last = store.last_audit_seq().await?;
         tokio::spawn(store.clone().run_publisher(last));
         Ok(store)
     }
