@@ -30,7 +30,7 @@ impl Store {
         let last = spec.rollouts - 1;
         // One connection with a big page cache: index maintenance of millions of rows is what
         // takes the time. Reset before the connection goes back to the pool.
-        let mut conn = self.pool().acquire().await?;
+        let mut conn = self.writer().acquire().await?;
         sqlx::query("pragma cache_size = -524288")
             .execute(&mut *conn)
             .await?;
@@ -143,7 +143,7 @@ impl Store {
     /// Moves the write-ahead log into the database file, so its size can be measured.
     pub async fn bulk_checkpoint(&self) -> Result<(), StoreError> {
         sqlx::query("pragma wal_checkpoint(truncate)")
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }

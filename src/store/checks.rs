@@ -123,12 +123,12 @@ async fn after_open_the_step_kind_table_is_the_registered_kinds() {
         "update step set kind = 'retired' where rollout_id = 'r1' and position = 0",
     ] {
         sqlx::query(sql)
-            .execute(store.pool())
+            .execute(store.writer())
             .await
             .expect("a kind of an older canaryd");
     }
     let path = dir.path().join("canaryd.db");
-    store.pool().close().await;
+    store.close().await;
     let store = super::Store::open(&path).await.expect("reopen");
     let mut expected = names(StepKindName::ALL);
     expected.insert("retired".to_owned());
@@ -147,12 +147,12 @@ async fn a_step_of_an_unknown_kind_is_refused_by_the_database() {
         "insert into step (step_id, rollout_id, position, name, kind, status) \
          values ('st_x', 'r1', 9, 'x', 'reboot', 'pending')",
     )
-    .execute(store.pool())
+    .execute(store.writer())
     .await;
     let err = insert.expect_err("an unknown kind").to_string();
     assert!(err.contains("step.kind"), "{err}");
     let update = sqlx::query("update step set kind = 'reboot' where rollout_id = 'r1'")
-        .execute(store.pool())
+        .execute(store.writer())
         .await;
     assert!(update.is_err(), "an update to an unknown kind");
     let steps = store.steps("r1").await.expect("steps");

@@ -67,12 +67,21 @@ pub enum StoreError {
     },
 }
 
-/// The database handle: a small pool over one SQLite file in WAL mode. Every audit event is
-/// also published, after its transaction commits, to subscribers (`subscribe`): the live event
-/// stream, metrics and notifications listen there.
+/// The database handle over one SQLite file in WAL mode: one connection that writes
+/// (`writer`) and a small pool of connections that only read (`pool`, `query_only`, so a write
+/// sent there by mistake fails instead of contending). Every audit event is also published,
+/// after its transaction commits, to subscribers (`subscribe`): the live event stream, metrics
+/// and notifications listen there.
+///
+/// One writer because SQLite has one write lock: with several writing connections, a
+/// transaction that finds the lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... ms)
+/// and retries. At 200 canaries starting at once those sleeps were seconds of the start burst
+/// (issue 17, docs/performance.md); waiting for the one writer connection instead is a queue in
+/// this process, served in turn with no sleep.
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    writer: SqlitePool,
     bus: std::sync::Arc<EventBus>,
 }
 
@@ -134,12 +143,21 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
+        // The writer's connection stays open for the store's life (no idle timeout), so the
+        // readers always share its write-ahead log.
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options.clone())
+            .await?;
+        MIGRATOR.run(&writer).await?;
+        register_step_kinds(&writer).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
-            .connect_with(options)
+            .connect_with(options.pragma("query_only", "true"))
             .await?;
-        MIGRATOR.run(&pool).await?;
-        register_step_kinds(&pool).await?;
         let (tx, _) = tokio::sync::broadcast::channel(1024);
         let bus = EventBus {
             tx,
@@ -147,6 +165,7 @@ impl Store {
         };
         let store = Self {
             pool,
+            writer,
             bus: std::sync::Arc::new(bus),
         };
         let last = store.last_audit_seq().await?;
@@ -195,20 +214,28 @@ impl Store {
     /// rolled back, as when the process dies. Later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.writer.close().await;
     }
 
+    /// The connections that read (`query_only`).
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
-    /// Begins a write transaction with `BEGIN IMMEDIATE`: the write lock is taken up front
-    /// (waiting up to the busy timeout), so a transaction that reads and then writes cannot
+    /// The one connection that writes: statements that change rows outside a transaction of
+    /// [`Store::begin_write`].
+    pub(crate) fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    /// Begins a write transaction on the writer with `BEGIN IMMEDIATE`: the write lock is taken
+    /// up front (waiting up to the busy timeout for another process), so a transaction that reads and then writes cannot
     /// fail with `SQLITE_BUSY_SNAPSHOT` when another writer (the notifier, retention) commits
     /// between its read and its write, as a deferred `BEGIN` can in WAL mode.
     pub(crate) async fn begin_write(
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
+        self.writer.begin_with("BEGIN IMMEDIATE").await
     }
 }
 

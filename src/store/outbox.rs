@@ -217,7 +217,7 @@ impl Store {
         .bind(fmt_time(retry_at))
         .bind(outbox_id)
         .bind(webhook)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -244,7 +244,7 @@ impl Store {
         .bind(error)
         .bind(outbox_id)
         .bind(webhook)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }

@@ -39,7 +39,7 @@ impl Store {
         let cutoff = fmt_time(now - chrono::Duration::days(i64::from(days)));
         let mut total = Purged::default();
         loop {
-            let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = self.begin_write().await?;
             let ids: Vec<(String,)> = sqlx::query_as(
                 "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
             )
@@ -77,7 +77,7 @@ impl Store {
             total.rollouts += counts[6];
         }
         if total.rollouts > 0 {
-            let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = self.begin_write().await?;
             let entry = AuditEntry::new(now, "canaryd", AuditKind::RetentionPurged).detail(serde_json::json!({
                 "finished_before": cutoff, "retention_days": days, "rollouts": total.rollouts,
                 "steps": total.steps, "attempts": total.attempts, "audit_events": total.audit_events,

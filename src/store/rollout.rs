@@ -331,7 +331,7 @@ impl Store {
     pub async fn mark_touched(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }

@@ -195,7 +195,7 @@ impl Store {
         sqlx::query("update step set detail = ? where step_id = ?")
             .bind(detail.to_string())
             .bind(step_id)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }
@@ -220,7 +220,7 @@ impl Store {
         .bind(endpoint)
         .bind(fmt_time(at))
         .bind(&step.id)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(id)
     }
@@ -240,7 +240,7 @@ impl Store {
         .bind(detail.to_string())
         .bind(fmt_time(at))
         .bind(attempt_id)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }

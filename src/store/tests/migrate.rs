@@ -112,7 +112,10 @@ async fn pragma_rows(store: &Store, sql: &str) -> Vec<String> {
 
 /// The error of a statement the database must refuse.
 async fn refused(store: &Store, sql: &str) -> String {
-    let e = sqlx::query(sql).execute(store.pool()).await.expect_err(sql);
+    let e = sqlx::query(sql)
+        .execute(store.writer())
+        .await
+        .expect_err(sql);
     e.to_string()
 }
 

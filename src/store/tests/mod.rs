@@ -2,6 +2,7 @@
 //! engine or the HTTP layer above it.
 
 mod approval;
+mod connections;
 mod migrate;
 mod records;
 mod round_trips;
