@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::step_run::{pause, until_next_probe, Execute, Progress, Running, StepEnd, StepRun};
+use super::step_run::{pause_until_next_probe, Execute, Progress, Running, StepEnd, StepRun};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
@@ -247,7 +247,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
-            if pause(until_next_probe(began, spec.interval, None), abort).await {
+            if pause_until_next_probe(began, spec.interval, None, abort).await {
                 return StepEnd::Aborted(detail);
             }
         }
@@ -315,12 +315,7 @@ impl StepRun<'_> {
                 )
                 .await;
             // The last probe falls on the deadline, not up to an interval after it.
-            if pause(
-                until_next_probe(began, spec.interval, Some(deadline)),
-                abort,
-            )
-            .await
-            {
+            if pause_until_next_probe(began, spec.interval, Some(deadline), abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::step_run::{
-    is_service, pause, poll_interval, until_next_probe, Execute, Progress, Running, StepEnd,
+    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Running, StepEnd,
     StepRun,
 };
 use crate::compose::PsEntry;
@@ -244,7 +244,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
-            if pause(until_next_probe(began, interval, None), abort).await {
+            if pause_until_next_probe(began, interval, None, abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -192,14 +192,37 @@ pub(crate) fn abort_watch(
     (rx, feed)
 }
 
-/// Sleeps for `d`, or less if an abort arrives; true when aborted.
+/// Sleeps for `d`, or less if an abort arrives; true when aborted. A pause of 500 ms or more
+/// ends on the next point of the wake grid ([`on_grid`]), never before `d`.
 pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
+    pause_on_grid(d, Round::Up, abort).await
+}
+
+/// Sleeps until a wait's next probe ([`until_next_probe`]), or less if an abort arrives; true
+/// when aborted. A pause that waits out the rest of an interval ends on the *nearest* grid
+/// point, up to half a step early: the next probe then falls on the grid point one interval
+/// after this one, however late this probe's wake-up was. Rounded up instead, the few
+/// milliseconds a wake-up is late pushed every next probe to the following grid point: a
+/// health wait at 1 s probed every 1.05 s under load, and ten probes drifted by 0.5 s (issue
+/// 17). A pause cut to the wait's end still ends after the end, never before it.
+pub(crate) async fn pause_until_next_probe(
+    began: std::time::Instant,
+    interval: Duration,
+    end: Option<DateTime<Utc>>,
+    abort: &mut watch::Receiver<bool>,
+) -> bool {
+    let (d, to_end) = until_next_probe(began, interval, end);
+    let round = if to_end { Round::Up } else { Round::Nearest };
+    pause_on_grid(d, round, abort).await
+}
+
+async fn pause_on_grid(d: Duration, round: Round, abort: &mut watch::Receiver<bool>) -> bool {
     if *abort.borrow() {
         return true;
     }
     static BASE: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let now = tokio::time::Instant::now();
-    let wake = now + on_grid(now.duration_since(*BASE.get_or_init(|| now)), d);
+    let wake = now + on_grid(now.duration_since(*BASE.get_or_init(|| now)), d, round);
     tokio::select! {
         _ = tokio::time::sleep_until(wake) => *abort.borrow(),
         changed = abort.changed() => match changed {
@@ -209,24 +232,37 @@ pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> boo
     }
 }
 
+/// Which grid point a long pause ends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// The next one at or after the pause's end: never early.
+    Up,
+    /// The nearest one: up to half a step early or late.
+    Nearest,
+}
+
 /// The grid that long pauses end on: the probes of many rollouts due within the same
 /// `WAKE_GRID` run on one wake-up of the runtime instead of one each. 1,000 canaries soaking
 /// at 5 s woke it about 600 times a second; on a 50 ms grid their soak cost 10-11 % of a core
 /// instead of 14-15 % (docs/performance.md, issue 17).
 const WAKE_GRID: Duration = Duration::from_millis(50);
 
-/// How long a pause of `pause` from `since` (the time since a fixed start) lasts: until the
-/// next multiple of [`WAKE_GRID`] after it when the pause is at least 10 grid steps long
-/// (so it grows by 10 % at most: a 5 s soak interval by 1 %); a shorter pause (a test's
-/// 10 ms poll) is left as it is.
-fn on_grid(since: Duration, pause: Duration) -> Duration {
+/// How long a pause of `pause` from `since` (the time since a fixed start) lasts: until a
+/// multiple of [`WAKE_GRID`] (the next one, or the nearest, as `round` says) when the pause is
+/// at least 10 grid steps long (so it moves by 10 % at most: a 5 s soak interval by 1 %); a
+/// shorter pause (a test's 10 ms poll) is left as it is.
+fn on_grid(since: Duration, pause: Duration, round: Round) -> Duration {
     if pause < WAKE_GRID * 10 {
         return pause;
     }
     let grid = WAKE_GRID.as_nanos();
-    let end = (since + pause).as_nanos();
-    let up = (grid - end % grid) % grid;
-    pause + Duration::from_nanos(u64::try_from(up).unwrap_or(0))
+    let past = (since + pause).as_nanos() % grid;
+    let nanos = |n: u128| Duration::from_nanos(u64::try_from(n).unwrap_or(0));
+    match round {
+        Round::Nearest if past * 2 < grid => pause - nanos(past),
+        _ if past == 0 => pause,
+        _ => pause + nanos(grid - past),
+    }
 }
 
 /// The pause before a wait's next probe: what is left of `interval` since this probe `began`,
@@ -235,19 +271,20 @@ fn on_grid(since: Duration, pause: Duration) -> Duration {
 /// interval, so a probe slower than the interval does not turn into back-to-back calls.
 /// With `end`, a wait that ends at that instant (a soak) sleeps past it by one millisecond at
 /// most (plus [`pause`]'s grid): its last probe is at its deadline, not up to an interval later.
+/// True with the pause when it was cut to `end`.
 pub(crate) fn until_next_probe(
     began: std::time::Instant,
     interval: Duration,
     end: Option<DateTime<Utc>>,
-) -> Duration {
+) -> (Duration, bool) {
     let rest = interval.saturating_sub(began.elapsed()).max(interval / 10);
     let to_end = end
         .and_then(|end| (end - Utc::now()).to_std().ok())
         .filter(|d| !d.is_zero())
         .map(|d| d + Duration::from_millis(1));
     match to_end {
-        Some(d) => rest.min(d),
-        None => rest,
+        Some(d) if d < rest => (d, true),
+        _ => (rest, false),
     }
 }
 
@@ -342,25 +379,65 @@ mod tests {
     #[test]
     fn long_pauses_end_on_the_wake_grid_and_short_ones_are_left_alone() {
         let ms = Duration::from_millis;
-        // (time since the start, pause asked) -> pause taken
+        // (time since the start, pause asked) -> pause taken, rounded up / to the nearest
         let table = [
-            ((0, 10), 10),   // a test's poll: as asked
-            ((7, 499), 499), // under 10 grid steps: as asked
-            ((0, 500), 500), // already on the grid
-            ((0, 5_000), 5_000),
-            ((1, 5_000), 5_049), // to the next 50 ms
-            ((49, 5_000), 5_001),
-            ((50, 5_000), 5_000),
-            ((1_234, 1_000), 1_016), // ends at 2,250
+            ((0, 10), (10, 10)),    // a test's poll: as asked
+            ((7, 499), (499, 499)), // under 10 grid steps: as asked
+            ((0, 500), (500, 500)), // already on the grid
+            ((0, 5_000), (5_000, 5_000)),
+            ((1, 5_000), (5_049, 4_999)), // to the next 50 ms / back to the one just passed
+            ((24, 5_000), (5_026, 4_976)),
+            ((25, 5_000), (5_025, 5_025)), // half a step: up
+            ((49, 5_000), (5_001, 5_001)),
+            ((50, 5_000), (5_000, 5_000)),
+            ((1_234, 1_000), (1_016, 1_016)), // ends at 2,250
         ];
-        for ((since, pause), taken) in table {
-            let got = on_grid(ms(since), ms(pause));
-            assert_eq!(got, ms(taken), "since {since} ms, pause {pause} ms");
-            if pause >= 500 {
+        for ((since, pause), (up, nearest)) in table {
+            for (round, taken) in [(Round::Up, up), (Round::Nearest, nearest)] {
+                let got = on_grid(ms(since), ms(pause), round);
+                assert_eq!(
+                    got,
+                    ms(taken),
+                    "since {since} ms, pause {pause} ms, {round:?}"
+                );
+                if pause < 500 {
+                    continue;
+                }
                 assert_eq!((since + got.as_millis() as u64) % 50, 0, "on the grid");
-                assert!(got - ms(pause) < WAKE_GRID, "less than one step later");
+                match round {
+                    Round::Up => assert!(got >= ms(pause) && got - ms(pause) < WAKE_GRID),
+                    Round::Nearest => assert!(got.abs_diff(ms(pause)) <= WAKE_GRID / 2),
+                }
             }
         }
+    }
+
+    #[test]
+    fn probes_keep_their_rhythm_on_the_grid_however_late_each_wake_up_is() {
+        let ms = Duration::from_millis;
+        // A 1 s wait: each probe starts `late` ms after the grid point it was woken for and
+        // takes `took` ms, then pauses for the rest of its interval from its start. Rounded to the nearest
+        // point, every next probe is due exactly one interval after the previous grid point;
+        // rounded up, each one slipped a whole grid step.
+        for late in [0u64, 1, 7, 24] {
+            // (A probe that leaves less than 500 ms of its interval pauses off the grid.)
+            for took in [0u64, 3, 120, 450] {
+                let mut wake = 0u64;
+                for _ in 0..10 {
+                    let asked = ms(1_000 - took);
+                    let since = ms(wake + late + took);
+                    let got = on_grid(since, asked, Round::Nearest);
+                    wake = (since + got).as_millis() as u64;
+                }
+                assert_eq!(wake, 10_000, "late {late} ms, took {took} ms");
+            }
+        }
+        let drifted = on_grid(ms(1_000 + 3), ms(1_000), Round::Up);
+        assert_eq!(
+            ms(1_000 + 3) + drifted,
+            ms(2_050),
+            "rounded up, a late wake-up slips"
+        );
     }
 
     #[test]
@@ -411,24 +488,25 @@ mod tests {
         let second = Duration::from_secs(1);
         let began = std::time::Instant::now();
         // A probe that took no time waits (almost) the whole interval.
-        let rest = until_next_probe(began, second, None);
+        let (rest, cut) = until_next_probe(began, second, None);
+        assert!(!cut);
         assert!(
             rest > Duration::from_millis(900) && rest <= second,
             "{rest:?}"
         );
         // One that took 600 ms waits the 400 ms left.
         let late = began - Duration::from_millis(600);
-        let rest = until_next_probe(late, second, None);
+        let (rest, _) = until_next_probe(late, second, None);
         assert!(rest <= Duration::from_millis(400), "{rest:?}");
         // One slower than the interval still waits a tenth of it.
         let slow = began - Duration::from_secs(3);
-        assert_eq!(until_next_probe(slow, second, None), second / 10);
+        assert_eq!(until_next_probe(slow, second, None), (second / 10, false));
         // An end 300 ms away cuts the wait to it (plus 1 ms); an end passed does not.
         let end = Utc::now() + chrono::Duration::milliseconds(300);
-        let rest = until_next_probe(began, second, Some(end));
-        assert!(rest <= Duration::from_millis(301), "{rest:?}");
+        let (rest, cut) = until_next_probe(began, second, Some(end));
+        assert!(rest <= Duration::from_millis(301) && cut, "{rest:?}");
         let passed = Utc::now() - chrono::Duration::milliseconds(300);
-        let rest = until_next_probe(began, second, Some(passed));
-        assert!(rest > Duration::from_millis(900), "{rest:?}");
+        let (rest, cut) = until_next_probe(began, second, Some(passed));
+        assert!(rest > Duration::from_millis(900) && !cut, "{rest:?}");
     }
 }
