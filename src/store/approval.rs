@@ -5,6 +5,8 @@
 
 use chrono::{DateTime, Utc};
 
+use rusqlite::{params, OptionalExtension};
+
 use super::audit::{append, AuditEntry};
 use super::{parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
@@ -38,32 +40,27 @@ impl Store {
         detail: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let (asked,): (i64,) = sqlx::query_as(
-            "select count(*) from audit_event where rollout_id = ? and step_name = ? and kind = ?",
-        )
-        .bind(rollout_id)
-        .bind(step_name)
-        .bind(AuditKind::ApprovalRequested.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-        sqlx::query("update step set detail = ? where step_id = ? and status = 'running'")
-            .bind(detail.to_string())
-            .bind(step_id)
-            .execute(&mut *tx)
-            .await?;
-        if asked == 0 {
-            let entry = AuditEntry::new(at, "canaryd", AuditKind::ApprovalRequested)
-                .rollout(rollout_id)
-                .step(step_name)
-                .detail(serde_json::json!({"deadline": detail.get("deadline")}));
-            append(&mut tx, &entry).await?;
-        }
-        tx.commit().await?;
-        if asked == 0 {
-            self.publish().await;
-        }
-        Ok(())
+        self.write(|db| {
+            let asked: i64 = db
+                .prepare_cached(
+                    "select count(*) from audit_event where rollout_id = ? and step_name = ? and kind = ?",
+                )?
+                .query_row(
+                    params![rollout_id, step_name, AuditKind::ApprovalRequested.as_str()],
+                    |r| r.get(0),
+                )?;
+            db.prepare_cached("update step set detail = ? where step_id = ? and status = 'running'")?
+                .execute(params![detail.to_string(), step_id])?;
+            if asked == 0 {
+                let entry = AuditEntry::new(at, "canaryd", AuditKind::ApprovalRequested)
+                    .rollout(rollout_id)
+                    .step(step_name)
+                    .detail(serde_json::json!({"deadline": detail.get("deadline")}));
+                append(db, &entry)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Records an operator's approval of the step `rollout_id` is waiting on. Refused with
@@ -76,28 +73,29 @@ impl Store {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<Approval, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let waiting: Option<(String,)> = sqlx::query_as(
-            "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
-             where s.rollout_id = ? and s.status = 'running' and r.active_host is not null \
-             and json_extract(s.detail, '$.awaiting_approval') = 1 \
-             and not exists (select 1 from audit_event a where a.rollout_id = s.rollout_id \
-                             and a.step_name = s.name and a.kind = ?)",
-        )
-        .bind(rollout_id)
-        .bind(AuditKind::Approved.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((step,)) = waiting else {
-            return Err(StoreError::NotAwaitingApproval(rollout_id.to_owned()));
-        };
-        let entry = AuditEntry::new(at, actor, AuditKind::Approved)
-            .rollout(rollout_id)
-            .step(&step)
-            .detail(serde_json::json!({"reason": reason}));
-        append(&mut tx, &entry).await?;
-        tx.commit().await?;
-        self.publish().await;
+        let step = self
+            .write(|db| {
+                let waiting: Option<String> = db
+                    .prepare_cached(
+                        "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
+                         where s.rollout_id = ? and s.status = 'running' and r.active_host is not null \
+                         and json_extract(s.detail, '$.awaiting_approval') = 1 \
+                         and not exists (select 1 from audit_event a where a.rollout_id = s.rollout_id \
+                                         and a.step_name = s.name and a.kind = ?)",
+                    )?
+                    .query_row(params![rollout_id, AuditKind::Approved.as_str()], |r| r.get(0))
+                    .optional()?;
+                let Some(step) = waiting else {
+                    return Err(StoreError::NotAwaitingApproval(rollout_id.to_owned()));
+                };
+                let entry = AuditEntry::new(at, actor, AuditKind::Approved)
+                    .rollout(rollout_id)
+                    .step(&step)
+                    .detail(serde_json::json!({"reason": reason}));
+                append(db, &entry)?;
+                Ok(step)
+            })
+            .await?;
         Ok(Approval {
             step,
             actor: actor.to_owned(),

@@ -3,7 +3,7 @@
 //! that same transaction (`outbox::enqueue`).
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, Transaction};
+use rusqlite::{params, Connection};
 
 use super::record::AuditEvent;
 use super::{fmt_time, parse_time, Store, StoreError};
@@ -54,25 +54,23 @@ impl AuditEntry {
     }
 }
 
-pub(super) async fn append(
-    tx: &mut Transaction<'_, Sqlite>,
-    e: &AuditEntry,
-) -> Result<(), StoreError> {
-    let done = sqlx::query(
+/// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction.
+pub(super) fn append(db: &Connection, e: &AuditEntry) -> Result<(), StoreError> {
+    db.prepare_cached(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(fmt_time(e.at))
-    .bind(&e.rollout_id)
-    .bind(&e.step)
-    .bind(&e.actor)
-    .bind(e.kind.as_str())
-    .bind(&e.from_state)
-    .bind(&e.to_state)
-    .bind(e.detail.to_string())
-    .execute(&mut **tx)
-    .await?;
-    super::outbox::enqueue(tx, done.last_insert_rowid(), e).await
+    )?
+    .execute(params![
+        fmt_time(e.at),
+        e.rollout_id,
+        e.step,
+        e.actor,
+        e.kind.as_str(),
+        e.from_state,
+        e.to_state,
+        e.detail.to_string(),
+    ])?;
+    super::outbox::enqueue(db, db.last_insert_rowid(), e)
 }
 
 #[derive(sqlx::FromRow)]
@@ -94,11 +92,7 @@ pub const AUDIT_BATCH: usize = 10_000;
 impl Store {
     /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        append(&mut tx, entry).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| append(db, entry)).await
     }
 
     /// A rollout's audit events after `after_seq`, in order.

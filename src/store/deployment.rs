@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, Transaction};
+use rusqlite::{params, Connection};
 
 use super::audit::{append, AuditEntry};
 use super::record::{Deployment, Rollout};
@@ -133,30 +133,26 @@ impl Store {
         change: &RolloutChange,
         deployment: &NewDeployment,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.begin_write().await?;
-        insert(&mut tx, deployment).await?;
-        super::rollout::transition(&mut tx, id, change).await?;
-        let rollout = super::rollout::get_in(&mut tx, id).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(rollout)
+        self.write(|db| {
+            insert(db, deployment)?;
+            super::rollout::transition(db, id, change)?;
+            super::rollout::get_in(db, id)
+        })
+        .await
     }
 
     /// Records the host's current deployment of a replica canaryd never deployed.
     pub async fn record_baseline(&self, d: &NewDeployment) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let (existing,): (i64,) =
-            sqlx::query_as("select count(*) from deployment where host = ? and service = ?")
-                .bind(&d.host)
-                .bind(&d.service)
-                .fetch_one(&mut *tx)
-                .await?;
-        if existing == 0 {
-            insert(&mut tx, d).await?;
-        }
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| {
+            let existing: i64 = db
+                .prepare_cached("select count(*) from deployment where host = ? and service = ?")?
+                .query_row([&d.host, &d.service], |r| r.get(0))?;
+            if existing == 0 {
+                insert(db, d)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// The replica's deployments, newest first.
@@ -285,32 +281,32 @@ impl Store {
     }
 }
 
-async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(), StoreError> {
+fn insert(db: &Connection, d: &NewDeployment) -> Result<(), StoreError> {
     let env = serde_json::to_string(&d.env_overrides).map_err(|e| StoreError::Corrupt {
         table: "deployment",
         message: e.to_string(),
     })?;
-    sqlx::query(
+    db.prepare_cached(
         "insert into deployment (deployment_id, host, service, file, tag, env_overrides, env_sha256, commit_sha, \
          file_sha256, image, source, rollout_id, deployed_at, deployed_as) \
          values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(new_id("dep"))
-    .bind(&d.host)
-    .bind(&d.service)
-    .bind(&d.file)
-    .bind(&d.tag)
-    .bind(env)
-    .bind(&d.env_sha256)
-    .bind(&d.commit)
-    .bind(&d.file_sha256)
-    .bind(&d.image)
-    .bind(d.source.as_str())
-    .bind(&d.rollout_id)
-    .bind(fmt_time(d.deployed_at))
-    .bind(&d.deployed_as)
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute(params![
+        new_id("dep"),
+        d.host,
+        d.service,
+        d.file,
+        d.tag,
+        env,
+        d.env_sha256,
+        d.commit,
+        d.file_sha256,
+        d.image,
+        d.source.as_str(),
+        d.rollout_id,
+        fmt_time(d.deployed_at),
+        d.deployed_as,
+    ])?;
     let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
             "host": d.host, "service": d.service, "deployed_as": d.deployed_as, "tag": d.tag, "file": d.file,
@@ -321,5 +317,5 @@ async fn insert(tx: &mut Transaction<'_, Sqlite>, d: &NewDeployment) -> Result<(
         Some(id) => entry.rollout(id),
         None => entry,
     };
-    append(tx, &entry).await
+    append(db, &entry)
 }

@@ -17,6 +17,7 @@ mod rollout;
 mod step;
 #[cfg(test)]
 pub(crate) mod tests;
+mod write;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -50,6 +51,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlx(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("host {host} already has an active rollout {rollout_id}")]
@@ -222,20 +225,10 @@ impl Store {
         &self.pool
     }
 
-    /// The one connection that writes: statements that change rows outside a transaction of
-    /// [`Store::begin_write`].
+    /// The one connection that writes: single statements that change rows on their own (each
+    /// one hop to sqlx's worker); every transaction goes through [`Store::write`].
     pub(crate) fn writer(&self) -> &SqlitePool {
         &self.writer
-    }
-
-    /// Begins a write transaction on the writer with `BEGIN IMMEDIATE`: the write lock is taken
-    /// up front (waiting up to the busy timeout for another process), so a transaction that reads and then writes cannot
-    /// fail with `SQLITE_BUSY_SNAPSHOT` when another writer (the notifier, retention) commits
-    /// between its read and its write, as a deferred `BEGIN` can in WAL mode.
-    pub(crate) async fn begin_write(
-        &self,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.writer.begin_with("BEGIN IMMEDIATE").await
     }
 }
 

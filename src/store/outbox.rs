@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::{Sqlite, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::audit::AuditEntry;
 use super::{fmt_time, Store, StoreError};
@@ -30,11 +30,7 @@ pub struct DueDelivery {
 
 /// Writes the notification `entry` causes, if any, in the caller's transaction. `seq` is the
 /// audit event's sequence number.
-pub(super) async fn enqueue(
-    tx: &mut Transaction<'_, Sqlite>,
-    seq: i64,
-    entry: &AuditEntry,
-) -> Result<(), StoreError> {
+pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(), StoreError> {
     let Some(rollout_id) = entry.rollout_id.as_deref() else {
         return Ok(());
     };
@@ -43,25 +39,26 @@ pub(super) async fn enqueue(
     if NotifyEvent::from_audit(entry.kind, RolloutKind::Canary).is_none() {
         return Ok(());
     }
-    type Row = (
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    );
-    let row: Option<Row> = sqlx::query_as(
-        "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
-         from rollout where rollout_id = ?",
-    )
-    .bind(rollout_id)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let row = db
+        .prepare_cached(
+            "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
+             from rollout where rollout_id = ?",
+        )?
+        .query_row([rollout_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+                r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<String>>(8)?,
+                r.get::<_, Option<String>>(9)?,
+            ))
+        })
+        .optional()?;
     let Some((kind, host, service, file, tag, actor, reason, rollback_of, code, message)) = row
     else {
         return Ok(());
@@ -110,18 +107,18 @@ pub(super) async fn enqueue(
         "error": error,
         "text": text(event, &subject),
     });
-    sqlx::query(
+    db.prepare_cached(
         "insert into outbox (outbox_id, audit_seq, event, rollout_id, payload, created_at) \
          values (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&outbox_id)
-    .bind(seq)
-    .bind(event.as_str())
-    .bind(rollout_id)
-    .bind(payload.to_string())
-    .bind(fmt_time(entry.at))
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute(params![
+        outbox_id,
+        seq,
+        event.as_str(),
+        rollout_id,
+        payload.to_string(),
+        fmt_time(entry.at),
+    ])?;
     Ok(())
 }
 
@@ -150,25 +147,19 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let now = fmt_time(now);
-        let mut tx = self.begin_write().await?;
-        for webhook in webhooks {
-            sqlx::query(
+        self.write(|db| {
+            let mut deliver = db.prepare_cached(
                 "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
                  values (?, ?, 'pending', ?)",
-            )
-            .bind(outbox_id)
-            .bind(webhook)
-            .bind(&now)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("update outbox set routed_at = ? where outbox_id = ?")
-            .bind(&now)
-            .bind(outbox_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+            )?;
+            for webhook in webhooks {
+                deliver.execute(params![outbox_id, webhook, now])?;
+            }
+            db.prepare_cached("update outbox set routed_at = ? where outbox_id = ?")?
+                .execute(params![now, outbox_id])?;
+            Ok(())
+        })
+        .await
     }
 
     /// Pending deliveries due at `now`, oldest notification first (at most `limit`).

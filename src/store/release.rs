@@ -2,7 +2,8 @@
 //! creates the rollout) and its own audit trail (`release_event`).
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
+use sqlx::Sqlite;
 
 use super::rollout::{insert_rollout, NewRollout, NewStep};
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
@@ -169,48 +170,41 @@ fn status_of(s: Option<String>) -> Result<Option<RolloutStatus>, StoreError> {
 impl Store {
     /// Stores a pending release and its targets, with its `release_created` event.
     pub async fn create_release(&self, new: &NewRelease) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "insert into release (release_id, status, actor, reason, file, tag, runbook, \
-             max_parallel_hosts, on_failure, created_at) values (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&new.id)
-        .bind(&new.actor)
-        .bind(&new.reason)
-        .bind(&new.file)
-        .bind(&new.tag)
-        .bind(&new.runbook)
-        .bind(i64::from(new.max_parallel_hosts))
-        .bind(new.on_failure.as_str())
-        .bind(fmt_time(new.created_at))
-        .execute(&mut *tx)
-        .await?;
-        for (i, t) in new.targets.iter().enumerate() {
-            sqlx::query(
+        self.write(|db| {
+            db.prepare_cached(
+                "insert into release (release_id, status, actor, reason, file, tag, runbook, \
+                 max_parallel_hosts, on_failure, created_at) values (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?
+            .execute(params![
+                new.id,
+                new.actor,
+                new.reason,
+                new.file,
+                new.tag,
+                new.runbook,
+                i64::from(new.max_parallel_hosts),
+                new.on_failure.as_str(),
+                fmt_time(new.created_at),
+            ])?;
+            let mut target = db.prepare_cached(
                 "insert into release_target (release_id, position, host, service, plan) values (?, ?, ?, ?, ?)",
+            )?;
+            for (i, t) in new.targets.iter().enumerate() {
+                target.execute(params![new.id, i as i64, t.host, t.service, t.plan.to_string()])?;
+            }
+            let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});
+            event(
+                db,
+                &new.id,
+                new.created_at,
+                &new.actor,
+                ReleaseEventKind::ReleaseCreated,
+                (None, Some(ReleaseStatus::Pending)),
+                Some(&new.reason),
+                &detail,
             )
-            .bind(&new.id)
-            .bind(i as i64)
-            .bind(&t.host)
-            .bind(&t.service)
-            .bind(t.plan.to_string())
-            .execute(&mut *tx)
-            .await?;
-        }
-        let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});
-        event(
-            &mut tx,
-            &new.id,
-            new.created_at,
-            &new.actor,
-            ReleaseEventKind::ReleaseCreated,
-            (None, Some(ReleaseStatus::Pending)),
-            Some(&new.reason),
-            &detail,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        })
+        .await
     }
 
     /// Reads a release and its targets.
@@ -274,53 +268,52 @@ impl Store {
         error: Option<&str>,
         at: DateTime<Utc>,
     ) -> Result<Release, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let current: Option<(String,)> =
-            sqlx::query_as("select status from release where release_id = ?")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some((current,)) = current else {
-            return Err(StoreError::NotFound(id.to_owned()));
-        };
-        let current: ReleaseStatus = current.parse().map_err(corrupt)?;
-        if !from.contains(&current) {
-            return Err(StoreError::InvalidTransition {
-                id: id.to_owned(),
-                message: format!("release {id} is {current}, not {to}-able"),
-            });
-        }
-        sqlx::query(
-            "update release set status = ?, \
-             started_at = case when ? = 'running' then coalesce(started_at, ?) else started_at end, \
-             finished_at = case when ? in ('succeeded', 'failed', 'aborted') then ? else finished_at end, \
-             error_message = coalesce(?, error_message) where release_id = ?",
-        )
-        .bind(to.as_str())
-        .bind(to.as_str())
-        .bind(fmt_time(at))
-        .bind(to.as_str())
-        .bind(fmt_time(at))
-        .bind(error)
-        .bind(id)
-        .execute(&mut *tx)
+        self.write(|db| {
+            let current: Option<String> = db
+                .prepare_cached("select status from release where release_id = ?")?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            let Some(current) = current else {
+                return Err(StoreError::NotFound(id.to_owned()));
+            };
+            let current: ReleaseStatus = current.parse().map_err(corrupt)?;
+            if !from.contains(&current) {
+                return Err(StoreError::InvalidTransition {
+                    id: id.to_owned(),
+                    message: format!("release {id} is {current}, not {to}-able"),
+                });
+            }
+            db.prepare_cached(
+                "update release set status = ?, \
+                 started_at = case when ? = 'running' then coalesce(started_at, ?) else started_at end, \
+                 finished_at = case when ? in ('succeeded', 'failed', 'aborted') then ? else finished_at end, \
+                 error_message = coalesce(?, error_message) where release_id = ?",
+            )?
+            .execute(params![
+                to.as_str(),
+                to.as_str(),
+                fmt_time(at),
+                to.as_str(),
+                fmt_time(at),
+                error,
+                id,
+            ])?;
+            let detail = match error {
+                Some(e) => serde_json::json!({"error": e}),
+                None => serde_json::json!({}),
+            };
+            event(
+                db,
+                id,
+                at,
+                actor,
+                ReleaseEventKind::of(current, to),
+                (Some(current), Some(to)),
+                reason,
+                &detail,
+            )
+        })
         .await?;
-        let detail = match error {
-            Some(e) => serde_json::json!({"error": e}),
-            None => serde_json::json!({}),
-        };
-        event(
-            &mut tx,
-            id,
-            at,
-            actor,
-            ReleaseEventKind::of(current, to),
-            (Some(current), Some(to)),
-            reason,
-            &detail,
-        )
-        .await?;
-        tx.commit().await?;
         self.get_release(id)
             .await?
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))
@@ -336,47 +329,40 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let open: Option<(i64,)> = sqlx::query_as(
-            "select 1 from release r join release_target t on t.release_id = r.release_id \
-             where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null",
-        )
-        .bind(release_id)
-        .bind(i64::from(position))
-        .fetch_optional(&mut *tx)
-        .await?;
-        if open.is_none() {
-            return Err(StoreError::InvalidTransition {
-                id: release_id.to_owned(),
-                message: format!(
-                    "target {position} of release {release_id} is started or the release is not running"
-                ),
-            });
-        }
-        insert_rollout(&mut tx, new, steps).await?;
-        sqlx::query(
-            "update release_target set rollout_id = ? where release_id = ? and position = ?",
-        )
-        .bind(&new.id)
-        .bind(release_id)
-        .bind(i64::from(position))
-        .execute(&mut *tx)
-        .await?;
-        let detail = serde_json::json!({"position": position, "host": new.host, "service": new.service, "rollout_id": new.id});
-        event(
-            &mut tx,
-            release_id,
-            new.created_at,
-            &new.actor,
-            ReleaseEventKind::TargetStarted,
-            (None, None),
-            None,
-            &detail,
-        )
-        .await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| {
+            let open: Option<i64> = db
+                .prepare_cached(
+                    "select 1 from release r join release_target t on t.release_id = r.release_id \
+                     where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null",
+                )?
+                .query_row(params![release_id, i64::from(position)], |r| r.get(0))
+                .optional()?;
+            if open.is_none() {
+                return Err(StoreError::InvalidTransition {
+                    id: release_id.to_owned(),
+                    message: format!(
+                        "target {position} of release {release_id} is started or the release is not running"
+                    ),
+                });
+            }
+            insert_rollout(db, new, steps)?;
+            db.prepare_cached(
+                "update release_target set rollout_id = ? where release_id = ? and position = ?",
+            )?
+            .execute(params![new.id, release_id, i64::from(position)])?;
+            let detail = serde_json::json!({"position": position, "host": new.host, "service": new.service, "rollout_id": new.id});
+            event(
+                db,
+                release_id,
+                new.created_at,
+                &new.actor,
+                ReleaseEventKind::TargetStarted,
+                (None, None),
+                None,
+                &detail,
+            )
+        })
+        .await
     }
 
     /// For `/metrics`: ended releases per status, and the targets of unfinished releases per
@@ -420,21 +406,20 @@ impl Store {
         rollback_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
         let detail = serde_json::json!({"position": position, "rollout_id": rollback_id});
-        event(
-            &mut tx,
-            release_id,
-            at,
-            crate::domain::release::SYSTEM_ACTOR,
-            ReleaseEventKind::TargetRollbackStarted,
-            (None, None),
-            None,
-            &detail,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.write(|db| {
+            event(
+                db,
+                release_id,
+                at,
+                crate::domain::release::SYSTEM_ACTOR,
+                ReleaseEventKind::TargetRollbackStarted,
+                (None, None),
+                None,
+                &detail,
+            )
+        })
+        .await
     }
 
     /// A release's audit trail, oldest first.
@@ -578,8 +563,8 @@ impl Store {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn event(
-    tx: &mut Transaction<'_, Sqlite>,
+fn event(
+    db: &Connection,
     release_id: &str,
     at: DateTime<Utc>,
     actor: &str,
@@ -588,19 +573,19 @@ async fn event(
     reason: Option<&str>,
     detail: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    db.prepare_cached(
         "insert into release_event (release_id, occurred_at, actor, kind, from_state, to_state, reason, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(release_id)
-    .bind(fmt_time(at))
-    .bind(actor)
-    .bind(kind.as_str())
-    .bind(states.0.map(ReleaseStatus::as_str))
-    .bind(states.1.map(ReleaseStatus::as_str))
-    .bind(reason)
-    .bind(detail.to_string())
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute(params![
+        release_id,
+        fmt_time(at),
+        actor,
+        kind.as_str(),
+        states.0.map(ReleaseStatus::as_str),
+        states.1.map(ReleaseStatus::as_str),
+        reason,
+        detail.to_string(),
+    ])?;
     Ok(())
 }

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use rusqlite::params;
+
 use super::audit::{append, AuditEntry};
 use super::{fmt_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
@@ -39,19 +41,6 @@ impl Store {
         let cutoff = fmt_time(now - chrono::Duration::days(i64::from(days)));
         let mut total = Purged::default();
         loop {
-            let mut tx = self.begin_write().await?;
-            let ids: Vec<(String,)> = sqlx::query_as(
-                "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
-            )
-            .bind(&cutoff)
-            .bind(BATCH)
-            .fetch_all(&mut *tx)
-            .await?;
-            if ids.is_empty() {
-                break;
-            }
-            let ids = serde_json::Value::from(ids.into_iter().map(|r| r.0).collect::<Vec<_>>())
-                .to_string();
             let batch = "(select value from json_each(?))";
             let statements = [
                 format!("update deployment set rollout_id = null where rollout_id in {batch}"),
@@ -62,29 +51,39 @@ impl Store {
                 format!("delete from audit_event where rollout_id in {batch}"),
                 format!("delete from rollout where rollout_id in {batch}"),
             ];
-            let mut counts = [0u64; 7];
-            for (i, sql) in statements.iter().enumerate() {
-                counts[i] = sqlx::query(sql)
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+            let counts = self
+                .write(|db| {
+                    let ids: Vec<String> = db
+                        .prepare_cached(
+                            "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
+                        )?
+                        .query_map(params![cutoff, BATCH], |r| r.get(0))?
+                        .collect::<Result<_, _>>()?;
+                    let mut counts = [0u64; 7];
+                    if ids.is_empty() {
+                        return Ok(counts);
+                    }
+                    let ids = serde_json::Value::from(ids).to_string();
+                    for (i, sql) in statements.iter().enumerate() {
+                        counts[i] = db.prepare_cached(sql)?.execute([&ids])? as u64;
+                    }
+                    Ok(counts)
+                })
+                .await?;
+            if counts[6] == 0 {
+                break;
             }
-            tx.commit().await?;
             total.attempts += counts[3];
             total.steps += counts[4];
             total.audit_events += counts[5];
             total.rollouts += counts[6];
         }
         if total.rollouts > 0 {
-            let mut tx = self.begin_write().await?;
             let entry = AuditEntry::new(now, "canaryd", AuditKind::RetentionPurged).detail(serde_json::json!({
                 "finished_before": cutoff, "retention_days": days, "rollouts": total.rollouts,
                 "steps": total.steps, "attempts": total.attempts, "audit_events": total.audit_events,
             }));
-            append(&mut tx, &entry).await?;
-            tx.commit().await?;
-            self.publish().await;
+            self.write(|db| append(db, &entry)).await?;
         }
         Ok(total)
     }

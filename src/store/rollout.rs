@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Sqlite, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::audit::{append, AuditEntry};
 use super::record::Rollout;
@@ -132,6 +132,41 @@ impl TryFrom<RolloutRow> for Rollout {
     }
 }
 
+impl RolloutRow {
+    /// The row of a rusqlite query over `SELECT_ROLLOUT`'s columns (a write transaction's read).
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            rollout_id: r.get("rollout_id")?,
+            kind: r.get("kind")?,
+            status: r.get("status")?,
+            host: r.get("host")?,
+            file: r.get("file")?,
+            service: r.get("service")?,
+            tag: r.get("tag")?,
+            runbook: r.get("runbook")?,
+            actor: r.get("actor")?,
+            reason: r.get("reason")?,
+            env_overrides: r.get("env_overrides")?,
+            env_sha256: r.get("env_sha256")?,
+            require_logs: r.get("require_logs")?,
+            on_failure: r.get("on_failure")?,
+            created_at: r.get("created_at")?,
+            started_at: r.get("started_at")?,
+            finished_at: r.get("finished_at")?,
+            error_code: r.get("error_code")?,
+            error_message: r.get("error_message")?,
+            rollback_of: r.get("rollback_of")?,
+            expect_commit: r.get("expect_commit")?,
+            expect_file_sha256: r.get("expect_file_sha256")?,
+            rolled_back_by: r.get("rolled_back_by")?,
+            touched_replica: r.get("touched_replica")?,
+            abort_reason: r.get("abort_reason")?,
+            deploy_as: r.get("deploy_as")?,
+            replaces: r.get("replaces")?,
+        })
+    }
+}
+
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
@@ -144,11 +179,7 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        insert_rollout(&mut tx, new, steps).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| insert_rollout(db, new, steps)).await
     }
 
     /// Applies a transition to a rollout (and its audit event) in one transaction.
@@ -157,12 +188,11 @@ impl Store {
         id: &str,
         change: &RolloutChange,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.begin_write().await?;
-        transition(&mut tx, id, change).await?;
-        let rollout = get_in(&mut tx, id).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(rollout)
+        self.write(|db| {
+            transition(db, id, change)?;
+            get_in(db, id)
+        })
+        .await
     }
 
     /// Ends a rollout whose replica was taken down and not brought back (safety rule 14): the
@@ -174,16 +204,15 @@ impl Store {
         change: &RolloutChange,
         evidence: &serde_json::Value,
     ) -> Result<Rollout, StoreError> {
-        let mut tx = self.begin_write().await?;
-        transition(&mut tx, id, change).await?;
-        let entry = AuditEntry::new(change.at, &change.actor, AuditKind::ReplicaLeftDown)
-            .rollout(id)
-            .detail(evidence.clone());
-        append(&mut tx, &entry).await?;
-        let rollout = get_in(&mut tx, id).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(rollout)
+        self.write(|db| {
+            transition(db, id, change)?;
+            let entry = AuditEntry::new(change.at, &change.actor, AuditKind::ReplicaLeftDown)
+                .rollout(id)
+                .detail(evidence.clone());
+            append(db, &entry)?;
+            get_in(db, id)
+        })
+        .await
     }
 
     /// The replicas (host, service) whose latest finished rollout left them down, and that no
@@ -209,41 +238,36 @@ impl Store {
         rollback: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        transition(&mut tx, canary_id, change).await?;
-        insert_rollout(&mut tx, rollback, steps).await?;
-        sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
-            .bind(&rollback.id)
-            .bind(canary_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| {
+            transition(db, canary_id, change)?;
+            insert_rollout(db, rollback, steps)?;
+            db.prepare_cached("update rollout set rolled_back_by = ? where rollout_id = ?")?
+                .execute(params![rollback.id, canary_id])?;
+            Ok(())
+        })
+        .await
     }
 
     /// Links an existing rollout to the rollback created for it (manual rollback). The audit
     /// event (`rollback_linked`, on the rolled-back rollout) carries the rollback's actor, reason
     /// and request time.
     pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
-        )
-        .bind(rollback)
-        .bind(rolled_back)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() > 0 {
-            let by = get_in(&mut tx, rollback).await?;
-            let entry = AuditEntry::new(by.created_at, &by.actor, AuditKind::RollbackLinked)
-                .rollout(rolled_back)
-                .detail(serde_json::json!({"rolled_back_by": rollback, "reason": by.reason}));
-            append(&mut tx, &entry).await?;
-        }
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| {
+            let linked = db
+                .prepare_cached(
+                    "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
+                )?
+                .execute(params![rollback, rolled_back])?;
+            if linked > 0 {
+                let by = get_in(db, rollback)?;
+                let entry = AuditEntry::new(by.created_at, &by.actor, AuditKind::RollbackLinked)
+                    .rollout(rolled_back)
+                    .detail(serde_json::json!({"rolled_back_by": rollback, "reason": by.reason}));
+                append(db, &entry)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Reads one rollout.
@@ -284,28 +308,25 @@ impl Store {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "update rollout set abort_reason = ?, abort_actor = ? where rollout_id = ? and active_host is not null",
-        )
-        .bind(reason)
-        .bind(actor)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::InvalidTransition {
-                id: id.to_owned(),
-                message: "rollout is already terminal".into(),
-            });
-        }
-        let entry = AuditEntry::new(at, actor, AuditKind::AbortRequested)
-            .rollout(id)
-            .detail(serde_json::json!({"reason": reason}));
-        append(&mut tx, &entry).await?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(())
+        self.write(|db| {
+            let marked = db
+                .prepare_cached(
+                    "update rollout set abort_reason = ?, abort_actor = ? \
+                     where rollout_id = ? and active_host is not null",
+                )?
+                .execute(params![reason, actor, id])?;
+            if marked == 0 {
+                return Err(StoreError::InvalidTransition {
+                    id: id.to_owned(),
+                    message: "rollout is already terminal".into(),
+                });
+            }
+            let entry = AuditEntry::new(at, actor, AuditKind::AbortRequested)
+                .rollout(id)
+                .detail(serde_json::json!({"reason": reason}));
+            append(db, &entry)
+        })
+        .await
     }
 
     /// The newest rollout that sent a down or up to this replica, whatever its status: what a
@@ -337,30 +358,27 @@ impl Store {
     }
 }
 
-pub(super) async fn get_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    id: &str,
-) -> Result<Rollout, StoreError> {
-    let row: Option<RolloutRow> = sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
-        .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?;
+/// One rollout, read inside a write transaction.
+pub(super) fn get_in(db: &Connection, id: &str) -> Result<Rollout, StoreError> {
+    let row = db
+        .prepare_cached(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))?
+        .query_row([id], RolloutRow::from_row)
+        .optional()?;
     row.map(Rollout::try_from)
         .transpose()?
         .ok_or_else(|| StoreError::NotFound(id.to_owned()))
 }
 
-pub(super) async fn insert_rollout(
-    tx: &mut Transaction<'_, Sqlite>,
+pub(super) fn insert_rollout(
+    db: &Connection,
     new: &NewRollout,
     steps: &[NewStep],
 ) -> Result<(), StoreError> {
-    let busy: Option<(String,)> =
-        sqlx::query_as("select rollout_id from rollout where active_host = ?")
-            .bind(&new.host)
-            .fetch_optional(&mut **tx)
-            .await?;
-    if let Some((rollout_id,)) = busy {
+    let busy: Option<String> = db
+        .prepare_cached("select rollout_id from rollout where active_host = ?")?
+        .query_row([&new.host], |r| r.get(0))
+        .optional()?;
+    if let Some(rollout_id) = busy {
         return Err(StoreError::HostBusy {
             host: new.host.clone(),
             rollout_id,
@@ -372,45 +390,45 @@ pub(super) async fn insert_rollout(
         Some(r) => Some(serde_json::to_string(r).map_err(corrupt)?),
         None => None,
     };
-    sqlx::query(
+    db.prepare_cached(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
          expect_file_sha256, active_host, deploy_as, replaces) \
          values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&new.id)
-    .bind(new.kind.as_str())
-    .bind(&new.host)
-    .bind(&new.file)
-    .bind(&new.service)
-    .bind(&new.tag)
-    .bind(&new.runbook)
-    .bind(&new.actor)
-    .bind(&new.reason)
-    .bind(env)
-    .bind(&new.env_sha256)
-    .bind(logs)
-    .bind(new.on_failure.as_str())
-    .bind(fmt_time(new.created_at))
-    .bind(&new.rollback_of)
-    .bind(&new.expect_commit)
-    .bind(&new.expect_file_sha256)
-    .bind(&new.host)
-    .bind(&new.deploy_as)
-    .bind(replaces)
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute(params![
+        new.id,
+        new.kind.as_str(),
+        new.host,
+        new.file,
+        new.service,
+        new.tag,
+        new.runbook,
+        new.actor,
+        new.reason,
+        env,
+        new.env_sha256,
+        logs,
+        new.on_failure.as_str(),
+        fmt_time(new.created_at),
+        new.rollback_of,
+        new.expect_commit,
+        new.expect_file_sha256,
+        new.host,
+        new.deploy_as,
+        replaces,
+    ])?;
+    let mut insert_step = db.prepare_cached(
+        "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
+    )?;
     for (position, step) in steps.iter().enumerate() {
-        sqlx::query(
-            "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
-        )
-        .bind(super::new_id("st"))
-        .bind(&new.id)
-        .bind(position as i64)
-        .bind(&step.name)
-        .bind(step.kind.as_str())
-        .execute(&mut **tx)
-        .await?;
+        insert_step.execute(params![
+            super::new_id("st"),
+            new.id,
+            position as i64,
+            step.name,
+            step.kind.as_str(),
+        ])?;
     }
     let detail = serde_json::json!({
         "kind": new.kind.as_str(), "host": new.host, "service": new.service, "file": new.file,
@@ -421,15 +439,15 @@ pub(super) async fn insert_rollout(
         .rollout(&new.id)
         .states(None, Some(RolloutStatus::Pending.as_str()))
         .detail(detail);
-    append(tx, &entry).await
+    append(db, &entry)
 }
 
-pub(super) async fn transition(
-    tx: &mut Transaction<'_, Sqlite>,
+pub(super) fn transition(
+    db: &Connection,
     id: &str,
     change: &RolloutChange,
 ) -> Result<(), StoreError> {
-    let current = get_in(tx, id).await?;
+    let current = get_in(db, id)?;
     let next = current
         .status
         .apply(change.event)
@@ -442,35 +460,33 @@ pub(super) async fn transition(
         Some((c, m)) => (Some(c.clone()), Some(m.clone())),
         None => (None, None),
     };
-    sqlx::query(
+    db.prepare_cached(
         "update rollout set status = ?, \
          started_at = coalesce(started_at, case when ? = 'running' then ? end), \
          finished_at = case when ? then ? else finished_at end, \
          active_host = case when ? then null else active_host end, \
          error_code = coalesce(?, error_code), error_message = coalesce(?, error_message) \
          where rollout_id = ?",
-    )
-    .bind(next.as_str())
-    .bind(next.as_str())
-    .bind(&at)
-    .bind(next.is_terminal())
-    .bind(&at)
-    .bind(next.is_terminal())
-    .bind(code)
-    .bind(message)
-    .bind(id)
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute(params![
+        next.as_str(),
+        next.as_str(),
+        at,
+        next.is_terminal(),
+        at,
+        next.is_terminal(),
+        code,
+        message,
+        id,
+    ])?;
     // An abort is carried out by canaryd but caused by whoever asked for it: the audit event
     // names them, with their reason.
     let mut actor = change.actor.clone();
     let mut detail = change.detail.clone();
     if next == RolloutStatus::Aborted {
-        let (by,): (Option<String>,) =
-            sqlx::query_as("select abort_actor from rollout where rollout_id = ?")
-                .bind(id)
-                .fetch_one(&mut **tx)
-                .await?;
+        let by: Option<String> = db
+            .prepare_cached("select abort_actor from rollout where rollout_id = ?")?
+            .query_row([id], |r| r.get(0))?;
         if let Some(by) = by {
             actor = by;
         }
@@ -483,5 +499,5 @@ pub(super) async fn transition(
         .rollout(id)
         .states(Some(current.status.as_str()), Some(next.as_str()))
         .detail(detail);
-    append(tx, &entry).await
+    append(db, &entry)
 }

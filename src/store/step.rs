@@ -1,6 +1,7 @@
 //! Step rows and the write-ahead attempt records of compose calls.
 
 use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection};
 
 use super::audit::{append, AuditEntry};
 use super::record::{Step, StepAttempt, StepTiming};
@@ -145,17 +146,15 @@ impl Store {
         deadline: Option<DateTime<Utc>>,
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let next = transition_in(&mut tx, step, event, detail, deadline, at, false)
-            .await?
-            // Never `None`: only a start guarded by the abort check answers it.
-            .ok_or_else(|| StoreError::Corrupt {
-                table: "step",
-                message: format!("step {}: no transition made", step.name),
-            })?;
-        tx.commit().await?;
-        self.publish().await;
-        Ok(next)
+        self.write(|db| {
+            transition_in(db, step, event, detail, deadline, at, false)?
+                // Never `None`: only a start guarded by the abort check answers it.
+                .ok_or_else(|| StoreError::Corrupt {
+                    table: "step",
+                    message: format!("step {}: no transition made", step.name),
+                })
+        })
+        .await
     }
 
     /// One step boundary in one write transaction: `done` succeeds with `detail`, then, when
@@ -172,18 +171,15 @@ impl Store {
         next: Option<(&Step, Option<DateTime<Utc>>)>,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        transition_in(&mut tx, done, StepEvent::Succeed, detail, None, at, false).await?;
-        let mut started = false;
-        if let Some((next, deadline)) = next {
+        self.write(|db| {
+            transition_in(db, done, StepEvent::Succeed, detail, None, at, false)?;
+            let Some((next, deadline)) = next else {
+                return Ok(false);
+            };
             let empty = serde_json::json!({});
-            started = transition_in(&mut tx, next, StepEvent::Start, &empty, deadline, at, true)
-                .await?
-                .is_some();
-        }
-        tx.commit().await?;
-        self.publish().await;
-        Ok(started)
+            Ok(transition_in(db, next, StepEvent::Start, &empty, deadline, at, true)?.is_some())
+        })
+        .await
     }
 
     /// Replaces a running step's evidence (progress of a wait); no state change, no audit.
@@ -293,8 +289,8 @@ impl Store {
 /// update changes nothing, the abort request is read before the status, so a requested
 /// abort wins over the status check, as when it was read first. `None` never answers
 /// without it.
-async fn transition_in(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+fn transition_in(
+    db: &Connection,
     step: &Step,
     event: StepEvent,
     detail: &serde_json::Value,
@@ -305,32 +301,35 @@ async fn transition_in(
     let detail_s = detail.to_string();
     let at_s = fmt_time(at);
     let deadline_s = deadline.map(fmt_time);
-    let update = |current: StepStatus, next: StepStatus| {
-        sqlx::query(
-            "update step set status = ?, detail = ?, \
-             attempts = attempts + case when ? then 1 else 0 end, \
-             started_at = coalesce(started_at, case when ? then ? end), \
-             finished_at = case when ? then ? else finished_at end, \
-             deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
-             and not (? and exists (select 1 from rollout r \
-             where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
-        )
-        .bind(next.as_str())
-        .bind(detail_s.as_str())
-        .bind(next == StepStatus::Running)
-        .bind(next == StepStatus::Running)
-        .bind(at_s.as_str())
-        .bind(next.is_terminal())
-        .bind(at_s.as_str())
-        .bind(deadline_s.as_deref())
-        .bind(step.id.as_str())
-        .bind(current.as_str())
-        .bind(unless_abort_requested)
+    let update = |current: StepStatus, next: StepStatus| -> Result<usize, StoreError> {
+        let changed = db
+            .prepare_cached(
+                "update step set status = ?, detail = ?, \
+                 attempts = attempts + case when ? then 1 else 0 end, \
+                 started_at = coalesce(started_at, case when ? then ? end), \
+                 finished_at = case when ? then ? else finished_at end, \
+                 deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
+                 and not (? and exists (select 1 from rollout r \
+                 where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
+            )?
+            .execute(params![
+                next.as_str(),
+                detail_s,
+                next == StepStatus::Running,
+                next == StepStatus::Running,
+                at_s,
+                next.is_terminal(),
+                at_s,
+                deadline_s,
+                step.id,
+                current.as_str(),
+                unless_abort_requested,
+            ])?;
+        Ok(changed)
     };
     let mut changed = None;
     if let Ok(next) = step.status.apply(event) {
-        let done = update(step.status, next).execute(&mut **tx).await?;
-        if done.rows_affected() == 1 {
+        if update(step.status, next)? == 1 {
             changed = Some((step.status, next));
         }
     }
@@ -338,20 +337,18 @@ async fn transition_in(
         Some(change) => change,
         None => {
             if unless_abort_requested {
-                let (abort_requested,): (bool,) = sqlx::query_as(
-                    "select abort_reason is not null from rollout where rollout_id = ?",
-                )
-                .bind(&step.rollout_id)
-                .fetch_one(&mut **tx)
-                .await?;
+                let abort_requested: bool = db
+                    .prepare_cached(
+                        "select abort_reason is not null from rollout where rollout_id = ?",
+                    )?
+                    .query_row([&step.rollout_id], |r| r.get(0))?;
                 if abort_requested {
                     return Ok(None);
                 }
             }
-            let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
-                .bind(&step.id)
-                .fetch_one(&mut **tx)
-                .await?;
+            let status: String = db
+                .prepare_cached("select status from step where step_id = ?")?
+                .query_row([&step.id], |r| r.get(0))?;
             let current = status
                 .parse::<StepStatus>()
                 .map_err(|e| StoreError::Corrupt {
@@ -364,7 +361,7 @@ async fn transition_in(
                     id: step.id.clone(),
                     message: format!("step {}: {e}", step.name),
                 })?;
-            update(current, next).execute(&mut **tx).await?;
+            update(current, next)?;
             (current, next)
         }
     };
@@ -379,6 +376,6 @@ async fn transition_in(
         .step(&step.name)
         .states(Some(current.as_str()), Some(next.as_str()))
         .detail(audit_detail);
-    append(tx, &entry).await?;
+    append(db, &entry)?;
     Ok(Some(next))
 }

@@ -117,7 +117,10 @@ async fn a_transition_of_a_step_not_in_the_database_fails_and_writes_nothing() {
         .transition_step(&ghost, StepEvent::Start, &json!({}), None, at(1))
         .await;
     assert!(
-        matches!(got, Err(StoreError::Sqlx(sqlx::Error::RowNotFound))),
+        matches!(
+            got,
+            Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows))
+        ),
         "{got:?}"
     );
     let events = store.audit_events("ro_1", 0).await.expect("events");
