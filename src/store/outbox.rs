@@ -3,8 +3,8 @@
 //! webhooks subscribed to it and delivers it, claiming every attempt before it is sent.
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::json;
 
 use super::audit::AuditEntry;
 use super::{fmt_time, Store, StoreError};
