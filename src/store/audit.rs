@@ -3,9 +3,10 @@
 //! that same transaction (`outbox::enqueue`).
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection};
+use rusqlite::params;
 
 use super::record::AuditEvent;
+use super::write::Tx;
 use super::{fmt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 
@@ -54,8 +55,10 @@ impl AuditEntry {
     }
 }
 
-/// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction.
-pub(super) fn append(db: &Connection, e: &AuditEntry) -> Result<(), StoreError> {
+/// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction,
+/// which then publishes once it commits.
+pub(super) fn append(db: &Tx<'_>, e: &AuditEntry) -> Result<(), StoreError> {
+    db.audited();
     db.prepare_cached(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",

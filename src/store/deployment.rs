@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection};
+use rusqlite::params;
 
 use super::audit::{append, AuditEntry};
 use super::record::{Deployment, Rollout};
 use super::rollout::RolloutChange;
+use super::write::Tx;
 use super::{fmt_time, new_id, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::DeploymentSource;
@@ -281,7 +282,7 @@ impl Store {
     }
 }
 
-fn insert(db: &Connection, d: &NewDeployment) -> Result<(), StoreError> {
+fn insert(db: &Tx<'_>, d: &NewDeployment) -> Result<(), StoreError> {
     let env = serde_json::to_string(&d.env_overrides).map_err(|e| StoreError::Corrupt {
         table: "deployment",
         message: e.to_string(),

@@ -93,6 +93,8 @@ struct EventBus {
     tx: tokio::sync::broadcast::Sender<AuditEvent>,
     /// Rung after every commit that wrote audit events; one publisher task answers.
     wake: tokio::sync::Notify,
+    /// How many times `wake` was rung (what the store's tests count).
+    rings: std::sync::atomic::AtomicU64,
 }
 
 /// Makes `step_kind` (what the triggers on `step.kind` accept, migration 0011) the registered
@@ -165,6 +167,7 @@ impl Store {
         let bus = EventBus {
             tx,
             wake: tokio::sync::Notify::new(),
+            rings: Default::default(),
         };
         let store = Self {
             pool,
@@ -196,6 +199,9 @@ impl Store {
 
     /// Asks the publisher to broadcast every audit event committed so far (returns at once).
     pub(crate) async fn publish(&self) {
+        self.bus
+            .rings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.bus.wake.notify_one();
     }
 

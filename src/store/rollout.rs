@@ -7,6 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::audit::{append, AuditEntry};
 use super::record::Rollout;
+use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::plan::Replaces;
@@ -370,7 +371,7 @@ pub(super) fn get_in(db: &Connection, id: &str) -> Result<Rollout, StoreError> {
 }
 
 pub(super) fn insert_rollout(
-    db: &Connection,
+    db: &Tx<'_>,
     new: &NewRollout,
     steps: &[NewStep],
 ) -> Result<(), StoreError> {
@@ -442,11 +443,7 @@ pub(super) fn insert_rollout(
     append(db, &entry)
 }
 
-pub(super) fn transition(
-    db: &Connection,
-    id: &str,
-    change: &RolloutChange,
-) -> Result<(), StoreError> {
+pub(super) fn transition(db: &Tx<'_>, id: &str, change: &RolloutChange) -> Result<(), StoreError> {
     let current = get_in(db, id)?;
     let next = current
         .status

@@ -1,10 +1,11 @@
 //! Step rows and the write-ahead attempt records of compose calls.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection};
+use rusqlite::params;
 
 use super::audit::{append, AuditEntry};
 use super::record::{Step, StepAttempt, StepTiming};
+use super::write::Tx;
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
@@ -290,7 +291,7 @@ impl Store {
 /// abort wins over the status check, as when it was read first. `None` never answers
 /// without it.
 fn transition_in(
-    db: &Connection,
+    db: &Tx<'_>,
     step: &Step,
     event: StepEvent,
     detail: &serde_json::Value,

@@ -9,17 +9,43 @@
 //! A transaction never awaits, so it is never held across a network call and a cancelled
 //! future cannot leave one half-done.
 
+use std::cell::Cell;
+
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::{Store, StoreError};
 
+/// What a [`Store::write`] closure writes through: the writer connection, inside the
+/// transaction (it derefs to rusqlite's `Connection`). It also remembers whether the
+/// transaction wrote an audit event ([`Tx::audited`], called by `audit::append`): only then is
+/// there something to publish after the commit, so a transaction that wrote none (notification
+/// routing, a retention batch) does not wake the publisher for a read that finds nothing.
+pub(crate) struct Tx<'c> {
+    db: &'c Connection,
+    audited: Cell<bool>,
+}
+
+impl Tx<'_> {
+    /// Marks this transaction as one that wrote audit events.
+    pub(super) fn audited(&self) {
+        self.audited.set(true);
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.db
+    }
+}
+
 impl Store {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits;
-    /// an error from `f` (or a panic) rolls it back and nothing of it is kept. Subscribers are
-    /// told after the commit (`publish`), so the audit events `f` wrote reach them.
+    /// an error from `f` (or a panic) rolls it back and nothing of it is kept. When `f` wrote
+    /// audit events, subscribers are told after the commit (`publish`).
     pub(crate) async fn write<T>(
         &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut conn = self.writer().acquire().await?;
         let out = {
@@ -34,20 +60,27 @@ impl Store {
             in_transaction(&mut db, f)
         };
         drop(conn);
-        if out.is_ok() {
+        let (out, audited) = out?;
+        if audited {
             self.publish().await;
         }
-        out
+        Ok(out)
     }
 }
 
+/// The result of `f` once committed, and whether it wrote audit events.
 fn in_transaction<T>(
     db: &mut Connection,
-    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+    f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+) -> Result<(T, bool), StoreError> {
     // A `Transaction` that is dropped without `commit` (an error, a panic) rolls back.
     let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let out = f(&tx)?;
+    let w = Tx {
+        db: &tx,
+        audited: Cell::new(false),
+    };
+    let out = f(&w)?;
+    let audited = w.audited.get();
     tx.commit()?;
-    Ok(out)
+    Ok((out, audited))
 }

@@ -149,6 +149,7 @@ fn bus(capacity: usize) -> Arc<EventBus> {
     Arc::new(EventBus {
         tx,
         wake: tokio::sync::Notify::new(),
+        rings: Default::default(),
     })
 }
 
@@ -290,4 +291,42 @@ async fn a_boundary_reads_the_abort_before_the_next_steps_status_whatever_the_co
             }
         }
     }
+}
+
+/// A write transaction rings the publisher only when it wrote an audit event and committed:
+/// one that wrote none, or whose audit event was rolled back, has nothing to publish.
+#[tokio::test]
+async fn only_a_committed_transaction_with_audit_events_rings_the_publisher() {
+    let (_dir, store) = temp_store().await;
+    let rings = |s: &Store| s.bus.rings.load(Ordering::Relaxed);
+    let entry = || crate::store::audit::AuditEntry::new(at(0), "test", AuditKind::RolloutCreated);
+    let cases: [(&str, bool, bool); 4] = [
+        // (case, appends an audit event, the closure fails after it)
+        ("writes nothing", false, false),
+        ("appends and commits", true, false),
+        ("appends, then fails", true, true),
+        ("fails without appending", false, true),
+    ];
+    for (case, appends, fails) in cases {
+        let before = rings(&store);
+        let out = store
+            .write(|db| {
+                if appends {
+                    crate::store::audit::append(db, &entry())?;
+                }
+                if fails {
+                    return Err(StoreError::NotFound(case.to_owned()));
+                }
+                Ok(())
+            })
+            .await;
+        assert_eq!(out.is_err(), fails, "{case}");
+        let rang = rings(&store) - before;
+        assert_eq!(rang, u64::from(appends && !fails), "{case}: rings");
+    }
+    let (n,): (i64,) = sqlx::query_as("select count(*) from audit_event")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 1, "only the committed append is kept");
 }
