@@ -331,6 +331,12 @@ pub struct EngineTuning {
     /// `compose.request_timeout` if shorter): its two rounds of calls stay inside the CLI's
     /// 30 s.
     pub doctor_call_timeout: Duration,
+    /// How many canaries take their first steps at once when many start together (default
+    /// 8; `engine::admission`): the others queue in arrival order.
+    pub start_concurrency: u32,
+    /// Longest a canary keeps its place among those (default 1s): a slow host never holds
+    /// the others up for longer.
+    pub start_hold: Duration,
 }
 
 impl Default for EngineTuning {
@@ -345,6 +351,8 @@ impl Default for EngineTuning {
             progress_every: Duration::from_secs(5),
             scrape_timeout: Duration::from_secs(10),
             doctor_call_timeout: Duration::from_secs(10),
+            start_concurrency: 8,
+            start_hold: Duration::from_secs(1),
         }
     }
 }

@@ -147,6 +147,8 @@ struct EngineFile {
     progress_every: Option<String>,
     scrape_timeout: Option<String>,
     doctor_call_timeout: Option<String>,
+    start_concurrency: Option<u32>,
+    start_hold: Option<String>,
 }
 
 /// Builds errors that point at a key of the config file.
@@ -624,9 +626,15 @@ fn resolve_engine(src: &Source<'_>, e: EngineFile) -> Result<EngineTuning, Confi
             e.doctor_call_timeout,
             d.doctor_call_timeout,
         )?,
+        start_concurrency: e.start_concurrency.unwrap_or(d.start_concurrency),
+        start_hold: read("start_hold", e.start_hold, d.start_hold)?,
     };
     if tuning.storage_tries == 0 {
         let at = [Seg::Key("engine"), Seg::Key("storage_tries")];
+        return Err(src.error(&at, "must be at least 1"));
+    }
+    if tuning.start_concurrency == 0 {
+        let at = [Seg::Key("engine"), Seg::Key("start_concurrency")];
         return Err(src.error(&at, "must be at least 1"));
     }
     if tuning.poll_min > tuning.poll_max {

@@ -214,6 +214,7 @@ fn bad_optional_settings_are_refused_naming_the_key() {
         ("a zero engine timing", "engine:\n  preempt_wait: 0s\n", "engine.preempt_wait: must be longer than zero"),
         ("an engine timing without a unit", "engine:\n  health_timeout: 3\n", "engine.health_timeout: invalid duration `3`: missing unit"),
         ("no storage tries", "engine:\n  storage_tries: 0\n", "engine.storage_tries: must be at least 1"),
+        ("no start concurrency", "engine:\n  start_concurrency: 0\n", "engine.start_concurrency: must be at least 1"),
         ("a poll range upside down", "engine:\n  poll_min: 2s\n  poll_max: 1s\n", "engine.poll_min: must not be longer than poll_max"),
         ("an unknown engine knob", "engine:\n  poll_every: 1s\n", "engine: unknown field `poll_every`"),
         ("zero retention", "retention_days: 0\n", "retention_days: must be at least 1"),
@@ -706,9 +707,11 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
         (Duration::from_millis(50), s(1), s(5))
     );
     assert_eq!((d.scrape_timeout, d.doctor_call_timeout), (s(10), s(10)));
+    assert_eq!((d.start_concurrency, d.start_hold), (8, s(1)));
     let set = "engine:\n  health_timeout: 1s\n  preempt_wait: 5m\n  storage_retry_initial: 1s\n  \
                storage_tries: 2\n  poll_min: 10ms\n  poll_max: 10ms\n  progress_every: 30s\n  \
-               scrape_timeout: 2s\n  doctor_call_timeout: 20s\n";
+               scrape_timeout: 2s\n  doctor_call_timeout: 20s\n  start_concurrency: 3\n  \
+               start_hold: 250ms\n";
     let config = load_text(&format!("{BASE}{set}")).unwrap_or_else(|e| panic!("{e}"));
     let ms = Duration::from_millis;
     assert_eq!(
@@ -723,6 +726,8 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
             progress_every: s(30),
             scrape_timeout: s(2),
             doctor_call_timeout: s(20),
+            start_concurrency: 3,
+            start_hold: ms(250),
         }
     );
 }

@@ -2,6 +2,7 @@
 //! change before and after each side effect. Abort is a persisted request plus a signal that
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
+mod admission;
 mod analyze_step;
 mod approval;
 mod compose_step;
@@ -151,6 +152,8 @@ pub(crate) struct Inner {
     pub doctor_reports: doctor::LastReports,
     /// The releases whose coordinator task is running.
     pub releases: release::Coordinators,
+    /// The order in which canaries started together take their first steps.
+    pub start_gate: admission::StartGate,
 }
 
 /// A running rollout task.
@@ -282,6 +285,10 @@ impl Engine {
             hooks: hooks::Hooks::default(),
             doctor_reports: doctor::LastReports::default(),
             releases: release::Coordinators::default(),
+            start_gate: admission::StartGate::new(
+                config.engine.start_concurrency as usize,
+                config.engine.start_hold,
+            ),
         };
         Ok(Self {
             inner: Arc::new(inner),

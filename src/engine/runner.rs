@@ -11,10 +11,12 @@ use tracing::Instrument;
 
 use super::step_run::{abort_watch, with_timings, StepEnd, StepRun};
 use super::steps;
-use super::{rollback, Checkpoint, Engine, SYSTEM_ACTOR};
+use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
 use crate::domain::error_code::ErrorCode;
-use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus, StepEvent, StepStatus};
+use crate::domain::state::{
+    DeploymentSource, RolloutEvent, RolloutKind, RolloutStatus, StepEvent, StepStatus,
+};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
@@ -87,6 +89,16 @@ async fn drive(
     if rollout.status.is_terminal() {
         return Ok(());
     }
+    // Canaries started together take their first steps in arrival order (`admission`); an
+    // abort or a shutdown ends the queueing at once, and a rollback never queues.
+    let admitted = if rollout.kind == RolloutKind::Canary {
+        tokio::select! {
+            admitted = engine.inner.start_gate.admit() => Some(admitted),
+            _ = abort.wait_for(|aborted| *aborted) => None,
+        }
+    } else {
+        None
+    };
     tracing::Span::current()
         .record("host", rollout.host.as_str())
         .record("service", rollout.service.as_str());
@@ -172,6 +184,11 @@ async fn drive(
             )
             .await;
         };
+        if admission::waits(&spec.kind) {
+            if let Some(admitted) = &admitted {
+                admitted.release();
+            }
+        }
         let step = match pre_started {
             Some(started) => started,
             None => start_step(engine, step, &spec.kind).await?,

@@ -2,7 +2,7 @@
 //! SQLite (recursive CTEs, one transaction per table), so 100k rollouts take seconds. Not part
 //! of the product; hidden from the docs.
 
-use sqlx::Connection;
+use rusqlite::Connection;
 
 use super::{Store, StoreError};
 
@@ -28,14 +28,31 @@ impl Store {
     /// real rollout writes (created, running, two per step, terminal).
     pub async fn bulk_fill(&self, spec: BulkSpec) -> Result<(), StoreError> {
         let last = spec.rollouts - 1;
-        // One connection with a big page cache: index maintenance of millions of rows is what
-        // takes the time. Reset before the connection goes back to the pool.
-        let mut conn = self.writer().acquire().await?;
-        sqlx::query("pragma cache_size = -524288")
-            .execute(&mut *conn)
-            .await?;
-        let mut tx = conn.begin().await?;
-        sqlx::query(
+        // The writer with a big page cache: index maintenance of millions of rows is what
+        // takes the time. Reset afterwards.
+        self.with_writer(|db| {
+            db.pragma_update(None, "cache_size", -524_288)?;
+            let filled = fill(db, spec, last);
+            db.pragma_update(None, "cache_size", -2000)?;
+            filled
+        })
+        .await
+    }
+
+    /// Moves the write-ahead log into the database file, so its size can be measured.
+    pub async fn bulk_checkpoint(&self) -> Result<(), StoreError> {
+        self.with_writer(|db| {
+            db.query_row("pragma wal_checkpoint(truncate)", [], |_| Ok(()))?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// The four tables, one transaction each.
+fn fill(db: &mut Connection, spec: BulkSpec, last: i64) -> Result<(), StoreError> {
+    let tx = db.transaction()?;
+    tx.execute(
             "with recursive n(i) as (select 0 union all select i + 1 from n where i < ?1) \
              insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, \
                reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
@@ -64,18 +81,12 @@ impl Store {
                1, \
                case when i > ?1 - ?2 then printf('host%02d', i % ?2) end \
              from n",
-        )
-        .bind(last)
-        .bind(spec.hosts)
-        .bind(spec.services_per_host)
-        .bind(spec.start_unix)
-        .bind(spec.spacing_secs)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        (last, spec.hosts, spec.services_per_host, spec.start_unix, spec.spacing_secs),
+        )?;
+    tx.commit()?;
 
-        let mut tx = conn.begin().await?;
-        sqlx::query(
+    let tx = db.transaction()?;
+    tx.execute(
             "with recursive p(k) as (select 0 union all select k + 1 from p where k < ?1 - 1) \
              insert into step (step_id, rollout_id, position, name, kind, status, attempts, \
                started_at, finished_at, detail) \
@@ -85,66 +96,48 @@ impl Store {
                r.started_at, r.finished_at, \
                '{\"healthy_samples\":3,\"unhealthy_samples\":41,\"last\":{\"status\":200,\"ms\":12}}' \
              from rollout r, p",
-        )
-        .bind(spec.steps_per_rollout)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        (spec.steps_per_rollout,),
+        )?;
+    tx.commit()?;
 
-        let mut tx = conn.begin().await?;
-        sqlx::query(
-            "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at, \
+    let tx = db.transaction()?;
+    tx.execute(
+        "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at, \
                finished_at, outcome, detail) \
              select printf('att_%s', substr(step_id, 4)), step_id, rollout_id, 1, '/compose/up', \
                coalesce(started_at, '2024-01-01T00:00:00.000Z'), finished_at, \
                case when finished_at is null then null else 'succeeded' end, \
                '{\"lines\":118,\"done\":{\"success\":true}}' \
              from step",
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        [],
+    )?;
+    tx.commit()?;
 
-        let mut tx = conn.begin().await?;
-        sqlx::query(
+    let tx = db.transaction()?;
+    tx.execute(
             "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select created_at, rollout_id, null, actor, 'rollout_created', null, 'pending', \
                json_object('kind', kind, 'host', host, 'service', service, 'tag', tag, 'reason', reason) \
              from rollout order by created_at",
-        )
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
+            [],
+        )?;
+    tx.execute(
+        "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select s.started_at, s.rollout_id, s.name, 'canaryd', e.kind, e.f, e.t, '{}' \
              from step s, (select 'step_running' as kind, 'pending' as f, 'running' as t \
                            union all select 'step_succeeded', 'running', 'succeeded') e \
              where s.status = 'succeeded'",
-        )
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
+        [],
+    )?;
+    tx.execute(
+        "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select finished_at, rollout_id, null, 'canaryd', 'rollout_' || status, 'running', \
                status, '{}' from rollout where finished_at is not null",
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        sqlx::query("pragma cache_size = -2000")
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Moves the write-ahead log into the database file, so its size can be measured.
-    pub async fn bulk_checkpoint(&self) -> Result<(), StoreError> {
-        sqlx::query("pragma wal_checkpoint(truncate)")
-            .execute(self.writer())
-            .await?;
-        Ok(())
-    }
+        [],
+    )?;
+    tx.commit()?;
+    Ok(())
 }

@@ -122,8 +122,8 @@ async fn after_open_the_step_kind_table_is_the_registered_kinds() {
         "insert into step_kind (name) values ('retired'), ('unused')",
         "update step set kind = 'retired' where rollout_id = 'r1' and position = 0",
     ] {
-        sqlx::query(sql)
-            .execute(store.writer())
+        store
+            .write_one(sql, [])
             .await
             .expect("a kind of an older canaryd");
     }
@@ -143,16 +143,20 @@ async fn a_step_of_an_unknown_kind_is_refused_by_the_database() {
         .create_rollout(&new, &super::tests::steps())
         .await
         .expect("a rollout of known kinds");
-    let insert = sqlx::query(
-        "insert into step (step_id, rollout_id, position, name, kind, status) \
-         values ('st_x', 'r1', 9, 'x', 'reboot', 'pending')",
-    )
-    .execute(store.writer())
-    .await;
+    let insert = store
+        .write_one(
+            "insert into step (step_id, rollout_id, position, name, kind, status) \
+             values ('st_x', 'r1', 9, 'x', 'reboot', 'pending')",
+            [],
+        )
+        .await;
     let err = insert.expect_err("an unknown kind").to_string();
     assert!(err.contains("step.kind"), "{err}");
-    let update = sqlx::query("update step set kind = 'reboot' where rollout_id = 'r1'")
-        .execute(store.writer())
+    let update = store
+        .write_one(
+            "update step set kind = 'reboot' where rollout_id = 'r1'",
+            [],
+        )
         .await;
     assert!(update.is_err(), "an update to an unknown kind");
     let steps = store.steps("r1").await.expect("steps");

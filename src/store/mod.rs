@@ -71,7 +71,7 @@ pub enum StoreError {
 }
 
 /// The database handle over one SQLite file in WAL mode: one connection that writes
-/// (`writer`) and a small pool of connections that only read (`pool`, `query_only`, so a write
+/// (`writer`, rusqlite's, used only through [`Store::write`]) connections that only read (`pool`, `query_only`, so a write
 /// sent there by mistake fails instead of contending). Every audit event is also published,
 /// after its transaction commits, to subscribers (`subscribe`): the live event stream, metrics
 /// and notifications listen there.
@@ -84,7 +84,9 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
-    writer: SqlitePool,
+    writer: std::sync::Arc<write::OwnedConn>,
+    /// The engine's reading connection ([`Store::read`]).
+    reader: std::sync::Arc<write::OwnedConn>,
     bus: std::sync::Arc<EventBus>,
 }
 
@@ -148,17 +150,23 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
-        // The writer's connection stays open for the store's life (no idle timeout), so the
-        // readers always share its write-ahead log.
-        let writer = SqlitePoolOptions::new()
+        // Migrations and the step kinds through sqlx, on a connection of their own that is
+        // closed before the store opens its writer: never two writing connections at once.
+        let migrating = SqlitePoolOptions::new()
             .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
             .connect_with(options.clone())
             .await?;
-        MIGRATOR.run(&writer).await?;
-        register_step_kinds(&writer).await?;
+        let migrated = async {
+            MIGRATOR.run(&migrating).await?;
+            register_step_kinds(&migrating).await
+        }
+        .await;
+        migrating.close().await;
+        migrated?;
+        // The writer stays open for the store's life, so the readers always share its
+        // write-ahead log.
+        let writer = write::OwnedConn::open(path, false)?;
+        let reader = write::OwnedConn::open(path, true)?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.pragma("query_only", "true"))
@@ -171,7 +179,8 @@ impl Store {
         };
         let store = Self {
             pool,
-            writer,
+            writer: std::sync::Arc::new(writer),
+            reader: std::sync::Arc::new(reader),
             bus: std::sync::Arc::new(bus),
         };
         let last = store.last_audit_seq().await?;
@@ -223,18 +232,13 @@ impl Store {
     /// rolled back, as when the process dies. Later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.reader.close().await;
         self.writer.close().await;
     }
 
     /// The connections that read (`query_only`).
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    /// The one connection that writes: single statements that change rows on their own (each
-    /// one hop to sqlx's worker); every transaction goes through [`Store::write`].
-    pub(crate) fn writer(&self) -> &SqlitePool {
-        &self.writer
     }
 }
 

@@ -200,15 +200,11 @@ impl Store {
         now: DateTime<Utc>,
         retry_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        self.write_one(
             "update outbox_delivery set attempts = attempts + 1, last_attempt_at = ?, \
              next_attempt_at = ? where outbox_id = ? and webhook = ? and status = 'pending'",
+            (fmt_time(now), fmt_time(retry_at), outbox_id, webhook),
         )
-        .bind(fmt_time(now))
-        .bind(fmt_time(retry_at))
-        .bind(outbox_id)
-        .bind(webhook)
-        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -226,16 +222,11 @@ impl Store {
             Err((error, true)) => (DeliveryStatus::Failed, None, Some(error)),
             Err((error, false)) => (DeliveryStatus::Pending, None, Some(error)),
         };
-        sqlx::query(
+        self.write_one(
             "update outbox_delivery set status = ?, delivered_at = ?, last_error = ? \
              where outbox_id = ? and webhook = ? and status = 'pending'",
+            (status.as_str(), delivered_at, error, outbox_id, webhook),
         )
-        .bind(status.as_str())
-        .bind(delivered_at)
-        .bind(error)
-        .bind(outbox_id)
-        .bind(webhook)
-        .execute(self.writer())
         .await?;
         Ok(())
     }

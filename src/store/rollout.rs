@@ -273,12 +273,11 @@ impl Store {
 
     /// Reads one rollout.
     pub async fn get_rollout(&self, id: &str) -> Result<Option<Rollout>, StoreError> {
-        let row: Option<RolloutRow> =
-            sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
-                .bind(id)
-                .fetch_optional(self.pool())
-                .await?;
-        row.map(Rollout::try_from).transpose()
+        self.read(|db| match get_in(db, id) {
+            Err(StoreError::NotFound(_)) => Ok(None),
+            found => found.map(Some),
+        })
+        .await
     }
 
     /// The active (non-terminal) rollout of a host, if any.
@@ -351,15 +350,16 @@ impl Store {
 
     /// Marks that a down or up is about to be sent: from now on a failure has something to undo.
     pub async fn mark_touched(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")
-            .bind(id)
-            .execute(self.writer())
-            .await?;
+        self.write_one(
+            "update rollout set touched_replica = 1 where rollout_id = ?",
+            (id,),
+        )
+        .await?;
         Ok(())
     }
 }
 
-/// One rollout, read inside a write transaction.
+/// One rollout, read inside a write transaction or on the engine's reader.
 pub(super) fn get_in(db: &Connection, id: &str) -> Result<Rollout, StoreError> {
     let row = db
         .prepare_cached(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))?

@@ -11,7 +11,7 @@ use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
 
 #[derive(sqlx::FromRow, serde::Deserialize)]
-struct StepRow {
+pub(super) struct StepRow {
     step_id: String,
     rollout_id: String,
     position: i64,
@@ -24,6 +24,31 @@ struct StepRow {
     deadline_at: Option<String>,
     detail: String,
 }
+
+impl StepRow {
+    /// The row of a rusqlite query over [`SELECT_STEPS`]' columns.
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            step_id: r.get("step_id")?,
+            rollout_id: r.get("rollout_id")?,
+            position: r.get("position")?,
+            name: r.get("name")?,
+            kind: r.get("kind")?,
+            status: r.get("status")?,
+            attempts: r.get("attempts")?,
+            started_at: r.get("started_at")?,
+            finished_at: r.get("finished_at")?,
+            deadline_at: r.get("deadline_at")?,
+            detail: r.get("detail")?,
+        })
+    }
+}
+
+/// A rollout's steps in runbook order; the attempts counted as the larger of the stored
+/// counter and the attempt rows.
+const SELECT_STEPS: &str = "select step_id, rollout_id, position, name, kind, status, \
+     max(attempts, (select count(*) from step_attempt a where a.step_id = step.step_id)) as attempts, \
+     started_at, finished_at, deadline_at, detail from step where rollout_id = ? order by position";
 
 impl TryFrom<StepRow> for Step {
     type Error = StoreError;
@@ -51,7 +76,6 @@ impl TryFrom<StepRow> for Step {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct AttemptRow {
     attempt_id: String,
     step_id: String,
@@ -67,14 +91,13 @@ struct AttemptRow {
 impl Store {
     /// The steps of a rollout in runbook order.
     pub async fn steps(&self, rollout_id: &str) -> Result<Vec<Step>, StoreError> {
-        let rows: Vec<StepRow> = sqlx::query_as(
-            "select step_id, rollout_id, position, name, kind, status, \
-             max(attempts, (select count(*) from step_attempt a where a.step_id = step.step_id)) as attempts, \
-             started_at, finished_at, deadline_at, detail from step where rollout_id = ? order by position",
-        )
-        .bind(rollout_id)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = self
+            .read(|db| {
+                let mut select = db.prepare_cached(SELECT_STEPS)?;
+                let rows = select.query_map([rollout_id], StepRow::from_row)?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await?;
         rows.into_iter().map(Step::try_from).collect()
     }
 
@@ -189,11 +212,11 @@ impl Store {
         step_id: &str,
         detail: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        sqlx::query("update step set detail = ? where step_id = ?")
-            .bind(detail.to_string())
-            .bind(step_id)
-            .execute(self.writer())
-            .await?;
+        self.write_one(
+            "update step set detail = ? where step_id = ?",
+            (detail.to_string(), step_id),
+        )
+        .await?;
         Ok(())
     }
 
@@ -207,17 +230,18 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<String, StoreError> {
         let id = new_id("att");
-        sqlx::query(
+        self.write_one(
             "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
              select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
+            (
+                &id,
+                &step.id,
+                &step.rollout_id,
+                endpoint,
+                fmt_time(at),
+                &step.id,
+            ),
         )
-        .bind(&id)
-        .bind(&step.id)
-        .bind(&step.rollout_id)
-        .bind(endpoint)
-        .bind(fmt_time(at))
-        .bind(&step.id)
-        .execute(self.writer())
         .await?;
         Ok(id)
     }
@@ -230,27 +254,43 @@ impl Store {
         detail: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        self.write_one(
             "update step_attempt set outcome = ?, detail = ?, finished_at = ? where attempt_id = ?",
+            (
+                outcome.as_str(),
+                detail.to_string(),
+                fmt_time(at),
+                attempt_id,
+            ),
         )
-        .bind(outcome.as_str())
-        .bind(detail.to_string())
-        .bind(fmt_time(at))
-        .bind(attempt_id)
-        .execute(self.writer())
         .await?;
         Ok(())
     }
 
     /// Every attempt of a rollout, oldest first.
     pub async fn attempts(&self, rollout_id: &str) -> Result<Vec<StepAttempt>, StoreError> {
-        let rows: Vec<AttemptRow> = sqlx::query_as(
-            "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, outcome, detail \
-             from step_attempt where rollout_id = ? order by started_at, n",
-        )
-        .bind(rollout_id)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = self
+            .read(|db| {
+                let mut select = db.prepare_cached(
+                    "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, \
+                     outcome, detail from step_attempt where rollout_id = ? order by started_at, n",
+                )?;
+                let rows = select.query_map([rollout_id], |r| {
+                    Ok(AttemptRow {
+                        attempt_id: r.get(0)?,
+                        step_id: r.get(1)?,
+                        rollout_id: r.get(2)?,
+                        n: r.get(3)?,
+                        endpoint: r.get(4)?,
+                        started_at: r.get(5)?,
+                        finished_at: r.get(6)?,
+                        outcome: r.get(7)?,
+                        detail: r.get(8)?,
+                    })
+                })?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(StepAttempt {

@@ -1,15 +1,19 @@
-//! Write transactions in one hop (issue 17).
+//! Write transactions without a thread hop (issue 17).
 //!
 //! sqlx runs every statement of a connection on that connection's own thread: a statement,
 //! a `BEGIN` and a `COMMIT` are each a message to that thread and a wake-up back, about
-//! 190 µs apiece when 200 canaries start at once, and the one writer connection serialises
-//! them all. [`Store::write`] instead borrows the writer's SQLite handle from sqlx
-//! (`lock_handle`: one message) and runs the whole transaction on the calling thread through
-//! rusqlite: `BEGIN IMMEDIATE`, the caller's statements, `COMMIT`, with no hop between them.
-//! A transaction never awaits, so it is never held across a network call and a cancelled
-//! future cannot leave one half-done.
+//! 190 µs apiece when 200 canaries start at once, and while one waits for its thread the one
+//! writer is held. The writer is therefore not a sqlx connection: it is a rusqlite
+//! [`Connection`] of the store's own ([`OwnedConn`]), behind an async lock handed out in arrival
+//! order, and [`Store::write`] runs a whole transaction on the calling thread: `BEGIN
+//! IMMEDIATE`, the caller's statements (prepared once and cached), `COMMIT`. A transaction
+//! never awaits, so it is never held across a network call and a cancelled future cannot
+//! leave one half-done. Reads stay on sqlx's pool of `query_only` connections.
 
 use std::cell::Cell;
+
+use std::path::Path;
+use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -39,32 +43,99 @@ impl std::ops::Deref for Tx<'_> {
     }
 }
 
+/// A rusqlite connection of the store's own, used on the calling thread behind an async lock
+/// handed out in arrival order; `None` once the store is closed. The store has two: the one
+/// that writes, and one that reads for the engine (`query_only`), so that a rollout's own
+/// small reads (its row, its steps, its attempts) take no thread hop either.
+#[derive(Debug)]
+pub(super) struct OwnedConn {
+    conn: tokio::sync::Mutex<Option<Connection>>,
+}
+
+impl OwnedConn {
+    /// Opens a connection to the (migrated) database at `path`, with the settings sqlx gives
+    /// its own: WAL, `synchronous = NORMAL`, foreign keys, a 5 s busy timeout; `query_only`
+    /// for a reader, so that a write sent there by mistake fails.
+    pub(super) fn open(path: &Path, query_only: bool) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        if query_only {
+            conn.pragma_update(None, "query_only", true)?;
+        } else {
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        conn.pragma_update(None, "foreign_keys", true)?;
+        // Every statement the store runs here stays prepared.
+        conn.set_prepared_statement_cache_capacity(128);
+        Ok(Self {
+            conn: tokio::sync::Mutex::new(Some(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection, once it is this caller's turn.
+    pub(super) async fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.lock().await;
+        let db = conn
+            .as_mut()
+            .ok_or(StoreError::Sqlx(sqlx::Error::PoolClosed))?;
+        f(db)
+    }
+
+    /// Closes the connection once the caller using it, if any, is done; every later use
+    /// fails.
+    pub(super) async fn close(&self) {
+        let conn = self.conn.lock().await.take();
+        drop(conn);
+    }
+}
+
 impl Store {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits;
     /// an error from `f` (or a panic) rolls it back and nothing of it is kept. When `f` wrote
-    /// audit events, subscribers are told after the commit (`publish`).
+    /// audit events, subscribers are told after the commit (`publish`). Writers wait for the
+    /// connection in arrival order.
     pub(crate) async fn write<T>(
         &self,
         f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.writer().acquire().await?;
-        let out = {
-            let mut handle = conn.lock_handle().await?;
-            // SAFETY: while `handle` lives, sqlx's worker thread makes no call on this
-            // connection or its statements (`LockedSqliteHandle`'s contract). `db` is dropped
-            // at the end of this block, before `handle`; a connection made by `from_handle`
-            // never closes the handle, and it registers no hook on it (rusqlite's `hooks`
-            // feature is off). The transaction is over (committed or rolled back) when `db`
-            // drops, so sqlx gets the connection back as it lent it.
-            let mut db = unsafe { Connection::from_handle(handle.as_raw_handle().as_ptr()) }?;
-            in_transaction(&mut db, f)
-        };
-        drop(conn);
-        let (out, audited) = out?;
+        let (out, audited) = self.with_writer(|db| in_transaction(db, f)).await?;
         if audited {
             self.publish().await;
         }
         Ok(out)
+    }
+
+    /// Runs `f` on the writer connection outside any transaction (the bulk fill of the
+    /// benchmarks: its own transactions and pragmas). It publishes nothing.
+    pub(crate) async fn with_writer<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.writer.with(f).await
+    }
+
+    /// Runs `f` on the engine's reading connection: a rollout's own small reads, without a
+    /// thread hop. Each statement reads one consistent snapshot of what is committed.
+    pub(crate) async fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.reader.with(|db| f(db)).await
+    }
+
+    /// Runs one statement that changes rows on its own (no audit event), in a transaction
+    /// of its own; the rows it changed.
+    pub(crate) async fn write_one(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params + Send,
+    ) -> Result<usize, StoreError> {
+        self.write(|db| Ok(db.prepare_cached(sql)?.execute(params)?))
+            .await
     }
 }
 

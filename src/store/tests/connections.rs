@@ -27,27 +27,57 @@ async fn a_write_sent_to_the_reading_connections_is_refused_and_changes_nothing(
     );
 }
 
+/// Many tasks write at once, each transaction reading a counter and writing it back one
+/// higher: every increment lands (the writer serves one transaction at a time, in turn), and
+/// none fails on a busy database.
 #[tokio::test]
-async fn concurrent_writes_all_land_through_the_one_writing_connection() {
+async fn concurrent_writes_all_land_one_transaction_at_a_time() {
     let (_dir, store) = temp_store().await;
+    store
+        .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
+        .await
+        .expect("created");
     let n = 40;
-    for i in 0..n {
-        let id = format!("r{i}");
-        store
-            .create_rollout(&rollout(&id, &format!("gpu{i:02}"), "svc-r2", i), &steps())
-            .await
-            .expect("created");
-    }
-    let writes = (0..n).map(|i| {
+    let writes = (0..n).map(|_| {
         let store = store.clone();
-        tokio::spawn(async move { store.mark_touched(&format!("r{i}")).await })
+        tokio::spawn(async move {
+            store
+                .write(|db| {
+                    let attempts: i64 = db.query_row(
+                        "select attempts from step where rollout_id = 'r1' and position = 0",
+                        [],
+                        |r| r.get(0),
+                    )?;
+                    db.execute(
+                        "update step set attempts = ? where rollout_id = 'r1' and position = 0",
+                        [attempts + 1],
+                    )?;
+                    Ok(())
+                })
+                .await
+        })
     });
     for w in futures_util::future::join_all(writes).await {
         w.expect("task").expect("every write lands");
     }
-    assert_eq!(store.writer().size(), 1, "one writing connection");
-    for i in 0..n {
-        let r = store.get_rollout(&format!("r{i}")).await.expect("read");
-        assert!(r.expect("exists").touched_replica, "r{i}");
-    }
+    let steps = store.steps("r1").await.expect("steps");
+    assert_eq!(steps[0].attempts, n, "no increment lost");
+}
+
+/// Once the store is closed, a write fails with an error and changes nothing.
+#[tokio::test]
+async fn a_write_after_close_fails() {
+    let (dir, store) = temp_store().await;
+    store
+        .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
+        .await
+        .expect("created");
+    store.close().await;
+    let e = store.mark_touched("r1").await.expect_err("closed");
+    assert!(e.to_string().contains("closed"), "{e}");
+    let store = crate::store::Store::open(&dir.path().join("canaryd.db"))
+        .await
+        .expect("reopen");
+    let r = store.get_rollout("r1").await.expect("read").expect("r1");
+    assert!(!r.touched_replica, "the refused write changed nothing");
 }

@@ -112,10 +112,7 @@ async fn pragma_rows(store: &Store, sql: &str) -> Vec<String> {
 
 /// The error of a statement the database must refuse.
 async fn refused(store: &Store, sql: &str) -> String {
-    let e = sqlx::query(sql)
-        .execute(store.writer())
-        .await
-        .expect_err(sql);
+    let e = store.write_one(sql, []).await.expect_err(sql);
     e.to_string()
 }
 
