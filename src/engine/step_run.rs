@@ -271,17 +271,25 @@ fn on_grid(since: Duration, pause: Duration, round: Round) -> Duration {
 /// interval, so a probe slower than the interval does not turn into back-to-back calls.
 /// With `end`, a wait that ends at that instant (a soak) sleeps past it by one millisecond at
 /// most (plus [`pause`]'s grid): its last probe is at its deadline, not up to an interval later.
+/// That holds too when the end passed while this probe ran (it began before the end, so it
+/// was not the last one): the next probe is at once. An end that passed before this probe
+/// began (a soak kept on by logs it could not read) keeps the interval's rhythm.
 /// True with the pause when it was cut to `end`.
 pub(crate) fn until_next_probe(
     began: std::time::Instant,
     interval: Duration,
     end: Option<DateTime<Utc>>,
 ) -> (Duration, bool) {
-    let rest = interval.saturating_sub(began.elapsed()).max(interval / 10);
-    let to_end = end
-        .and_then(|end| (end - Utc::now()).to_std().ok())
-        .filter(|d| !d.is_zero())
-        .map(|d| d + Duration::from_millis(1));
+    let ran = began.elapsed();
+    let rest = interval.saturating_sub(ran).max(interval / 10);
+    let to_end = end.and_then(|end| {
+        let left = end - Utc::now();
+        let ran = chrono::Duration::from_std(ran).unwrap_or(chrono::Duration::MAX);
+        // `left + ran` is how long after this probe began the end is (or was).
+        left.checked_add(&ran)
+            .is_some_and(|after_began| after_began > chrono::Duration::zero())
+            .then(|| left.to_std().unwrap_or(Duration::ZERO) + Duration::from_millis(1))
+    });
     match to_end {
         Some(d) if d < rest => (d, true),
         _ => (rest, false),
@@ -501,12 +509,18 @@ mod tests {
         // One slower than the interval still waits a tenth of it.
         let slow = began - Duration::from_secs(3);
         assert_eq!(until_next_probe(slow, second, None), (second / 10, false));
-        // An end 300 ms away cuts the wait to it (plus 1 ms); an end passed does not.
+        // An end 300 ms away cuts the wait to it (plus 1 ms); an end passed before the probe
+        // began does not.
         let end = Utc::now() + chrono::Duration::milliseconds(300);
         let (rest, cut) = until_next_probe(began, second, Some(end));
         assert!(rest <= Duration::from_millis(301) && cut, "{rest:?}");
         let passed = Utc::now() - chrono::Duration::milliseconds(300);
         let (rest, cut) = until_next_probe(began, second, Some(passed));
         assert!(rest > Duration::from_millis(900) && !cut, "{rest:?}");
+        // An end that passed while the probe ran (it began 600 ms ago, the end was 50 ms
+        // ago): the probe was not the last; the next one is at once, not 400 ms later.
+        let ran_past = Utc::now() - chrono::Duration::milliseconds(50);
+        let (rest, cut) = until_next_probe(late, second, Some(ran_past));
+        assert!(rest <= Duration::from_millis(1) && cut, "{rest:?}");
     }
 }
