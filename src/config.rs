@@ -332,11 +332,21 @@ pub struct EngineTuning {
     /// 30 s.
     pub doctor_call_timeout: Duration,
     /// How many canaries take their first steps at once when many start together (default
-    /// 8; `engine::admission`): the others queue in arrival order.
+    /// twice the CPU cores, at least 2; `engine::admission`): the others queue in arrival
+    /// order.
     pub start_concurrency: u32,
     /// Longest a canary keeps its place among those (default 1s): a slow host never holds
     /// the others up for longer.
     pub start_hold: Duration,
+}
+
+/// Twice the CPU cores (at least 2): the start of a canary is work of this process, and
+/// with more at once on 2 cores the median canary started later (docs/performance.md).
+fn default_start_concurrency() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    u32::try_from(cores.saturating_mul(2))
+        .unwrap_or(u32::MAX)
+        .max(2)
 }
 
 impl Default for EngineTuning {
@@ -351,7 +361,7 @@ impl Default for EngineTuning {
             progress_every: Duration::from_secs(5),
             scrape_timeout: Duration::from_secs(10),
             doctor_call_timeout: Duration::from_secs(10),
-            start_concurrency: 8,
+            start_concurrency: default_start_concurrency(),
             start_hold: Duration::from_secs(1),
         }
     }

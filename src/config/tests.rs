@@ -707,7 +707,11 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
         (Duration::from_millis(50), s(1), s(5))
     );
     assert_eq!((d.scrape_timeout, d.doctor_call_timeout), (s(10), s(10)));
-    assert_eq!((d.start_concurrency, d.start_hold), (8, s(1)));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    assert_eq!(
+        (d.start_concurrency, d.start_hold),
+        ((2 * cores).max(2), s(1))
+    );
     let set = "engine:\n  health_timeout: 1s\n  preempt_wait: 5m\n  storage_retry_initial: 1s\n  \
                storage_tries: 2\n  poll_min: 10ms\n  poll_max: 10ms\n  progress_every: 30s\n  \
                scrape_timeout: 2s\n  doctor_call_timeout: 20s\n  start_concurrency: 3\n  \

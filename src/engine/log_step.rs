@@ -14,7 +14,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::doctor::mask;
-use super::step_run::{pause_until_next_probe, Execute, Progress, Running, StepEnd, StepRun};
+use super::step_run::{
+    pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
@@ -211,8 +213,9 @@ impl StepRun<'_> {
         let mut watch = LogWatch::new(spec.require, spec.forbid);
         let mut reads = LogReads::new(spec.max_log_failures);
         let mut progress = Progress::default();
+        let mut rhythm = Rhythm::new(spec.interval);
         loop {
-            let began = std::time::Instant::now();
+            rhythm.begin();
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 match watch.observe(&output, Utc::now()) {
                     LogVerdict::Satisfied => {
@@ -247,7 +250,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
                 .await;
-            if pause_until_next_probe(began, spec.interval, None, abort).await {
+            if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
             }
         }
@@ -270,8 +273,9 @@ impl StepRun<'_> {
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::default();
         let mut restarts = super::restart::RestartWatch::default();
+        let mut rhythm = Rhythm::new(spec.interval);
         loop {
-            let began = std::time::Instant::now();
+            rhythm.begin();
             if let Some(restarted) = restarts.check(self).await {
                 return restarted;
             }
@@ -315,7 +319,7 @@ impl StepRun<'_> {
                 )
                 .await;
             // The last probe falls on the deadline, not up to an interval after it.
-            if pause_until_next_probe(began, spec.interval, Some(deadline), abort).await {
+            if pause_until_next_probe(&mut rhythm, Some(deadline), abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

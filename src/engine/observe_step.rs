@@ -9,8 +9,8 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::step_run::{
-    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Running, StepEnd,
-    StepRun,
+    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Rhythm, Running,
+    StepEnd, StepRun,
 };
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
@@ -221,8 +221,9 @@ impl StepRun<'_> {
         };
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
         let mut progress = Progress::default();
+        let mut rhythm = Rhythm::new(interval);
         loop {
-            let began = std::time::Instant::now();
+            rhythm.begin();
             let sample = self.engine.inner.prober.sample_url(&url).await;
             if sample.is_healthy() {
                 ok += 1;
@@ -244,7 +245,7 @@ impl StepRun<'_> {
             progress
                 .save(&self.engine.inner.store, &step.id, &detail)
                 .await;
-            if pause_until_next_probe(began, interval, None, abort).await {
+            if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -19,7 +19,7 @@ pub struct Unrouted {
 }
 
 /// One (notification, webhook) delivery that is due.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct DueDelivery {
     pub outbox_id: String,
     pub webhook: String,
@@ -125,17 +125,20 @@ pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(
 impl Store {
     /// Notifications not yet routed to webhooks, oldest first (at most `limit`).
     pub async fn unrouted_notifications(&self, limit: i64) -> Result<Vec<Unrouted>, StoreError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "select outbox_id, event from outbox where routed_at is null \
-             order by created_at, outbox_id limit ?",
-        )
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(outbox_id, event)| Unrouted { outbox_id, event })
-            .collect())
+        self.read(|db| {
+            let mut select = db.prepare_cached(
+                "select outbox_id, event from outbox where routed_at is null \
+                 order by created_at, outbox_id limit ?",
+            )?;
+            let rows = select.query_map([limit], |r| {
+                Ok(Unrouted {
+                    outbox_id: r.get(0)?,
+                    event: r.get(1)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
     }
 
     /// Creates a pending delivery of `outbox_id` to each of `webhooks` (none: nobody listens)
@@ -168,26 +171,38 @@ impl Store {
         now: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        let rows = sqlx::query_as(
-            "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
-             from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
-             where d.status = 'pending' and d.next_attempt_at <= ? \
-             order by o.created_at, d.outbox_id, d.webhook limit ?",
-        )
-        .bind(fmt_time(now))
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows)
+        self.read(|db| {
+            let mut select = db.prepare_cached(
+                "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
+                 from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
+                 where d.status = 'pending' and d.next_attempt_at <= ? \
+                 order by o.created_at, d.outbox_id, d.webhook limit ?",
+            )?;
+            let rows = select.query_map(params![fmt_time(now), limit], |r| {
+                Ok(DueDelivery {
+                    outbox_id: r.get(0)?,
+                    webhook: r.get(1)?,
+                    attempts: r.get(2)?,
+                    event: r.get(3)?,
+                    payload: r.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
     }
 
     /// When the next pending delivery is due, if any.
     pub async fn next_delivery_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let (next,): (Option<String>,) = sqlx::query_as(
-            "select min(next_attempt_at) from outbox_delivery where status = 'pending'",
-        )
-        .fetch_one(self.pool())
-        .await?;
+        let next: Option<String> = self
+            .read(|db| {
+                Ok(db
+                    .prepare_cached(
+                        "select min(next_attempt_at) from outbox_delivery where status = 'pending'",
+                    )?
+                    .query_row([], |r| r.get(0))?)
+            })
+            .await?;
         super::parse_opt_time("outbox_delivery", next)
     }
 

@@ -1,7 +1,7 @@
 //! Step rows and the write-ahead attempt records of compose calls.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use super::audit::{append, AuditEntry};
 use super::record::{Step, StepAttempt, StepTiming};
@@ -108,14 +108,19 @@ impl Store {
         rollout_id: &str,
         name: &str,
     ) -> Result<Option<StepTiming>, StoreError> {
-        let row: Option<(i64, String, Option<String>, Option<String>)> = sqlx::query_as(
-            "select position, kind, started_at, finished_at from step \
-             where rollout_id = ? and name = ?",
-        )
-        .bind(rollout_id)
-        .bind(name)
-        .fetch_optional(self.pool())
-        .await?;
+        let row: Option<(i64, String, Option<String>, Option<String>)> = self
+            .read(|db| {
+                Ok(db
+                    .prepare_cached(
+                        "select position, kind, started_at, finished_at from step \
+                         where rollout_id = ? and name = ?",
+                    )?
+                    .query_row([rollout_id, name], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .optional()?)
+            })
+            .await?;
         let Some((position, kind, started_at, finished_at)) = row else {
             return Ok(None);
         };
