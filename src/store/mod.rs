@@ -71,8 +71,10 @@ pub enum StoreError {
 }
 
 /// The database handle over one SQLite file in WAL mode: one connection that writes
-/// (`writer`, rusqlite's, used only through [`Store::write`]) connections that only read (`pool`, `query_only`, so a write
-/// sent there by mistake fails instead of contending). Every audit event is also published,
+/// (`writer`, rusqlite's, used only through [`Store::write`]), one that reads for the engine
+/// (`reader`, rusqlite's, [`Store::read`]) and a small pool of sqlx connections that read for
+/// the API (`pool`). The readers are `query_only`, so a write sent there by mistake fails
+/// instead of contending. Every audit event is also published,
 /// after its transaction commits, to subscribers (`subscribe`): the live event stream, metrics
 /// and notifications listen there.
 ///

@@ -8,7 +8,9 @@
 //! order, and [`Store::write`] runs a whole transaction on the calling thread: `BEGIN
 //! IMMEDIATE`, the caller's statements (prepared once and cached), `COMMIT`. A transaction
 //! never awaits, so it is never held across a network call and a cancelled future cannot
-//! leave one half-done. Reads stay on sqlx's pool of `query_only` connections.
+//! leave one half-done. The engine's own reads go the same way, on a second connection of the
+//! store's own ([`Store::read`]); the API's wider reads stay on sqlx's pool of `query_only`
+//! connections.
 
 use std::cell::Cell;
 

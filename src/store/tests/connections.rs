@@ -14,8 +14,18 @@ async fn a_write_sent_to_the_reading_connections_is_refused_and_changes_nothing(
         .await
         .expect_err("the readers are query_only");
     assert!(e.to_string().contains("readonly"), "{e}");
+    let e = store
+        .read(|db| {
+            Ok(db.execute(
+                "update rollout set touched_replica = 1 where rollout_id = 'r1'",
+                [],
+            )?)
+        })
+        .await
+        .expect_err("the engine's reader is query_only");
+    assert!(e.to_string().contains("readonly"), "{e}");
     let r = store.get_rollout("r1").await.expect("read").expect("r1");
-    assert!(!r.touched_replica, "the refused update changed nothing");
+    assert!(!r.touched_replica, "the refused updates changed nothing");
     store
         .mark_touched("r1")
         .await
