@@ -82,16 +82,23 @@ fn take(permit: &Mutex<Option<OwnedSemaphorePermit>>) {
 }
 
 /// Whether a step waits on the engine or a person (its start ends the rollout's admission).
+/// Every kind is named, so a new one is classed when it is added. `peers_healthy` polls only
+/// while a peer is unhealthy, which `start_hold` bounds.
 pub(crate) fn waits(kind: &StepKind) -> bool {
-    matches!(
-        kind,
+    match kind {
         StepKind::WaitHealth(_)
-            | StepKind::WaitLogs(_)
-            | StepKind::Soak(_)
-            | StepKind::Analyze(_)
-            | StepKind::Approve(_)
-            | StepKind::Smoke(_)
-    )
+        | StepKind::WaitLogs(_)
+        | StepKind::Soak(_)
+        | StepKind::Analyze(_)
+        | StepKind::Approve(_)
+        | StepKind::Smoke(_) => true,
+        StepKind::Snapshot(_)
+        | StepKind::PeersHealthy(_)
+        | StepKind::Plan(_)
+        | StepKind::Down(_)
+        | StepKind::Up(_)
+        | StepKind::VerifyNeighbours(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -108,10 +115,13 @@ mod tests {
         let first = gate.admit().await;
         let _second = gate.admit().await;
         assert_eq!(gate.available(), 0);
-        let third = {
+        let comer = || {
             let gate = std::sync::Arc::clone(&gate);
             tokio::spawn(async move { gate.admit().await })
         };
+        let third = comer();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let fourth = comer();
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!third.is_finished(), "no permit free: the third waits");
         first.release();
@@ -120,8 +130,18 @@ mod tests {
             .await
             .expect("admitted once the first released")
             .expect("task");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            !fourth.is_finished(),
+            "the fourth came later: it still waits"
+        );
         assert_eq!(gate.available(), 0, "a second release gives nothing back");
         drop(third);
+        let fourth = tokio::time::timeout(Duration::from_millis(100), fourth)
+            .await
+            .expect("admitted once the third's permit was dropped")
+            .expect("task");
+        drop(fourth);
         assert_eq!(gate.available(), 1, "a drop gives the permit back");
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(
