@@ -13,7 +13,6 @@
 //! connections.
 
 use std::cell::Cell;
-
 use std::path::Path;
 use std::time::Duration;
 
@@ -111,8 +110,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Runs `f` on the writer connection outside any transaction (the bulk fill of the
-    /// benchmarks: its own transactions and pragmas). It publishes nothing.
+    /// Runs `f` on the writer connection, once it is this caller's turn, outside any
+    /// transaction: `write` opens its own there, the benches' bulk fill runs its own
+    /// transactions and pragmas. It publishes nothing.
     pub(crate) async fn with_writer<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
