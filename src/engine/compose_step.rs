@@ -489,10 +489,12 @@ where
     // back nor ends `replica_left_down`.
     let targets_replica = watched == [run.rollout.target()]
         || run.rollout.replaced().is_some_and(|old| watched == [old]);
-    if targets_replica {
+    if targets_replica && !run.touched.load(std::sync::atomic::Ordering::Relaxed) {
         if let Err(e) = store.mark_touched(&run.rollout.id).await {
             return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
         }
+        run.touched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
     match call(run, step, endpoint, deadline, abort, send).await {
         Call::Done { attempt, value } => {

@@ -73,6 +73,10 @@ pub(crate) struct StepRun<'a> {
     /// Whether the first compose call already checked that an unknown outcome before this
     /// rollout has settled (safety rule 13).
     pub settle_checked: std::sync::atomic::AtomicBool,
+    /// Whether the rollout is recorded as having touched its replica (`touched_replica`): the
+    /// row said so when the drive began, or this drive wrote it before a call of the target.
+    /// Once true, the later calls (`up` after `down`) need not write it again.
+    pub touched: std::sync::atomic::AtomicBool,
     /// When the target's `up` ended: its engine has run since (restart detection).
     pub up_done_at: Option<DateTime<Utc>>,
     /// Companion gates passed in this rollout: the step's `services` → what its dry run
@@ -102,6 +106,7 @@ impl<'a> StepRun<'a> {
             env,
             snapshot: None,
             settle_checked: std::sync::atomic::AtomicBool::new(false),
+            touched: std::sync::atomic::AtomicBool::new(rollout.touched_replica),
             up_done_at: None,
             companion_plans: BTreeMap::new(),
         }

@@ -117,18 +117,25 @@ impl Worker {
     /// may be waiting).
     async fn pass(&self) -> Result<bool, crate::store::StoreError> {
         let unrouted = self.store.unrouted_notifications(BATCH).await?;
-        for n in &unrouted {
-            let targets: Vec<&str> = self
-                .config
-                .webhooks
-                .iter()
-                .filter(|w| w.events.iter().any(|e| e.as_str() == n.event))
-                .map(|w| w.name.as_str())
-                .collect();
-            self.store
-                .route_notification(&n.outbox_id, &targets, Utc::now())
-                .await?;
-        }
+        let targets: Vec<Vec<&str>> = unrouted
+            .iter()
+            .map(|n| {
+                self.config
+                    .webhooks
+                    .iter()
+                    .filter(|w| w.events.iter().any(|e| e.as_str() == n.event))
+                    .map(|w| w.name.as_str())
+                    .collect()
+            })
+            .collect();
+        let routes: Vec<(&str, &[&str])> = unrouted
+            .iter()
+            .zip(&targets)
+            .map(|(n, t)| (n.outbox_id.as_str(), t.as_slice()))
+            .collect();
+        // One transaction for the pass's batch: routing is all-or-nothing, and read again on
+        // the next pass if it failed.
+        self.store.route_notifications(&routes, Utc::now()).await?;
         let due = self.store.due_deliveries(Utc::now(), BATCH).await?;
         for d in &due {
             self.deliver(d).await?;

@@ -149,17 +149,34 @@ impl Store {
         webhooks: &[&str],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        self.route_notifications(&[(outbox_id, webhooks)], now)
+            .await
+    }
+
+    /// [`Store::route_notification`] for each `(outbox_id, webhooks)` of a batch, all in one
+    /// transaction (one commit for a notifier pass, not one per notification).
+    pub async fn route_notifications(
+        &self,
+        routes: &[(&str, &[&str])],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if routes.is_empty() {
+            return Ok(());
+        }
         let now = fmt_time(now);
         self.write(|db| {
             let mut deliver = db.prepare_cached(
                 "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
                  values (?, ?, 'pending', ?)",
             )?;
-            for webhook in webhooks {
-                deliver.execute(params![outbox_id, webhook, now])?;
+            let mut routed =
+                db.prepare_cached("update outbox set routed_at = ? where outbox_id = ?")?;
+            for (outbox_id, webhooks) in routes {
+                for webhook in *webhooks {
+                    deliver.execute(params![outbox_id, webhook, now])?;
+                }
+                routed.execute(params![now, outbox_id])?;
             }
-            db.prepare_cached("update outbox set routed_at = ? where outbox_id = ?")?
-                .execute(params![now, outbox_id])?;
             Ok(())
         })
         .await

@@ -345,3 +345,36 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
     assert_eq!(named("r2").await, Some(("v2".into(), "r2".into())));
     assert_eq!(named("r2-other").await, None);
 }
+
+/// A notifier pass routes its whole batch in one transaction: each notification gets its own
+/// webhooks' deliveries and is marked routed; one that nobody listens to is routed with none.
+#[tokio::test]
+async fn a_batch_of_notifications_is_routed_together_each_to_its_own_webhooks() {
+    let (_dir, store) = temp_store().await;
+    for (id, host) in [("ro_1", "h1"), ("ro_2", "h2"), ("ro_3", "h3")] {
+        create(&store, &rollout(id, host, "r2", 0)).await;
+        apply(&store, id, RolloutEvent::Start, 1).await;
+    }
+    let unrouted = store.unrouted_notifications(10).await.expect("read");
+    assert_eq!(unrouted.len(), 3);
+    let ids: Vec<&str> = unrouted.iter().map(|n| n.outbox_id.as_str()).collect();
+    let (ops, both, none): (&[&str], &[&str], &[&str]) = (&["ops"], &["ops", "chat"], &[]);
+    store
+        .route_notifications(&[(ids[0], ops), (ids[1], both), (ids[2], none)], at(2))
+        .await
+        .expect("routed");
+    assert!(store
+        .unrouted_notifications(10)
+        .await
+        .expect("read")
+        .is_empty());
+    let due = store.due_deliveries(at(2), 10).await.expect("due");
+    let mut got: Vec<(&str, &str)> = due
+        .iter()
+        .map(|d| (d.outbox_id.as_str(), d.webhook.as_str()))
+        .collect();
+    got.sort_unstable();
+    let mut want = vec![(ids[0], "ops"), (ids[1], "chat"), (ids[1], "ops")];
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
