@@ -126,12 +126,11 @@ impl Store {
     /// Every audit event after `after_seq`, in order (at most [`AUDIT_BATCH`] at a time).
     pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
         let rows = self
-            .read(|db| {
-                let mut select = db.prepare_cached(
-                    "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, \
-                     to_state, detail from audit_event where seq > ? order by seq limit ?",
-                )?;
-                let rows = select.query_map([after_seq, AUDIT_BATCH as i64], |r| {
+            .read_rows(
+                "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, \
+                 to_state, detail from audit_event where seq > ? order by seq limit ?",
+                [after_seq, AUDIT_BATCH as i64],
+                |r| {
                     Ok(AuditRow {
                         seq: r.get(0)?,
                         occurred_at: r.get(1)?,
@@ -143,9 +142,8 @@ impl Store {
                         to_state: r.get(7)?,
                         detail: r.get(8)?,
                     })
-                })?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
+                },
+            )
             .await?;
         to_events(rows)
     }

@@ -125,36 +125,23 @@ pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(
 impl Store {
     /// Notifications not yet routed to webhooks, oldest first (at most `limit`).
     pub async fn unrouted_notifications(&self, limit: i64) -> Result<Vec<Unrouted>, StoreError> {
-        self.read(|db| {
-            let mut select = db.prepare_cached(
-                "select outbox_id, event from outbox where routed_at is null \
-                 order by created_at, outbox_id limit ?",
-            )?;
-            let rows = select.query_map([limit], |r| {
+        self.read_rows(
+            "select outbox_id, event from outbox where routed_at is null \
+             order by created_at, outbox_id limit ?",
+            [limit],
+            |r| {
                 Ok(Unrouted {
                     outbox_id: r.get(0)?,
                     event: r.get(1)?,
                 })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
+            },
+        )
         .await
     }
 
-    /// Creates a pending delivery of `outbox_id` to each of `webhooks` (none: nobody listens)
-    /// and marks the notification routed, in one transaction.
-    pub async fn route_notification(
-        &self,
-        outbox_id: &str,
-        webhooks: &[&str],
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        self.route_notifications(&[(outbox_id, webhooks)], now)
-            .await
-    }
-
-    /// [`Store::route_notification`] for each `(outbox_id, webhooks)` of a batch, all in one
-    /// transaction (one commit for a notifier pass, not one per notification).
+    /// For each `(outbox_id, webhooks)` of a batch, creates a pending delivery of the
+    /// notification to each of its webhooks (none: nobody listens) and marks it routed, all in
+    /// one transaction (one commit for a notifier pass, not one per notification).
     pub async fn route_notifications(
         &self,
         routes: &[(&str, &[&str])],
@@ -188,14 +175,13 @@ impl Store {
         now: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        self.read(|db| {
-            let mut select = db.prepare_cached(
-                "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
-                 from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
-                 where d.status = 'pending' and d.next_attempt_at <= ? \
-                 order by o.created_at, d.outbox_id, d.webhook limit ?",
-            )?;
-            let rows = select.query_map(params![fmt_time(now), limit], |r| {
+        self.read_rows(
+            "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
+             from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
+             where d.status = 'pending' and d.next_attempt_at <= ? \
+             order by o.created_at, d.outbox_id, d.webhook limit ?",
+            (fmt_time(now), limit),
+            |r| {
                 Ok(DueDelivery {
                     outbox_id: r.get(0)?,
                     webhook: r.get(1)?,
@@ -203,9 +189,8 @@ impl Store {
                     event: r.get(3)?,
                     payload: r.get(4)?,
                 })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
+            },
+        )
         .await
     }
 

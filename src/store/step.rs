@@ -10,7 +10,7 @@ use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
 
-#[derive(sqlx::FromRow, serde::Deserialize)]
+#[derive(serde::Deserialize)]
 pub(super) struct StepRow {
     step_id: String,
     rollout_id: String,
@@ -92,11 +92,7 @@ impl Store {
     /// The steps of a rollout in runbook order.
     pub async fn steps(&self, rollout_id: &str) -> Result<Vec<Step>, StoreError> {
         let rows = self
-            .read(|db| {
-                let mut select = db.prepare_cached(SELECT_STEPS)?;
-                let rows = select.query_map([rollout_id], StepRow::from_row)?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
+            .read_rows(SELECT_STEPS, [rollout_id], StepRow::from_row)
             .await?;
         rows.into_iter().map(Step::try_from).collect()
     }
@@ -275,12 +271,11 @@ impl Store {
     /// Every attempt of a rollout, oldest first.
     pub async fn attempts(&self, rollout_id: &str) -> Result<Vec<StepAttempt>, StoreError> {
         let rows = self
-            .read(|db| {
-                let mut select = db.prepare_cached(
-                    "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, \
-                     outcome, detail from step_attempt where rollout_id = ? order by started_at, n",
-                )?;
-                let rows = select.query_map([rollout_id], |r| {
+            .read_rows(
+                "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, \
+                 outcome, detail from step_attempt where rollout_id = ? order by started_at, n",
+                [rollout_id],
+                |r| {
                     Ok(AttemptRow {
                         attempt_id: r.get(0)?,
                         step_id: r.get(1)?,
@@ -292,9 +287,8 @@ impl Store {
                         outcome: r.get(7)?,
                         detail: r.get(8)?,
                     })
-                })?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
+                },
+            )
             .await?;
         rows.into_iter()
             .map(|r| {

@@ -129,6 +129,22 @@ impl Store {
         self.reader.with(|db| f(db)).await
     }
 
+    /// Runs the query `sql` with `params` on the engine's reader: every row of its answer, in
+    /// order, each mapped by `row`.
+    pub(super) async fn read_rows<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params + Send,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T> + Send,
+    ) -> Result<Vec<T>, StoreError> {
+        self.read(|db| {
+            let mut select = db.prepare_cached(sql)?;
+            let rows = select.query_map(params, row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
     /// Runs one statement that changes rows on its own (no audit event), in a transaction
     /// of its own; the rows it changed.
     pub(crate) async fn write_one(

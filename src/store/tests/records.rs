@@ -197,7 +197,7 @@ async fn a_notification_is_enqueued_with_its_event_routed_to_each_webhook_and_de
     assert_eq!(unrouted[0].event, "started");
     let id = unrouted[0].outbox_id.clone();
     store
-        .route_notification(&id, &["ops", "chat"], at(2))
+        .route_notifications(&[(id.as_str(), &["ops", "chat"])], at(2))
         .await
         .expect("routed");
     assert!(store
