@@ -122,9 +122,15 @@ async fn plan(
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
-    let result = match call(run, step, "compose/up?dry_run", deadline, abort, || {
-        client.dry_run(&req)
-    })
+    let result = match call(
+        run,
+        step,
+        "compose/up?dry_run",
+        false,
+        deadline,
+        abort,
+        || client.dry_run(&req),
+    )
     .await
     {
         Call::Done { attempt, value } => {
@@ -328,7 +334,7 @@ async fn materialize(
         return Err(end);
     }
     let endpoint = "compose/up?dry_run";
-    let result = match call(run, at.step, endpoint, at.deadline, at.abort, || {
+    let result = match call(run, at.step, endpoint, false, at.deadline, at.abort, || {
         client.dry_run(req)
     })
     .await
@@ -474,7 +480,6 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<StreamResult, ComposeError>>,
 {
-    let store = &run.engine.inner.store;
     // A step caught mid-call by a restart: the call may have happened. Never resend it.
     if let Some(end) =
         reconcile_previous_attempt(run, step, endpoint, watched, deadline, abort).await
@@ -487,16 +492,10 @@ where
     // Only a call of the target (or, in a rename, of the former service) touches the replica
     // (a companion call never names one): a rollout that only called companions neither rolls
     // back nor ends `replica_left_down`.
-    let targets_replica = watched == [run.rollout.target()]
+    // The mark is written with the call's attempt (`Store::begin_attempt`), before it is sent.
+    let touches = watched == [run.rollout.target()]
         || run.rollout.replaced().is_some_and(|old| watched == [old]);
-    if targets_replica && !run.touched.load(std::sync::atomic::Ordering::Relaxed) {
-        if let Err(e) = store.mark_touched(&run.rollout.id).await {
-            return StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({}));
-        }
-        run.touched
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    match call(run, step, endpoint, deadline, abort, send).await {
+    match call(run, step, endpoint, touches, deadline, abort, send).await {
         Call::Done { attempt, value } => {
             let detail = json!({"endpoint": endpoint, "lines": value.n_lines, "tail": value.transcript_tail});
             match value.outcome {
@@ -541,11 +540,13 @@ where
 }
 
 /// Sends a call, writing an attempt row before each try; retries 409 and refused connections
-/// (nothing was sent) with backoff until the deadline.
+/// (nothing was sent) with backoff until the deadline. A call that `touches` the rollout's
+/// replica marks the rollout touched with its first attempt row, if not marked yet.
 async fn call<T, F, Fut>(
     run: &StepRun<'_>,
     step: &Step,
     endpoint: &str,
+    touches: bool,
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
     send: F,
@@ -561,8 +562,15 @@ where
         if *abort.borrow() {
             return Call::Aborted;
         }
-        let attempt = match store.begin_attempt(step, endpoint, Utc::now()).await {
-            Ok(id) => id,
+        let touch = touches && !run.touched.load(std::sync::atomic::Ordering::Relaxed);
+        let attempt = match store.begin_attempt(step, endpoint, Utc::now(), touch).await {
+            Ok(id) => {
+                if touch {
+                    run.touched
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                id
+            }
             Err(e) => {
                 return Call::OutOfTime {
                     last_error: format!("storage error: {e}"),

@@ -82,12 +82,13 @@ impl StepRun<'_> {
         let Some(tag) = current.tag.clone() else {
             return;
         };
+        let mut baselines = Vec::with_capacity(self.host.config.replicas.len());
         for (service, replica) in &self.host.config.replicas {
             // The name the replica runs under now: its key, or a former name (`aliases`).
             let running = std::iter::once(service)
                 .chain(&replica.aliases)
                 .find_map(|name| ps.iter().find(|c| is_service(c, name)));
-            let baseline = NewDeployment {
+            baselines.push(NewDeployment {
                 deployed_as: running
                     .map(|c| c.names.clone())
                     .filter(|name| name != service),
@@ -106,10 +107,10 @@ impl StepRun<'_> {
                 source: crate::domain::state::DeploymentSource::Baseline,
                 rollout_id: None,
                 deployed_at: Utc::now(),
-            };
-            if let Err(e) = store.record_baseline(&baseline).await {
-                tracing::warn!(rollout.id = %self.rollout.id, error = %e, "could not record the baseline deployment of {service}");
-            }
+            });
+        }
+        if let Err(e) = store.record_baselines(&baselines).await {
+            tracing::warn!(rollout.id = %self.rollout.id, host = %self.rollout.host, error = %e, "could not record the baseline deployments of {}'s replicas", self.rollout.host);
         }
     }
 

@@ -74,7 +74,8 @@ pub(crate) struct StepRun<'a> {
     /// rollout has settled (safety rule 13).
     pub settle_checked: std::sync::atomic::AtomicBool,
     /// Whether the rollout is recorded as having touched its replica (`touched_replica`): the
-    /// row said so when the drive began, or this drive wrote it before a call of the target.
+    /// row said so when the drive began, or this drive wrote it with the first attempt of a
+    /// call of the target (`Store::begin_attempt`).
     /// Once true, the later calls (`up` after `down`) need not write it again.
     pub touched: std::sync::atomic::AtomicBool,
     /// When the target's `up` ended: its engine has run since (restart detection).

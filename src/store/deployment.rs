@@ -142,14 +142,36 @@ impl Store {
         .await
     }
 
-    /// Records the host's current deployment of a replica canaryd never deployed.
-    pub async fn record_baseline(&self, d: &NewDeployment) -> Result<(), StoreError> {
-        self.write(|db| {
-            let existing: i64 = db
-                .prepare_cached("select count(*) from deployment where host = ? and service = ?")?
+    /// Records the host's current deployment of each replica canaryd never deployed (one
+    /// that has no deployment row yet), in one transaction. Replicas that have one are
+    /// found on the engine's reader first, so a host whose baselines are all recorded (every
+    /// rollout but its first) costs no write; the write checks again, so a race keeps one row.
+    pub async fn record_baselines(&self, ds: &[NewDeployment]) -> Result<(), StoreError> {
+        const RECORDED: &str = "select count(*) from deployment where host = ? and service = ?";
+        let missing = |db: &rusqlite::Connection, d: &NewDeployment| -> Result<bool, StoreError> {
+            let n: i64 = db
+                .prepare_cached(RECORDED)?
                 .query_row([&d.host, &d.service], |r| r.get(0))?;
-            if existing == 0 {
-                insert(db, d)?;
+            Ok(n == 0)
+        };
+        let any_missing = self
+            .read(|db| {
+                for d in ds {
+                    if missing(db, d)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            })
+            .await?;
+        if !any_missing {
+            return Ok(());
+        }
+        self.write(|db| {
+            for d in ds {
+                if missing(db, d)? {
+                    insert(db, d)?;
+                }
             }
             Ok(())
         })

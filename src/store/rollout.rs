@@ -347,16 +347,6 @@ impl Store {
         .await?;
         row.map(Rollout::try_from).transpose()
     }
-
-    /// Marks that a down or up is about to be sent: from now on a failure has something to undo.
-    pub async fn mark_touched(&self, id: &str) -> Result<(), StoreError> {
-        self.write_one(
-            "update rollout set touched_replica = 1 where rollout_id = ?",
-            (id,),
-        )
-        .await?;
-        Ok(())
-    }
 }
 
 /// One rollout, read inside a write transaction or on the engine's reader.

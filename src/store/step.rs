@@ -222,27 +222,37 @@ impl Store {
     }
 
     /// Write-ahead: records that a compose call is about to be sent, and commits, before the call.
-    /// The attempt's number (`n`, from 1 per step) is counted by the insert itself: one
-    /// statement, atomic on its own, instead of a transaction around a read and a write.
+    /// The attempt's number (`n`, from 1 per step) is counted by the insert itself. With
+    /// `touches` (the call names the rollout's replica), the same transaction marks the
+    /// rollout as having touched it (`touched_replica`, what decides a rollback or
+    /// `replica_left_down` at its end): the mark is never missing for a call written ahead.
     pub async fn begin_attempt(
         &self,
         step: &Step,
         endpoint: &str,
         at: DateTime<Utc>,
+        touches: bool,
     ) -> Result<String, StoreError> {
         let id = new_id("att");
-        self.write_one(
-            "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
-             select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
-            (
+        self.write(|db| {
+            if touches {
+                db.prepare_cached("update rollout set touched_replica = 1 where rollout_id = ?")?
+                    .execute([&step.rollout_id])?;
+            }
+            db.prepare_cached(
+                "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
+                 select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
+            )?
+            .execute((
                 &id,
                 &step.id,
                 &step.rollout_id,
                 endpoint,
                 fmt_time(at),
                 &step.id,
-            ),
-        )
+            ))?;
+            Ok(())
+        })
         .await?;
         Ok(id)
     }

@@ -94,9 +94,18 @@ async fn run_call(
     deadline: chrono::Duration,
     answer: impl Fn(usize, &watch::Sender<bool>) -> Result<(), ComposeError>,
 ) -> Ran {
+    run_call_aborted(false, deadline, answer).await
+}
+
+/// [`run_call`], with the abort already sent before the call when `aborted`.
+async fn run_call_aborted(
+    aborted: bool,
+    deadline: chrono::Duration,
+    answer: impl Fn(usize, &watch::Sender<bool>) -> Result<(), ComposeError>,
+) -> Ran {
     let dir = tempfile::tempdir().expect("temp dir");
     let engine = engine(dir.path()).await;
-    let (tx, mut rx) = watch::channel(false);
+    let (tx, mut rx) = watch::channel(aborted);
     let store = &engine.inner.store;
     let rollout = store
         .get_rollout("ro_1")
@@ -110,6 +119,7 @@ async fn run_call(
         &run,
         &step,
         "compose/down",
+        true,
         Utc::now() + deadline,
         &mut rx,
         || {
@@ -171,6 +181,44 @@ async fn a_busy_host_is_retried_with_a_doubling_backoff_up_to_its_cap() {
     assert_eq!(
         outcomes, expected,
         "every try is written ahead; the caller records the last"
+    );
+}
+
+/// A call of the replica marks its rollout touched in the transaction of its first attempt
+/// row: marked after a call that was sent (the mark is what a failure's rollback goes by),
+/// not by a call aborted before anything was written or sent.
+#[tokio::test]
+async fn the_replica_is_marked_touched_with_the_first_attempt_and_not_before() {
+    let touched = |ran: &Ran| {
+        let store = ran.engine.inner.store.clone();
+        async move {
+            let r = store
+                .get_rollout("ro_1")
+                .await
+                .expect("read")
+                .expect("found");
+            let attempts = store.attempts("ro_1").await.expect("attempts").len();
+            (r.touched_replica, attempts)
+        }
+    };
+    let ran = run_call(chrono::Duration::hours(1), |n, _| {
+        if n < 2 {
+            Err(busy())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    assert!(matches!(ran.result, Call::Done { .. }));
+    assert_eq!(touched(&ran).await, (true, 3), "marked with the attempts");
+
+    let ran = run_call_aborted(true, chrono::Duration::hours(1), |_, _| Ok(())).await;
+    assert!(matches!(ran.result, Call::Aborted));
+    assert!(ran.sent.is_empty(), "nothing sent");
+    assert_eq!(
+        touched(&ran).await,
+        (false, 0),
+        "nothing written, not marked"
     );
 }
 

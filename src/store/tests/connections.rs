@@ -1,5 +1,7 @@
 //! The store's connections: one that writes, several that only read (issue 17).
 
+use chrono::Utc;
+
 use super::{rollout, steps, temp_store};
 
 #[tokio::test]
@@ -26,8 +28,9 @@ async fn a_write_sent_to_the_reading_connections_is_refused_and_changes_nothing(
     assert!(e.to_string().contains("readonly"), "{e}");
     let r = store.get_rollout("r1").await.expect("read").expect("r1");
     assert!(!r.touched_replica, "the refused updates changed nothing");
+    let step = &store.steps("r1").await.expect("steps")[0];
     store
-        .mark_touched("r1")
+        .begin_attempt(step, "compose/down", Utc::now(), true)
         .await
         .expect("written by the writer");
     let r = store.get_rollout("r1").await.expect("read").expect("r1");
@@ -82,8 +85,12 @@ async fn a_write_after_close_fails() {
         .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
         .await
         .expect("created");
+    let step = &store.steps("r1").await.expect("steps")[0];
     store.close().await;
-    let e = store.mark_touched("r1").await.expect_err("closed");
+    let e = store
+        .begin_attempt(step, "compose/down", Utc::now(), true)
+        .await
+        .expect_err("closed");
     assert!(e.to_string().contains("closed"), "{e}");
     let store = crate::store::Store::open(&dir.path().join("canaryd.db"))
         .await

@@ -307,7 +307,11 @@ async fn the_last_touching_rollout_is_the_newest_that_sent_a_down_or_up() {
     for (id, s) in [("ro_1", 0), ("ro_2", 10), ("ro_3", 20)] {
         create(&store, &rollout(id, "h1", "r2", s)).await;
         if id != "ro_3" {
-            store.mark_touched(id).await.expect("touched");
+            let down = &store.steps(id).await.expect("steps")[1];
+            store
+                .begin_attempt(down, "compose/down", at(s), true)
+                .await
+                .expect("touched");
         }
         apply(&store, id, RolloutEvent::Fail, s + 1).await;
     }
@@ -450,7 +454,7 @@ async fn attempts_are_written_ahead_numbered_per_step_and_read_in_order() {
     let all = store.steps("ro_1").await.expect("steps");
     let (down, up) = (&all[1], &all[2]);
     let a1 = store
-        .begin_attempt(down, "compose/down", at(1))
+        .begin_attempt(down, "compose/down", at(1), false)
         .await
         .expect("begun");
     store
@@ -458,7 +462,7 @@ async fn attempts_are_written_ahead_numbered_per_step_and_read_in_order() {
         .await
         .expect("finished");
     let a2 = store
-        .begin_attempt(down, "compose/down", at(3))
+        .begin_attempt(down, "compose/down", at(3), false)
         .await
         .expect("begun");
     store
@@ -466,7 +470,7 @@ async fn attempts_are_written_ahead_numbered_per_step_and_read_in_order() {
         .await
         .expect("finished");
     store
-        .begin_attempt(up, "compose/up", at(5))
+        .begin_attempt(up, "compose/up", at(5), false)
         .await
         .expect("begun");
     let read: Vec<(String, i64, Option<AttemptOutcome>)> = store

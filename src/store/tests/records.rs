@@ -56,11 +56,11 @@ fn running(tag: &str) -> RunningState {
 async fn deployments_are_recorded_newest_first_and_a_baseline_only_once() {
     let (_dir, store) = temp_store().await;
     store
-        .record_baseline(&deployment("v0", 0, None))
+        .record_baselines(&[deployment("v0", 0, None)])
         .await
         .expect("baseline");
     store
-        .record_baseline(&deployment("v00", 1, None))
+        .record_baselines(&[deployment("v00", 1, None)])
         .await
         .expect("ignored");
     deploy(&store, "ro_1", "v1", 10).await;
@@ -102,11 +102,55 @@ async fn deployments_are_recorded_newest_first_and_a_baseline_only_once() {
         .is_none());
 }
 
+/// A snapshot's baselines go in together: each replica without a row gets one, a replica
+/// that has one keeps it, and a second call with every replica recorded writes nothing.
+#[tokio::test]
+async fn baselines_are_recorded_together_each_only_for_a_replica_without_one() {
+    let (dir, store) = temp_store().await;
+    deploy(&store, "ro_1", "v1", 10).await;
+    let r1 = NewDeployment {
+        service: "r1".into(),
+        ..deployment("v0", 0, None)
+    };
+    let r2 = deployment("v0", 0, None);
+    store
+        .record_baselines(&[r1.clone(), r2.clone()])
+        .await
+        .expect("baselines");
+    let tags = |service: &'static str| {
+        let store = store.clone();
+        async move {
+            let all = store.deployments("h1", service).await.expect("read");
+            all.into_iter()
+                .map(|d| (d.tag, d.source))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        tags("r1").await,
+        [("v0".into(), DeploymentSource::Baseline)]
+    );
+    assert_eq!(
+        tags("r2").await,
+        [("v1".into(), DeploymentSource::Rollout)],
+        "r2 was deployed by canaryd: no baseline"
+    );
+    // Another process holds the database's write lock: a write would wait for it and fail.
+    let other = rusqlite::Connection::open(dir.path().join("canaryd.db")).expect("open");
+    other.execute_batch("begin immediate").expect("write lock");
+    store
+        .record_baselines(&[r1, r2])
+        .await
+        .expect("nothing to record: no write");
+    other.execute_batch("rollback").expect("released");
+    assert_eq!(tags("r1").await.len(), 1);
+}
+
 #[tokio::test]
 async fn the_prior_deployment_is_the_newest_that_differs_from_what_runs() {
     let (_dir, store) = temp_store().await;
     store
-        .record_baseline(&deployment("v0", 0, None))
+        .record_baselines(&[deployment("v0", 0, None)])
         .await
         .expect("baseline");
     deploy(&store, "ro_1", "v1", 10).await;
@@ -301,7 +345,10 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
         deployed_as: Some("r2-old".into()),
         ..deployment("v1", 0, None)
     };
-    store.record_baseline(&old).await.expect("baseline");
+    store
+        .record_baselines(std::slice::from_ref(&old))
+        .await
+        .expect("baseline");
     let mut new = rollout("ro_1", "h1", "r2", 1);
     new.replaces = Some(crate::domain::plan::Replaces {
         service: "r2-old".into(),

@@ -28,7 +28,7 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
     .await;
     let steps = store.steps(&old_ok).await.expect("steps");
     store
-        .begin_attempt(&steps[1], "/compose/up", day(0))
+        .begin_attempt(&steps[1], "/compose/up", day(0), false)
         .await
         .expect("attempt");
     let deployment = NewDeployment {
