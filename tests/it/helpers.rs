@@ -102,6 +102,22 @@ pub fn fast_runbooks() -> BTreeMap<String, Runbook> {
     .collect()
 }
 
+/// The daemon's config over several simulated hosts, each under its given name (the
+/// releases' and admission's tests): `dev_config`'s, with one host entry per simulated host.
+pub fn fleet_config(sims: &[(String, SimHost)], db: PathBuf) -> canaryd::config::ResolvedConfig {
+    let listen = "127.0.0.1:0".parse().expect("addr");
+    let env = sim_config().initial_env;
+    let mut config = dev_config(&sims[0].1, listen, db.clone(), env.clone());
+    config.hosts.clear();
+    for (name, sim) in sims {
+        let one = dev_config(sim, listen, db.clone(), env.clone());
+        let mut host = one.hosts.into_values().next().expect("one host");
+        host.name = name.clone();
+        config.hosts.insert(name.clone(), host);
+    }
+    config
+}
+
 /// The simulated host as the tests use it: the example, with a short cold start.
 pub fn sim_config() -> SimConfig {
     let mut cfg = SimConfig::example();

@@ -1,6 +1,7 @@
 //! The one integration test binary: everything end to end, against the simulated host.
 
 mod abort;
+mod admission;
 mod analyze;
 mod approve;
 mod audit;

@@ -6,14 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use canaryd::app::App;
-use canaryd::cli::dev_config;
 use canaryd::engine::Engine;
 use canaryd::http::ReleaseOut;
 use canaryd::sim::{SimHost, SimOp};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::helpers::{fast_runbooks, is_dry_run, sim_config, FILE, R1, R2};
+use crate::helpers::{fast_runbooks, fleet_config, is_dry_run, sim_config, FILE, R1, R2};
 
 mod check;
 mod events;
@@ -41,16 +40,7 @@ impl Fleet {
     }
 
     async fn boot(sims: Vec<(String, SimHost)>, dir: tempfile::TempDir, db: PathBuf) -> Fleet {
-        let listen = "127.0.0.1:0".parse().expect("addr");
-        let env = sim_config().initial_env;
-        let mut config = dev_config(&sims[0].1, listen, db.clone(), env.clone());
-        config.hosts.clear();
-        for (name, sim) in &sims {
-            let one = dev_config(sim, listen, db.clone(), env.clone());
-            let mut host = one.hosts.into_values().next().expect("one host");
-            host.name = name.clone();
-            config.hosts.insert(name.clone(), host);
-        }
+        let config = fleet_config(&sims, db.clone());
         let app = App::build(config, fast_runbooks())
             .await
             .unwrap_or_else(|e| panic!("daemon builds: {e:#}"));
