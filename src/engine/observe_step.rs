@@ -63,7 +63,7 @@ impl StepRun<'_> {
             Ok(v) => v,
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({"ps": ps})),
         };
-        self.record_baseline(&ps, &version).await;
+        self.record_baselines(&ps, &version).await;
         self.snapshot = Some(ps.clone());
         StepEnd::Succeeded(json!({"ps": ps, "version": version}))
     }
@@ -72,7 +72,7 @@ impl StepRun<'_> {
     /// configured replica that has none (docs/reference.md#rollback): a later rollout of a
     /// sibling (the second replica of a release) must not take as its baseline the version
     /// the first one just deployed.
-    async fn record_baseline(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
+    async fn record_baselines(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
         let store = &self.engine.inner.store;
         let current = version
             .projects
