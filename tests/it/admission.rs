@@ -5,62 +5,25 @@
 
 use std::time::Duration;
 
-use canaryd::app::App;
 use canaryd::http::RolloutOut;
-use canaryd::sim::{SimHost, SimOp};
+use canaryd::sim::SimOp;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::helpers::{fast_runbooks, fleet_config, is_dry_run, sim_config, FILE, R2};
+use crate::fleet::Fleet;
+use crate::helpers::{is_dry_run, FILE, R2};
 
-/// A daemon over `hosts` simulated hosts (`gpu01`, …), `concurrency` canaries admitted at
-/// once, each holding its place for `hold` at most.
-struct Gated {
-    sims: Vec<(String, SimHost)>,
-    url: String,
-    _dir: tempfile::TempDir,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+/// A fleet whose daemon admits `concurrency` canaries at once, each holding its place for
+/// `hold` at most.
+async fn gated(hosts: usize, concurrency: u32, hold: Duration) -> Fleet {
+    Fleet::spawn_with(hosts, |engine| {
+        engine.start_concurrency = concurrency;
+        engine.start_hold = hold;
+    })
+    .await
 }
 
-impl Gated {
-    async fn spawn(hosts: usize, concurrency: u32, hold: Duration) -> Gated {
-        let mut sims = Vec::new();
-        for i in 1..=hosts {
-            let sim = SimHost::start(sim_config()).await.expect("simulated host");
-            sims.push((format!("gpu{i:02}"), sim));
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = fleet_config(&sims, dir.path().join("canaryd.db"));
-        config.engine.start_concurrency = concurrency;
-        config.engine.start_hold = hold;
-        let app = App::build(config, fast_runbooks())
-            .await
-            .unwrap_or_else(|e| panic!("daemon builds: {e:#}"));
-        let url = format!("http://{}", app.local_addr().expect("bound"));
-        let server = tokio::spawn(app.run_until_stopped(std::future::pending::<()>()));
-        Gated {
-            sims,
-            url,
-            _dir: dir,
-            server,
-        }
-    }
-
-    fn sim(&self, host: &str) -> &SimHost {
-        &self.sims.iter().find(|(n, _)| n == host).expect("host").1
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let res = reqwest::Client::new()
-            .post(format!("{}{path}", self.url))
-            .json(body)
-            .send()
-            .await
-            .expect("request reaches the daemon");
-        let status = res.status().as_u16();
-        (status, res.json().await.unwrap_or(Value::Null))
-    }
-
+impl Fleet {
     async fn start_canary(&self, host: &str) -> String {
         let plan = json!({"host": host, "file": FILE, "service": R2, "tag": "v0.0.452",
             "reason": "admission test"});
@@ -70,16 +33,12 @@ impl Gated {
     }
 
     async fn rollout(&self, id: &str) -> RolloutOut {
-        reqwest::get(format!("{}/v1/rollouts/{id}", self.url))
-            .await
-            .expect("request reaches the daemon")
-            .json()
-            .await
-            .expect("rollout")
+        let r: Value = self.get(&format!("/v1/rollouts/{id}")).await;
+        serde_json::from_value(r).expect("rollout")
     }
 
     /// Polls until the rollout is terminal (bounded: 400 × 50 ms).
-    async fn wait_terminal(&self, id: &str) -> RolloutOut {
+    async fn wait_rollout(&self, id: &str) -> RolloutOut {
         for _ in 0..400 {
             let r = self.rollout(id).await;
             if matches!(r.status.as_str(), "succeeded" | "failed" | "aborted") {
@@ -103,18 +62,12 @@ impl Gated {
     }
 }
 
-impl Drop for Gated {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
 /// One at a time: each canary's first call to its host comes after the previous canary's `up`
 /// (it gave its place back at its health wait), although every host answers its `down` slowly
 /// enough that canaries not queued would all have sent their first calls together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canaries_started_together_take_their_first_steps_one_at_a_time_in_arrival_order() {
-    let gated = Gated::spawn(3, 1, Duration::from_secs(30)).await;
+    let gated = gated(3, 1, Duration::from_secs(30)).await;
     for (_, sim) in &gated.sims {
         sim.faults()
             .delay_answer(SimOp::Down, Duration::from_millis(300), 1);
@@ -124,7 +77,7 @@ async fn canaries_started_together_take_their_first_steps_one_at_a_time_in_arriv
         ids.push(gated.start_canary(host).await);
     }
     for id in &ids {
-        let r = gated.wait_terminal(id).await;
+        let r = gated.wait_rollout(id).await;
         assert_eq!(r.status, "succeeded", "{r:#?}");
     }
     let mut times: Vec<(DateTime<Utc>, DateTime<Utc>, &str)> = ["gpu01", "gpu02", "gpu03"]
@@ -150,7 +103,7 @@ async fn canaries_started_together_take_their_first_steps_one_at_a_time_in_arriv
 /// its host never hears from canaryd, while the canary ahead still holds its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_aborted_while_queued_ends_at_once_having_sent_nothing() {
-    let gated = Gated::spawn(2, 1, Duration::from_secs(60)).await;
+    let gated = gated(2, 1, Duration::from_secs(60)).await;
     gated.sim("gpu01").faults().stall_stream(SimOp::Down);
     let ahead = gated.start_canary("gpu01").await;
     for _ in 0..200 {
@@ -174,7 +127,7 @@ async fn a_canary_aborted_while_queued_ends_at_once_having_sent_nothing() {
         )
         .await;
     assert_eq!(status, 200, "abort accepted: {body}");
-    let r = gated.wait_terminal(&queued).await;
+    let r = gated.wait_rollout(&queued).await;
     assert_eq!(r.status, "aborted", "{r:#?}");
     assert!(
         gated.sim("gpu02").calls().is_empty(),
@@ -187,6 +140,6 @@ async fn a_canary_aborted_while_queued_ends_at_once_having_sent_nothing() {
         "the one ahead still runs"
     );
     gated.sim("gpu01").faults().release_stalls();
-    let r = gated.wait_terminal(&ahead).await;
+    let r = gated.wait_rollout(&ahead).await;
     assert_eq!(r.status, "succeeded", "{r:#?}");
 }

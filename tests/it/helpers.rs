@@ -102,20 +102,28 @@ pub fn fast_runbooks() -> BTreeMap<String, Runbook> {
     .collect()
 }
 
-/// The daemon's config over several simulated hosts, each under its given name (the
-/// releases' and admission's tests): `dev_config`'s, with one host entry per simulated host.
-pub fn fleet_config(sims: &[(String, SimHost)], db: PathBuf) -> canaryd::config::ResolvedConfig {
-    let listen = "127.0.0.1:0".parse().expect("addr");
-    let env = sim_config().initial_env;
-    let mut config = dev_config(&sims[0].1, listen, db.clone(), env.clone());
-    config.hosts.clear();
-    for (name, sim) in sims {
-        let one = dev_config(sim, listen, db.clone(), env.clone());
-        let mut host = one.hosts.into_values().next().expect("one host");
-        host.name = name.clone();
-        config.hosts.insert(name.clone(), host);
+/// Stops a daemon as a crash would: every rollout task and the listener die where they are,
+/// and its SQLite connections close (any open transaction with them), as with the process.
+pub async fn crash(engine: &Engine, server: Option<tokio::task::JoinHandle<std::io::Result<()>>>) {
+    engine.kill();
+    if let Some(server) = server {
+        server.abort();
+        let _ = server.await;
     }
-    config
+    let closed = tokio::time::timeout(Duration::from_secs(5), engine.store().close());
+    assert!(closed.await.is_ok(), "the dead daemon's database closes");
+}
+
+/// POSTs `body` as JSON to the daemon at `base`; returns (status, body; `Null` if not JSON).
+pub async fn post_json(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let res = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(body)
+        .send()
+        .await
+        .expect("request reaches the daemon");
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
 }
 
 /// The simulated host as the tests use it: the example, with a short cold start.
@@ -324,14 +332,7 @@ impl TestApp {
     /// Stops the daemon as a crash would: the listener and every rollout task die where they
     /// are, nothing more is written. The host and the database stay.
     pub async fn kill(mut self) -> Crashed {
-        self.engine.kill();
-        if let Some(server) = self.server.take() {
-            server.abort();
-            let _ = server.await;
-        }
-        // The process is gone: its SQLite connections (and any open transaction) with it.
-        let closed = tokio::time::timeout(Duration::from_secs(5), self.engine.store().close());
-        assert!(closed.await.is_ok(), "the dead daemon's database closes");
+        crash(&self.engine, self.server.take()).await;
         Crashed {
             sim: self.sim,
             db: self.db,
@@ -382,14 +383,7 @@ impl TestApp {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let res = reqwest::Client::new()
-            .post(format!("{}{path}", self.url))
-            .json(body)
-            .send()
-            .await
-            .expect("request reaches the daemon");
-        let status = res.status().as_u16();
-        (status, res.json().await.unwrap_or(Value::Null))
+        post_json(&self.url, path, body).await
     }
 
     /// Starts a canary and returns its id (panics if refused).

@@ -2,97 +2,20 @@
 //! daemon; the ordering is asserted from the compose calls each host recorded.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use canaryd::app::App;
-use canaryd::engine::Engine;
 use canaryd::http::ReleaseOut;
-use canaryd::sim::{SimHost, SimOp};
+use canaryd::sim::SimOp;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::helpers::{fast_runbooks, fleet_config, is_dry_run, sim_config, FILE, R1, R2};
+use crate::fleet::Fleet;
+use crate::helpers::{is_dry_run, FILE, R1, R2};
 
 mod check;
 mod events;
 
-/// One daemon over several simulated hosts (`gpu01`, `gpu02`, …), each with r1 and r2.
-struct Fleet {
-    sims: Vec<(String, SimHost)>,
-    url: String,
-    engine: Engine,
-    db: PathBuf,
-    dir: tempfile::TempDir,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-}
-
 impl Fleet {
-    async fn spawn(hosts: usize) -> Fleet {
-        let mut sims = Vec::new();
-        for i in 1..=hosts {
-            let sim = SimHost::start(sim_config()).await.expect("simulated host");
-            sims.push((format!("gpu{i:02}"), sim));
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let db = dir.path().join("canaryd.db");
-        Self::boot(sims, dir, db).await
-    }
-
-    async fn boot(sims: Vec<(String, SimHost)>, dir: tempfile::TempDir, db: PathBuf) -> Fleet {
-        let config = fleet_config(&sims, db.clone());
-        let app = App::build(config, fast_runbooks())
-            .await
-            .unwrap_or_else(|e| panic!("daemon builds: {e:#}"));
-        let url = format!("http://{}", app.local_addr().expect("bound"));
-        let engine = app.engine();
-        let server = tokio::spawn(app.run_until_stopped(std::future::pending::<()>()));
-        Fleet {
-            sims,
-            url,
-            engine,
-            db,
-            dir,
-            server: Some(server),
-        }
-    }
-
-    /// Dies as a crash would; the hosts and the database survive, and a new daemon boots.
-    async fn crash_and_restart(mut self) -> Fleet {
-        self.engine.kill();
-        if let Some(server) = self.server.take() {
-            server.abort();
-            let _ = server.await;
-        }
-        let closed = tokio::time::timeout(Duration::from_secs(5), self.engine.store().close());
-        assert!(closed.await.is_ok(), "the dead daemon's database closes");
-        Self::boot(self.sims, self.dir, self.db).await
-    }
-
-    fn sim(&self, host: &str) -> &SimHost {
-        &self.sims.iter().find(|(n, _)| n == host).expect("host").1
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let res = reqwest::Client::new()
-            .post(format!("{}{path}", self.url))
-            .json(body)
-            .send()
-            .await
-            .expect("request reaches the daemon");
-        let status = res.status().as_u16();
-        (status, res.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        reqwest::get(format!("{}{path}", self.url))
-            .await
-            .expect("request reaches the daemon")
-            .json()
-            .await
-            .expect("json")
-    }
-
     async fn release(&self, id: &str) -> ReleaseOut {
         serde_json::from_value(self.get(&format!("/v1/releases/{id}")).await).expect("release")
     }
