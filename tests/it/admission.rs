@@ -75,6 +75,9 @@ async fn canaries_started_together_take_their_first_steps_one_at_a_time_in_arriv
     let mut ids = Vec::new();
     for host in ["gpu01", "gpu02", "gpu03"] {
         ids.push(gated.start_canary(host).await);
+        // Its task takes its place in the queue long before the next one arrives (without the
+        // gate, the next one's first call would still come well before this one's `up`).
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for id in &ids {
         let r = gated.wait_rollout(id).await;
