@@ -169,7 +169,10 @@ impl Store {
         .await
     }
 
-    /// Pending deliveries due at `now`, oldest notification first (at most `limit`).
+    /// Pending deliveries due at `now`, in the order of their audit events (at most `limit`):
+    /// a rollout's notifications reach a webhook in the order they happened. Not by their
+    /// time: a step's failure and its rollout's failure are often stamped the same
+    /// millisecond, and ids within one millisecond are random.
     pub async fn due_deliveries(
         &self,
         now: DateTime<Utc>,
@@ -179,7 +182,7 @@ impl Store {
             "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
              from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
              where d.status = 'pending' and d.next_attempt_at <= ? \
-             order by o.created_at, d.outbox_id, d.webhook limit ?",
+             order by o.audit_seq, d.outbox_id, d.webhook limit ?",
             (fmt_time(now), limit),
             |r| {
                 Ok(DueDelivery {

@@ -393,6 +393,29 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
     assert_eq!(named("r2-other").await, None);
 }
 
+/// Deliveries go in the order of the audit events, whatever their times say: here the
+/// rollout's failure is stamped a second before its start (two clocks read by different
+/// tasks can do that; the same millisecond, the usual case, left the order to random ids).
+#[tokio::test]
+async fn deliveries_are_due_in_the_order_of_their_audit_events() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    apply(&store, "ro_1", RolloutEvent::Start, 5).await;
+    apply(&store, "ro_1", RolloutEvent::Fail, 4).await;
+    let unrouted = store.unrouted_notifications(10).await.expect("read");
+    let routes: Vec<(&str, &[&str])> = unrouted
+        .iter()
+        .map(|n| (n.outbox_id.as_str(), &["ops"][..]))
+        .collect();
+    store
+        .route_notifications(&routes, at(6))
+        .await
+        .expect("routed");
+    let due = store.due_deliveries(at(6), 10).await.expect("due");
+    let events: Vec<&str> = due.iter().map(|d| d.event.as_str()).collect();
+    assert_eq!(events, ["started", "failed"]);
+}
+
 /// A notifier pass routes its whole batch in one transaction: each notification gets its own
 /// webhooks' deliveries and is marked routed; one that nobody listens to is routed with none.
 #[tokio::test]
