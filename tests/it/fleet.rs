@@ -38,7 +38,8 @@ impl Fleet {
         }
         let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("canaryd.db");
-        let mut timings = fleet_config(&sims, db.clone()).engine;
+        // `dev_config`'s engine timings are the defaults.
+        let mut timings = EngineTuning::default();
         tune(&mut timings);
         Self::boot(sims, dir, db, timings).await
     }
