@@ -22,6 +22,9 @@ pub struct App {
     listener: TcpListener,
     state: AppState,
     grace: Duration,
+    /// The database is removed when the process ends (`canaryd dev` without `--db`): its
+    /// unfinished rollouts do not resume anywhere, and the stop says so.
+    temporary: bool,
 }
 
 /// How long a graceful shutdown lets running compose calls finish before stopping them.
@@ -36,10 +39,22 @@ impl App {
         config: ResolvedConfig,
         runbooks: BTreeMap<String, Runbook>,
     ) -> anyhow::Result<App> {
+        Self::build_waiting(config, runbooks, Duration::ZERO).await
+    }
+
+    /// `build`, waiting up to `lock_wait` for another daemon that owns the database to exit
+    /// (`serve --wait-for-lock`); its unfinished rollouts are then resumed as after a restart.
+    /// A database still owned after that fails with `StoreError::InUse`, before anything of it
+    /// is read or written.
+    pub async fn build_waiting(
+        config: ResolvedConfig,
+        runbooks: BTreeMap<String, Runbook>,
+        lock_wait: Duration,
+    ) -> anyhow::Result<App> {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
-        let store = Store::open(&config.database)
+        let store = Store::open_waiting(&config.database, lock_wait)
             .await
             .with_context(|| format!("opening the database {}", config.database.display()))?;
         let names: BTreeSet<String> = runbooks.keys().cloned().collect();
@@ -77,6 +92,7 @@ impl App {
             listener,
             state,
             grace: DEFAULT_SHUTDOWN_GRACE,
+            temporary: false,
         })
     }
 
@@ -93,6 +109,12 @@ impl App {
     /// Sets how long a graceful shutdown waits for running compose calls.
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Marks the database as removed when the process ends (`canaryd dev`'s temporary one).
+    pub fn with_temporary_database(mut self) -> Self {
+        self.temporary = true;
         self
     }
 
@@ -131,12 +153,24 @@ impl App {
                 Ok(())
             }
         };
-        let stopped = engine.shutdown(self.grace).await;
-        tracing::info!(
-            interrupted = stopped,
-            "canaryd stopped; unfinished rollouts resume at next start"
-        );
+        engine.shutdown(self.grace).await;
+        // What the stop interrupted is what the database still holds unfinished.
+        let store = engine.store();
+        let unfinished = store.count_active_rollouts().await.unwrap_or(0);
+        if self.temporary {
+            tracing::info!(
+                interrupted = unfinished,
+                "canaryd stopped; its temporary database is removed, with {unfinished} unfinished rollout(s) (keep them with --db FILE)"
+            );
+        } else {
+            tracing::info!(
+                interrupted = unfinished,
+                "canaryd stopped; {unfinished} unfinished rollout(s) resume at next start"
+            );
+        }
         notifier.stop().await;
+        // The database is given up with the stop: another daemon may take it now.
+        store.close().await;
         served
     }
 }
@@ -173,6 +207,6 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         {
             let _ = tokio::signal::ctrl_c().await;
         }
-        tracing::info!("shutdown requested; unfinished rollouts resume at next start");
+        tracing::info!("shutdown requested; rollouts stop at their next step boundary or wait");
     }
 }

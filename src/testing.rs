@@ -35,9 +35,9 @@ impl Timings {
 /// A runbook duration: `10m`, `3s` or `50ms`.
 pub fn runbook_duration(d: Duration) -> String {
     let ms = d.as_millis().max(1);
-    if ms % 60_000 == 0 {
+    if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

@@ -150,7 +150,10 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         .listen
         .unwrap_or(SocketAddr::from(([127, 0, 0, 1], default_port)));
     let config = dev_config(&sim, listen, db.clone(), env);
-    let app = App::build(config, dev_runbooks()?).await?;
+    let mut app = App::build(config, dev_runbooks()?).await?;
+    if args.db.is_none() {
+        app = app.with_temporary_database();
+    }
     // Installed before the banner: a SIGTERM right after it still removes the temp folder.
     let stop = shutdown_signal();
     let addr = app.local_addr()?;

@@ -58,6 +58,11 @@ pub enum Command {
         /// The daemon's config file; the secrets it names come from environment variables.
         #[arg(long, default_value = "config/canaryd.yaml")]
         config: PathBuf,
+        /// When another canaryd owns the database, wait up to this long (`90s`, `5m`) for it to
+        /// exit, then resume its unfinished rollouts (rolling redeploys); without it, exit 2 at
+        /// once.
+        #[arg(long, value_name = "DURATION", value_parser = crate::domain::duration::parse_duration)]
+        wait_for_lock: Option<std::time::Duration>,
         #[command(flatten)]
         log: LogArgs,
     },
@@ -108,7 +113,11 @@ pub enum Command {
 /// Runs the parsed command and maps the outcome to an exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        Command::Serve { config, log } => serve::serve(&config, log.log_format).await,
+        Command::Serve {
+            config,
+            wait_for_lock,
+            log,
+        } => serve::serve(&config, wait_for_lock.unwrap_or_default(), log.log_format).await,
         Command::Dev { args, log } => dev::dev(args, log.log_format).await,
         Command::Rollout { command } => remote::rollout(command).await,
         Command::Release { command } => remote::release(command).await,

@@ -2,15 +2,21 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::app::{shutdown_signal, App};
+use crate::store::StoreError;
 use crate::telemetry::{self, LogFormat};
 
 /// Exit code for a configuration that cannot be used, and for usage errors
 /// (docs/cli.md#exit-codes).
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
-pub async fn serve(config_path: &Path, log_format: LogFormat) -> anyhow::Result<ExitCode> {
+pub async fn serve(
+    config_path: &Path,
+    lock_wait: Duration,
+    log_format: LogFormat,
+) -> anyhow::Result<ExitCode> {
     telemetry::init(log_format, "canaryd=info,tower_http=warn");
     let config =
         match crate::config::load(config_path).and_then(|c| c.check_listen_safety().map(|()| c)) {
@@ -29,7 +35,17 @@ pub async fn serve(config_path: &Path, log_format: LogFormat) -> anyhow::Result<
             return Ok(ExitCode::from(EXIT_BAD_CONFIG));
         }
     };
-    let app = App::build(config, runbooks).await?;
+    let app = match App::build_waiting(config, runbooks, lock_wait).await {
+        Ok(app) => app,
+        Err(e) => match e.downcast_ref::<StoreError>() {
+            // Another daemon drives this database: touch nothing (safety rule 16).
+            Some(in_use @ StoreError::InUse { .. }) => {
+                eprintln!("error: {in_use}");
+                return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+            }
+            _ => return Err(e),
+        },
+    };
     let addr = app.local_addr()?;
     tracing::info!(listen = %addr, "canaryd listening on http://{addr}");
     app.run_until_stopped(shutdown_signal()).await?;

@@ -333,7 +333,7 @@ pub(crate) fn engine_ready(shared: &Shared, service: &str) -> bool {
             .is_some_and(|c| c.running && Instant::now() >= c.ready_at);
     if ready && st.faults.health_flap.contains(service) {
         st.faults.flap_seq += 1;
-        return st.faults.flap_seq % 2 == 0;
+        return st.faults.flap_seq.is_multiple_of(2);
     }
     ready
 }

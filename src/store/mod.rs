@@ -10,6 +10,7 @@ mod checks;
 mod deployment;
 mod history;
 mod outbox;
+mod owner;
 mod record;
 mod release;
 mod retention;
@@ -36,6 +37,7 @@ pub use bulk::BulkSpec;
 pub use deployment::{NewDeployment, RunningState};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
+pub use owner::lock_path;
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming};
 pub use release::{
     NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
@@ -63,6 +65,10 @@ pub enum StoreError {
     InvalidTransition { id: String, message: String },
     #[error("rollout {0} is not waiting for an approval")]
     NotAwaitingApproval(String),
+    #[error("database {path} is in use by {owner}")]
+    InUse { path: String, owner: String },
+    #[error("{0}")]
+    Lock(String),
     #[error("corrupt row in {table}: {message}")]
     Corrupt {
         table: &'static str,
@@ -90,6 +96,8 @@ pub struct Store {
     /// The engine's reading connection ([`Store::read`]).
     reader: std::sync::Arc<write::OwnedConn>,
     bus: std::sync::Arc<EventBus>,
+    /// This process's hold on the database file (`owner.rs`), released by `close`.
+    owner: std::sync::Arc<std::sync::Mutex<Option<owner::Owner>>>,
 }
 
 #[derive(Debug)]
@@ -143,8 +151,16 @@ async fn register_step_kinds(pool: &SqlitePool) -> Result<(), StoreError> {
 
 impl Store {
     /// Opens (creating if missing) and migrates the database at `path`, and registers the step
-    /// kinds (`register_step_kinds`).
+    /// kinds (`register_step_kinds`). Fails `InUse` when another process owns it.
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_waiting(path, Duration::ZERO).await
+    }
+
+    /// `open`, first taking the database for this process (`owner.rs`): when another process
+    /// owns it, waits up to `wait` for it to exit, then fails `InUse` naming it. Nothing of
+    /// the database is read or written before the lock is held.
+    pub async fn open_waiting(path: &Path, wait: Duration) -> Result<Self, StoreError> {
+        let owner = owner::Owner::acquire(path, wait).await?;
         let options = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
             .create_if_missing(true)
@@ -184,9 +200,14 @@ impl Store {
             writer: std::sync::Arc::new(writer),
             reader: std::sync::Arc::new(reader),
             bus: std::sync::Arc::new(bus),
+            owner: std::sync::Arc::new(std::sync::Mutex::new(Some(owner))),
         };
         let last = store.last_audit_seq().await?;
-        tokio::spawn(store.clone().run_publisher(last));
+        // The publisher lives as long as the runtime; it does not hold the database for this
+        // process: dropping every other handle gives it up, as `close` does.
+        let mut publisher = store.clone();
+        publisher.owner = Default::default();
+        tokio::spawn(publisher.run_publisher(last));
         Ok(store)
     }
 
@@ -236,6 +257,9 @@ impl Store {
         self.pool.close().await;
         self.reader.close().await;
         self.writer.close().await;
+        if let Ok(mut owner) = self.owner.lock() {
+            owner.take();
+        }
     }
 
     /// The connections that read (`query_only`).

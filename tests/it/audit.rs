@@ -54,10 +54,9 @@ impl Row {
     }
 }
 
+/// The daemon's own database handle (a second process could not open it: it is owned).
 pub async fn open_store(app: &TestApp) -> Store {
-    Store::open(&app.db)
-        .await
-        .expect("second handle on the daemon's database")
+    app.engine.store().clone()
 }
 
 /// Inserts a finished rollout (created, started, then `outcome`) with two steps; returns its id.

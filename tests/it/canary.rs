@@ -310,12 +310,7 @@ async fn a_busy_host_is_retried_inside_the_step_timeout() {
     assert_eq!(r.status, "succeeded", "{r:#?}");
     let preflight = step(&r, "preflight");
     assert!(preflight.status == "succeeded");
-    let attempts = canaryd::store::Store::open(&app.db)
-        .await
-        .expect("db")
-        .attempts(&id)
-        .await
-        .expect("attempts");
+    let attempts = app.engine.store().attempts(&id).await.expect("attempts");
     let busy = attempts
         .iter()
         .filter(|a| a.outcome == Some(canaryd::domain::state::AttemptOutcome::Busy))

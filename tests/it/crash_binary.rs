@@ -13,12 +13,12 @@ use crate::helpers::{sim_config, TestApp, FAST_CANARY, FAST_RECREATE, FAST_ROLLB
 
 const TOKEN_ENV: &str = "CANARYD_TEST_GPU02_TOKEN";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     l.local_addr().expect("addr").port()
 }
 
-fn write_config(dir: &Path, sim: &SimHost, port: u16) -> std::path::PathBuf {
+pub(crate) fn write_config(dir: &Path, sim: &SimHost, port: u16) -> std::path::PathBuf {
     let runbooks = dir.join("runbooks");
     std::fs::create_dir_all(&runbooks).expect("runbooks dir");
     for (name, text) in [
@@ -61,6 +61,11 @@ compose:
 }
 
 fn serve(config: &Path, sim: &SimHost, log: &Path) -> Child {
+    serve_with(config, sim, log, &[])
+}
+
+/// `canaryd serve --config CONFIG ARGS...`, its stderr appended to `log`.
+pub(crate) fn serve_with(config: &Path, sim: &SimHost, log: &Path, args: &[&str]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -69,6 +74,7 @@ fn serve(config: &Path, sim: &SimHost, log: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_canaryd"))
         .args(["serve", "--config"])
         .arg(config)
+        .args(args)
         .env(TOKEN_ENV, sim.token())
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
@@ -77,7 +83,7 @@ fn serve(config: &Path, sim: &SimHost, log: &Path) -> Child {
         .expect("canaryd starts")
 }
 
-async fn wait_ready(base: &str, child: &mut Child) {
+pub(crate) async fn wait_ready(base: &str, child: &mut Child) {
     for _ in 0..300 {
         if let Ok(res) = reqwest::get(format!("{base}/readyz")).await {
             if res.status() == 200 {
@@ -92,7 +98,7 @@ async fn wait_ready(base: &str, child: &mut Child) {
     panic!("canaryd never became ready");
 }
 
-async fn get(base: &str, path: &str) -> Value {
+pub(crate) async fn get(base: &str, path: &str) -> Value {
     reqwest::get(format!("{base}{path}"))
         .await
         .expect("answers")
@@ -101,7 +107,7 @@ async fn get(base: &str, path: &str) -> Value {
         .expect("json")
 }
 
-async fn wait_terminal(base: &str, id: &str) -> Value {
+pub(crate) async fn wait_terminal(base: &str, id: &str) -> Value {
     for _ in 0..300 {
         let r = get(base, &format!("/v1/rollouts/{id}")).await;
         if matches!(
