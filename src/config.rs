@@ -310,10 +310,17 @@ pub struct EngineTuning {
     /// How long a preempting rollback waits for the rollout it aborted to end (default 120s):
     /// the aborted rollout's compose call in flight finishes first; after it, `host_busy`.
     pub preempt_wait: Duration,
-    /// Wait after a rollout's first storage error before its task resumes it from the
-    /// database; doubles after each (default 200ms: a busy SQLite clears in milliseconds).
+    /// Wait after a rollout's write fails on the storage (a full disk, an I/O error) before it
+    /// is tried again, and after any other database error before the task resumes the rollout
+    /// from the database; doubles after each (default 200ms: a busy SQLite clears in
+    /// milliseconds).
     pub storage_retry_initial: Duration,
-    /// Drives of a rollout before its task gives up on storage errors until the next start
+    /// Longest wait between two tries of a write that fails on the storage (default 10s): such
+    /// a write is tried for as long as it fails, so the rollout records what it knows and goes
+    /// on within this long of the disk having room again.
+    pub storage_retry_max: Duration,
+    /// Drives of a rollout before its task gives up on a database error that is not the
+    /// storage failing (a refused change read from a stale row) until the next start
     /// (default 5: with the doubling, about 3 s of retries).
     pub storage_tries: u32,
     /// Shortest poll interval of a wait without one of its own, which polls a tenth of its
@@ -355,6 +362,7 @@ impl Default for EngineTuning {
             health_timeout: Duration::from_secs(3),
             preempt_wait: Duration::from_secs(120),
             storage_retry_initial: Duration::from_millis(200),
+            storage_retry_max: Duration::from_secs(10),
             storage_tries: 5,
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(1),

@@ -66,6 +66,8 @@ pub struct Metrics {
     compose_requests: Family<ComposeLabels, Counter>,
     active_rollouts: Gauge,
     replicas_down: Gauge,
+    storage_errors: Counter,
+    storage_waiting: Gauge,
     releases: Family<OutcomeLabel, Counter>,
     release_targets: Family<StateLabel, Gauge>,
     /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
@@ -139,6 +141,18 @@ impl Metrics {
             "Replicas a rollout took down and did not bring back (error replica_left_down), until a later rollout of them succeeds",
             replicas_down.clone(),
         );
+        let storage_errors = Counter::default();
+        registry.register(
+            "canaryd_storage_errors",
+            "Writes to the database that failed on the storage (a full disk, an I/O error)",
+            storage_errors.clone(),
+        );
+        let storage_waiting = Gauge::default();
+        registry.register(
+            "canaryd_rollouts_waiting_on_storage",
+            "Rollouts whose task waits for the database to be writable again (they send nothing meanwhile)",
+            storage_waiting.clone(),
+        );
         let releases = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "canaryd_releases",
@@ -162,6 +176,8 @@ impl Metrics {
             compose_requests,
             active_rollouts,
             replicas_down,
+            storage_errors,
+            storage_waiting,
             running: Mutex::default(),
         })
     }
@@ -200,6 +216,16 @@ impl Metrics {
                 })
                 .set(*n);
         }
+    }
+
+    /// The storage's failures as the store counts them (`StorageHealth`): the counter catches
+    /// up with its total.
+    pub fn set_storage(&self, errors_total: u64, waiting: i64) {
+        let seen = self.storage_errors.get();
+        if errors_total > seen {
+            self.storage_errors.inc_by(errors_total - seen);
+        }
+        self.storage_waiting.set(waiting);
     }
 
     /// The text exposition, with the gauges read fresh from the database.

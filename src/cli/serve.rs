@@ -38,7 +38,7 @@ pub async fn serve(
     let app = match App::build_waiting(config, runbooks, lock_wait).await {
         Ok(app) => app,
         Err(e) => match e.downcast_ref::<StoreError>() {
-            // Another daemon drives this database: touch nothing (safety rule 16).
+            // Another daemon drives this database: touch nothing (safety rule 17).
             Some(in_use @ StoreError::InUse { .. }) => {
                 eprintln!("error: {in_use}");
                 return Ok(ExitCode::from(EXIT_BAD_CONFIG));

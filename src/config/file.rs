@@ -141,6 +141,7 @@ struct EngineFile {
     health_timeout: Option<String>,
     preempt_wait: Option<String>,
     storage_retry_initial: Option<String>,
+    storage_retry_max: Option<String>,
     storage_tries: Option<u32>,
     poll_min: Option<String>,
     poll_max: Option<String>,
@@ -616,6 +617,11 @@ fn resolve_engine(src: &Source<'_>, e: EngineFile) -> Result<EngineTuning, Confi
             e.storage_retry_initial,
             d.storage_retry_initial,
         )?,
+        storage_retry_max: read(
+            "storage_retry_max",
+            e.storage_retry_max,
+            d.storage_retry_max,
+        )?,
         storage_tries: e.storage_tries.unwrap_or(d.storage_tries),
         poll_min: read("poll_min", e.poll_min, d.poll_min)?,
         poll_max: read("poll_max", e.poll_max, d.poll_max)?,
@@ -632,6 +638,10 @@ fn resolve_engine(src: &Source<'_>, e: EngineFile) -> Result<EngineTuning, Confi
     if tuning.storage_tries == 0 {
         let at = [Seg::Key("engine"), Seg::Key("storage_tries")];
         return Err(src.error(&at, "must be at least 1"));
+    }
+    if tuning.storage_retry_max < tuning.storage_retry_initial {
+        let at = [Seg::Key("engine"), Seg::Key("storage_retry_max")];
+        return Err(src.error(&at, "must be at least storage_retry_initial"));
     }
     if tuning.start_concurrency == 0 {
         let at = [Seg::Key("engine"), Seg::Key("start_concurrency")];

@@ -214,6 +214,7 @@ fn bad_optional_settings_are_refused_naming_the_key() {
         ("a zero engine timing", "engine:\n  preempt_wait: 0s\n", "engine.preempt_wait: must be longer than zero"),
         ("an engine timing without a unit", "engine:\n  health_timeout: 3\n", "engine.health_timeout: invalid duration `3`: missing unit"),
         ("no storage tries", "engine:\n  storage_tries: 0\n", "engine.storage_tries: must be at least 1"),
+        ("a storage cap below its start", "engine:\n  storage_retry_initial: 2s\n  storage_retry_max: 1s\n", "engine.storage_retry_max: must be at least storage_retry_initial"),
         ("no start concurrency", "engine:\n  start_concurrency: 0\n", "engine.start_concurrency: must be at least 1"),
         ("a poll range upside down", "engine:\n  poll_min: 2s\n  poll_max: 1s\n", "engine.poll_min: must not be longer than poll_max"),
         ("an unknown engine knob", "engine:\n  poll_every: 1s\n", "engine: unknown field `poll_every`"),
@@ -698,9 +699,10 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
             d.health_timeout,
             d.preempt_wait,
             d.storage_retry_initial,
+            d.storage_retry_max,
             d.storage_tries
         ),
-        (s(3), s(120), Duration::from_millis(200), 5)
+        (s(3), s(120), Duration::from_millis(200), s(10), 5)
     );
     assert_eq!(
         (d.poll_min, d.poll_max, d.progress_every),
@@ -713,7 +715,7 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
         ((2 * cores).max(2), s(1))
     );
     let set = "engine:\n  health_timeout: 1s\n  preempt_wait: 5m\n  storage_retry_initial: 1s\n  \
-               storage_tries: 2\n  poll_min: 10ms\n  poll_max: 10ms\n  progress_every: 30s\n  \
+               storage_retry_max: 1m\n  storage_tries: 2\n  poll_min: 10ms\n  poll_max: 10ms\n  progress_every: 30s\n  \
                scrape_timeout: 2s\n  doctor_call_timeout: 20s\n  start_concurrency: 3\n  \
                start_hold: 250ms\n";
     let config = load_text(&format!("{BASE}{set}")).unwrap_or_else(|e| panic!("{e}"));
@@ -724,6 +726,7 @@ fn the_engine_timings_default_to_what_canaryd_always_used_and_each_can_be_set() 
             health_timeout: s(1),
             preempt_wait: s(300),
             storage_retry_initial: s(1),
+            storage_retry_max: s(60),
             storage_tries: 2,
             poll_min: ms(10),
             poll_max: ms(10),

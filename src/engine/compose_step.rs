@@ -495,7 +495,24 @@ where
     // The mark is written with the call's attempt (`Store::begin_attempt`), before it is sent.
     let touches = watched == [run.rollout.target()]
         || run.rollout.replaced().is_some_and(|old| watched == [old]);
-    match call(run, step, endpoint, touches, deadline, abort, send).await {
+    let called = call(run, step, endpoint, touches, deadline, abort, send).await;
+    // Known in memory before its outcome is written: while that write waits on a failing
+    // disk, the daemon still tells what the call did (`store::health`, safety rule 18).
+    let outcome = match &called {
+        Call::Done { value, .. } => Some(outcome_name(&value.outcome)),
+        Call::Error { error, .. } if is_ambiguous(error) => Some(AttemptOutcome::Unknown),
+        Call::Error { .. } => Some(AttemptOutcome::Error),
+        Call::Aborted | Call::OutOfTime { .. } => None,
+    };
+    if let Some(outcome) = outcome {
+        crate::store::note_call(crate::store::LastCall {
+            endpoint: endpoint.to_owned(),
+            services: watched.to_vec(),
+            outcome: outcome.as_str().to_owned(),
+            at: Utc::now(),
+        });
+    }
+    match called {
         Call::Done { attempt, value } => {
             let detail = json!({"endpoint": endpoint, "lines": value.n_lines, "tail": value.transcript_tail});
             match value.outcome {

@@ -21,8 +21,11 @@ use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
 ///
-/// A storage error (a busy database, a full disk) stops the drive; it is resumed from SQLite
-/// as after a restart, a few times with backoff, before giving up until next start.
+/// A write that fails on the storage (a full disk, an I/O error) is tried again in place for
+/// as long as it fails (`store::for_rollout`, safety rule 18): the task sends nothing more
+/// meanwhile and goes on from what it knows. Any other database error stops the drive; it is
+/// resumed from SQLite as after a restart, a few times with backoff, before giving up until
+/// next start.
 ///
 /// `abort` is the rollout's abort signal (cancelled by an abort request or a shutdown); the
 /// executors read it as a watch channel, fed by it alongside the drives.
@@ -47,7 +50,14 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
             () = feed => {}
         }
     };
-    with_timings(timings, both).await;
+    // Boxed: each scope around it would otherwise hold a copy of the whole future.
+    let writes = crate::store::for_rollout(
+        id,
+        timings.storage_retry_initial,
+        timings.storage_retry_max,
+        Box::pin(both),
+    );
+    with_timings(timings, writes).await;
 }
 
 /// Drives until a drive ends without error: `storage_tries` drives at most,
@@ -102,6 +112,7 @@ async fn drive(
     tracing::Span::current()
         .record("host", rollout.host.as_str())
         .record("service", rollout.service.as_str());
+    crate::store::note_rollout(&rollout.host, &rollout.service, rollout.target());
     if rollout.status == RolloutStatus::Pending {
         engine.checkpoint(id, Checkpoint::RolloutStart).await;
         rollout = store

@@ -23,6 +23,10 @@ async fn get_metrics(State(state): State<AppState>) -> Result<Response, ApiError
         .map(|(state, n)| (super::release::target_state_name(state), *n))
         .collect();
     state.metrics.set_releases(&ended, &targets);
+    let health = store.health();
+    state
+        .metrics
+        .set_storage(health.errors_total(), health.waiting().len() as i64);
     let body = state.metrics.encode(active, down.len() as i64);
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())

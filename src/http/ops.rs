@@ -25,6 +25,14 @@ async fn get_readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
             "restart recovery is not finished".into(),
         ));
     }
+    if let Some(failing) = state.engine.store().health().failing() {
+        return Err(ApiError::Unavailable(format!(
+            "the database cannot be written: {} (since {}; {} rollout(s) wait to record their last call and send nothing meanwhile)",
+            failing.error,
+            crate::store::fmt_time(failing.since),
+            failing.waiting
+        )));
+    }
     if !state.engine.store().ping().await {
         return Err(ApiError::Unavailable("the database does not answer".into()));
     }

@@ -28,6 +28,8 @@ use crate::domain::notification::NotifyEvent;
 use crate::domain::state::RolloutKind;
 use crate::store::{AuditEvent, DueDelivery, Store};
 
+mod storage;
+
 /// Outbox rows handled per pass; a pass repeats while there is more.
 const BATCH: i64 = 100;
 /// Passes per wake-up before waiting again (bounds one wake-up's work).
@@ -37,19 +39,25 @@ const MAX_PASSES: usize = 100;
 /// delivered stays in the outbox for the next start.
 pub struct Notifier {
     task: Option<tokio::task::JoinHandle<()>>,
+    /// The alerts of a failing database, sent from memory (`storage.rs`).
+    alerts: tokio::task::JoinHandle<()>,
 }
 
 impl Notifier {
     /// Starts delivering the outbox of `store` to the configured webhooks.
     pub fn spawn(store: Store, config: NotificationsConfig) -> Notifier {
-        let worker = Worker::new(store, config);
+        let webhooks = config.webhooks.clone();
+        let worker = Worker::new(store.clone(), config);
+        let alerts = storage::alert_when_waiting(store, webhooks, worker.client.clone());
         Notifier {
+            alerts: tokio::spawn(alerts),
             task: Some(tokio::spawn(worker.run())),
         }
     }
 
     /// Stops the task at once (an attempt in flight is resent at the next start).
     pub async fn stop(mut self) {
+        self.alerts.abort();
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;
@@ -59,6 +67,7 @@ impl Notifier {
 
 impl Drop for Notifier {
     fn drop(&mut self) {
+        self.alerts.abort();
         if let Some(task) = &self.task {
             task.abort();
         }

@@ -8,6 +8,7 @@ mod bulk;
 #[cfg(test)]
 mod checks;
 mod deployment;
+mod health;
 mod history;
 mod outbox;
 mod owner;
@@ -35,6 +36,9 @@ pub use audit::{AuditEntry, AUDIT_BATCH};
 #[cfg(feature = "testing")]
 pub use bulk::BulkSpec;
 pub use deployment::{NewDeployment, RunningState};
+pub use health::{
+    for_rollout, note_call, note_rollout, Failing, LastCall, StorageHealth, WaitingRollout,
+};
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use owner::lock_path;
@@ -98,6 +102,8 @@ pub struct Store {
     bus: std::sync::Arc<EventBus>,
     /// This process's hold on the database file (`owner.rs`), released by `close`.
     owner: std::sync::Arc<std::sync::Mutex<Option<owner::Owner>>>,
+    /// Writes failing on the storage (`health.rs`), in memory.
+    health: std::sync::Arc<StorageHealth>,
 }
 
 #[derive(Debug)]
@@ -201,6 +207,7 @@ impl Store {
             reader: std::sync::Arc::new(reader),
             bus: std::sync::Arc::new(bus),
             owner: std::sync::Arc::new(std::sync::Mutex::new(Some(owner))),
+            health: Default::default(),
         };
         let last = store.last_audit_seq().await?;
         // The publisher lives as long as the runtime; it does not hold the database for this
@@ -260,6 +267,11 @@ impl Store {
         if let Ok(mut owner) = self.owner.lock() {
             owner.take();
         }
+    }
+
+    /// What is known of writes failing on the storage (safety rule 18).
+    pub fn health(&self) -> &StorageHealth {
+        &self.health
     }
 
     /// The connections that read (`query_only`).

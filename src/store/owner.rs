@@ -1,4 +1,4 @@
-//! One daemon per database file (safety rule 16).
+//! One daemon per database file (safety rule 17).
 //!
 //! The process that opens a database holds an exclusive OS lock (`flock`, through
 //! `std::fs::File::try_lock`) on `<database>.lock` beside it for the store's whole life, and

@@ -217,7 +217,8 @@ impl Store {
     }
 
     /// The replicas (host, service) whose latest finished rollout left them down, and that no
-    /// rollout has brought back since.
+    /// rollout has brought back since; and those a rollout took down while it waits for the
+    /// database to be writable again.
     pub async fn replicas_left_down(&self) -> Result<Vec<(String, String)>, StoreError> {
         let rows: Vec<(String, String)> = sqlx::query_as(
             "select distinct r.host, r.service from rollout r \
@@ -228,6 +229,12 @@ impl Store {
         )
         .fetch_all(self.pool())
         .await?;
+        // A rollout waiting on a failing disk whose last call took its replica down: the
+        // replica is down though nothing of it could be recorded yet (safety rule 18).
+        let mut rows = rows;
+        rows.extend(self.health().unrecorded_downs());
+        rows.sort();
+        rows.dedup();
         Ok(rows)
     }
 

@@ -101,13 +101,40 @@ impl Store {
     /// connection in arrival order.
     pub(crate) async fn write<T>(
         &self,
-        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+        mut f: impl FnMut(&Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let (out, audited) = self.with_writer(|db| in_transaction(db, f)).await?;
+        // Inside a rollout's task a write that fails on the storage is waited out
+        // (`health::Retry`): `f` runs again on each try, in a new transaction.
+        let mut retry = super::health::Retry::new(&self.health);
+        let (out, audited) = loop {
+            let tried = self
+                .with_writer(|db| {
+                    #[cfg(feature = "testing")]
+                    if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
+                        return Err(injected_fault());
+                    }
+                    in_transaction(db, &mut f)
+                })
+                .await;
+            match retry.after(tried) {
+                super::health::Then::Return(done) => break done?,
+                super::health::Then::RetryIn(wait) => tokio::time::sleep(wait).await,
+            }
+        };
         if audited {
             self.publish().await;
         }
         Ok(out)
+    }
+
+    /// Test hook: while `on`, every write fails as on a full disk (`SQLITE_FULL`), before
+    /// anything of it is kept.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn inject_storage_fault(&self, on: bool) {
+        self.health
+            .fault
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs `f` on the writer connection, once it is this caller's turn, outside any
@@ -150,17 +177,26 @@ impl Store {
     pub(crate) async fn write_one(
         &self,
         sql: &str,
-        params: impl rusqlite::Params + Send,
+        params: impl rusqlite::Params + Clone + Send,
     ) -> Result<usize, StoreError> {
-        self.write(|db| Ok(db.prepare_cached(sql)?.execute(params)?))
+        self.write(|db| Ok(db.prepare_cached(sql)?.execute(params.clone())?))
             .await
     }
+}
+
+#[cfg(feature = "testing")]
+fn injected_fault() -> StoreError {
+    let full = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL);
+    StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+        full,
+        Some("database or disk is full (injected)".to_owned()),
+    ))
 }
 
 /// The result of `f` once committed, and whether it wrote audit events.
 fn in_transaction<T>(
     db: &mut Connection,
-    f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+    f: &mut impl FnMut(&Tx<'_>) -> Result<T, StoreError>,
 ) -> Result<(T, bool), StoreError> {
     // A `Transaction` that is dropped without `commit` (an error, a panic) rolls back.
     let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;

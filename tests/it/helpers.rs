@@ -153,6 +153,10 @@ pub struct TestOptions {
     pub prometheus: Option<canaryd::config::PrometheusConfig>,
     /// Former names of replicas (`aliases:`), as (service, aliases).
     pub aliases: Vec<(String, Vec<String>)>,
+    /// The config's `notifications:` (none by default).
+    pub notifications: Option<canaryd::config::NotificationsConfig>,
+    /// The engine's timings (default: `dev_config`'s).
+    pub engine: Option<canaryd::config::EngineTuning>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -167,6 +171,8 @@ impl TestOptions {
             api_token: None,
             prometheus: None,
             aliases: Vec::new(),
+            notifications: None,
+            engine: None,
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -279,6 +285,12 @@ impl TestApp {
             config.http = http.clone();
         }
         config.prometheus = opts.prometheus.clone();
+        if let Some(notifications) = &opts.notifications {
+            config.notifications = notifications.clone();
+        }
+        if let Some(engine) = opts.engine {
+            config.engine = engine;
+        }
         for host in config.hosts.values_mut() {
             for replica in host.replicas.values_mut() {
                 replica.api_token = opts.api_token.clone().map(Secret::new);

@@ -39,3 +39,4 @@ mod rollback;
 mod secrets;
 mod sim_host;
 mod smoke;
+mod storage;

@@ -1,4 +1,4 @@
-//! One daemon per database (safety rule 16), with the real binary: a second `canaryd serve`
+//! One daemon per database (safety rule 17), with the real binary: a second `canaryd serve`
 //! on the same database file exits 2 at once naming the owner and touching nothing; with
 //! `--wait-for-lock` it waits for the owner to go, then resumes its rollouts.
 
