@@ -142,6 +142,18 @@ fn production_runbooks_wait_for_a_cold_start_and_dev_copies_finish_in_seconds() 
 }
 
 #[test]
+fn a_plan_steps_timeout_is_its_budget_so_a_rollbacks_wait_for_a_settled_host_can_be_shortened() {
+    let yaml =
+        "steps:\n  - {kind: peers_healthy}\n  - {name: preflight, kind: plan, timeout: 45s}\n";
+    let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
+    let StepKind::Plan(plan) = &runbook.steps[1].kind else {
+        panic!("a plan step: {:?}", runbook.steps[1].kind);
+    };
+    assert_eq!(plan.timeout, Duration::from_secs(45));
+    assert_eq!(runbook.steps[1].kind.budget(), Duration::from_secs(45));
+}
+
+#[test]
 fn omitted_fields_take_the_documented_defaults() {
     let yaml = "steps:\n  - {kind: snapshot}\n  - {kind: peers_healthy}\n  - {kind: plan}\n  - {kind: down}\n  - {kind: up}\n  - {kind: wait_health}\n  - {kind: wait_logs}\n  - {kind: soak}\n  - {kind: smoke, model: m, prompt: p}\n";
     let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
@@ -152,6 +164,7 @@ fn omitted_fields_take_the_documented_defaults() {
         StepKind::Plan(Plan {
             allow: vec![],
             scope: Default::default(),
+            timeout: m(5),
         }),
         StepKind::Down(Down {
             timeout: m(10),
@@ -550,7 +563,10 @@ fn a_runbook_stored_as_json_before_the_kinds_had_their_own_modules_still_loads()
     let yaml = "description: d\nsteps:\n  - {name: snapshot, kind: snapshot}\n  - {name: peers, kind: peers_healthy, timeout: 2m}\n  - {name: plan, kind: plan, allow: [model-downloader]}\n  - {name: down, kind: down}\n  - {name: up, kind: up}\n  - {name: neighbours, kind: verify_neighbours}\n  - {name: health, kind: wait_health, timeout: 60m}\n  - {name: logs, kind: wait_logs, require: [ready], forbid: ['re:CUDA error \\d+']}\n  - {name: soak, kind: soak}\n  - {name: smoke, kind: smoke, model: m, prompt: p, expect: ['re:(?i)ready'], repeat: 2}\n";
     let parsed = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded, parsed);
-    assert_eq!(serde_json::to_value(&loaded).expect("serialises"), stored);
+    // Written back, it says what an old row left implicit: a plan's timeout (5m).
+    let mut written = stored;
+    written["steps"][2]["timeout"] = "5m".into();
+    assert_eq!(serde_json::to_value(&loaded).expect("serialises"), written);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{shown, Fields, Scope, StepDef, StepError, QUICK_STEP_BUDGET};
+use crate::domain::duration::serde_duration;
 
 /// `compose/up` dry run, then the plan gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,13 +16,22 @@ pub struct Plan {
     /// `only_out_of_date` and `force_recreate`, so the dry run sees the up's payload).
     #[serde(flatten)]
     pub scope: Scope,
+    /// The step's deadline (default 5m): its 409 retries and, in a rollback of a rollout
+    /// whose compose call had an unknown outcome, the wait for the host to settle before the
+    /// first call (`host_unsettled` after it).
+    #[serde(with = "serde_duration", default = "quick_budget")]
+    pub timeout: Duration,
+}
+
+fn quick_budget() -> Duration {
+    QUICK_STEP_BUDGET
 }
 
 impl StepDef for Plan {
     const NAME: &'static str = "plan";
     const DOC: &'static str = "the capability probe, then a `compose/up` dry run and the plan gate";
     const FIELDS: &'static [&'static str] =
-        &["allow", "services", "only_out_of_date", "force_recreate"];
+        &["allow", "services", "only_out_of_date", "force_recreate", "timeout"];
 
     fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
         let allow = fields.strings("allow")?;
@@ -31,11 +41,12 @@ impl StepDef for Plan {
         Ok(Plan {
             allow,
             scope: fields.scope(true)?,
+            timeout: fields.duration("timeout", QUICK_STEP_BUDGET)?,
         })
     }
 
     fn budget(&self) -> Duration {
-        QUICK_STEP_BUDGET
+        self.timeout
     }
 
     fn summary(detail: &serde_json::Value) -> Option<String> {
