@@ -145,7 +145,7 @@ impl PlanError {
 
 mod parse;
 
-pub use parse::{parse_json, parse_yaml};
+pub use parse::{check_unique_keys, parse_json, parse_yaml};
 
 /// Checks a plan against the configuration and applies defaults.
 pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, PlanError> {
@@ -177,6 +177,13 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
     }
     check_file(&spec.file)?;
     check_tag(&spec.tag)?;
+    if spec.reason.len() > MAX_REASON_BYTES {
+        return Err(PlanError::new(
+            "invalid_body",
+            Some("reason"),
+            format!("must be at most {MAX_REASON_BYTES} bytes"),
+        ));
+    }
     if spec.reason.trim().is_empty() {
         return Err(PlanError::new(
             "missing_reason",
@@ -359,27 +366,63 @@ fn check_file(file: &str) -> Result<(), PlanError> {
     Ok(())
 }
 
-fn check_tag(tag: &str) -> Result<(), PlanError> {
-    let fail = |why: &str| {
-        Err(PlanError::new(
-            "invalid_tag",
-            Some("tag"),
-            format!("{why}, got \"{tag}\""),
-        ))
-    };
+/// The longest tag accepted: git allows more, but no release tag comes close, and a tag ends
+/// up in compose-manager's URLs to the git host.
+pub const MAX_TAG_BYTES: usize = 128;
+
+/// The longest `reason` accepted (it is kept in every audit row of the rollout).
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Why `tag` is not a git tag name canaryd forwards (`git check-ref-format` for
+/// `refs/tags/<tag>`, in the letters compose-manager accepts, not starting with `-`, at most
+/// [`MAX_TAG_BYTES`]); `None` when it is one.
+pub fn tag_problem(tag: &str) -> Option<&'static str> {
     if tag.is_empty() {
-        return fail("must be a git tag of the compose repo such as v0.0.452");
+        return Some("must be a git tag of the compose repo such as v0.0.452");
+    }
+    if tag.len() > MAX_TAG_BYTES {
+        return Some("must be at most 128 bytes");
     }
     if !tag
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
     {
-        return fail("may only contain letters, digits and `._/-`");
+        return Some("may only contain letters, digits and `._/-`");
     }
     if tag.starts_with('-') {
-        return fail("must not start with `-`");
+        return Some("must not start with `-`");
     }
-    Ok(())
+    if tag.starts_with('/') || tag.ends_with('/') || tag.contains("//") {
+        return Some("must not start or end with `/` or contain `//` (git ref rules)");
+    }
+    if tag.contains("..") {
+        return Some("must not contain `..` (git ref rules)");
+    }
+    if tag.ends_with('.') {
+        return Some("must not end with `.` (git ref rules)");
+    }
+    for part in tag.split('/') {
+        if part.starts_with('.') {
+            return Some("no `/`-separated part may start with `.` (git ref rules)");
+        }
+        if part.ends_with(".lock") {
+            return Some("no `/`-separated part may end with `.lock` (git ref rules)");
+        }
+    }
+    None
+}
+
+fn check_tag(tag: &str) -> Result<(), PlanError> {
+    let Some(why) = tag_problem(tag) else {
+        return Ok(());
+    };
+    let shown: String = tag.chars().take(64).collect();
+    let more = if shown.len() < tag.len() { "..." } else { "" };
+    Err(PlanError::new(
+        "invalid_tag",
+        Some("tag"),
+        format!("{why}, got \"{shown}{more}\""),
+    ))
 }
 
 /// Whether `key` is a valid env var name (`[A-Za-z_][A-Za-z0-9_]*`), as compose-manager checks.

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{ApiError, AppState};
+use crate::domain::plan::MAX_REASON_BYTES;
 
 /// The largest body any route reads (a plan is the largest).
 pub const MAX_BODY_BYTES: usize = crate::domain::plan::MAX_BODY_BYTES;
@@ -23,10 +24,14 @@ pub struct Body {
 }
 
 impl Body {
-    /// Refuses a body that says it is not JSON (415); no `Content-Type` is read as JSON.
+    /// Refuses a body that does not say it is JSON (415): without a `Content-Type` too, since
+    /// a web page can send a body without one, or as `text/plain`, with no preflight.
     pub fn require_json(&self) -> Result<(), ApiError> {
         match self.content_type.as_deref() {
-            None | Some("application/json") => Ok(()),
+            Some("application/json") => Ok(()),
+            None => Err(ApiError::UnsupportedMediaType(
+                "no Content-Type: send the body as application/json".into(),
+            )),
             Some(other) => Err(ApiError::UnsupportedMediaType(format!(
                 "Content-Type {other} is not application/json"
             ))),
@@ -116,6 +121,7 @@ pub fn parse_json<T: JsonInput>(bytes: &[u8]) -> Result<T, ApiError> {
     let Value::Object(map) = &value else {
         return Err(invalid("must be a JSON object".into()));
     };
+    crate::domain::plan::check_unique_keys(bytes).map_err(invalid)?;
     if let Some(key) = map.keys().find(|k| !T::FIELDS.contains(&k.as_str())) {
         return Err(ApiError::bad_request(
             "unknown_field",
@@ -131,6 +137,13 @@ pub fn parse_json<T: JsonInput>(bytes: &[u8]) -> Result<T, ApiError> {
             Some(Value::String(r)) => r.trim().is_empty(),
             Some(_) => false,
         };
+        let long =
+            matches!(map.get("reason"), Some(Value::String(r)) if r.len() > MAX_REASON_BYTES);
+        if long {
+            return Err(invalid(format!(
+                "reason: must be at most {MAX_REASON_BYTES} bytes"
+            )));
+        }
         if blank {
             return Err(ApiError::Unprocessable {
                 code: "missing_reason",

@@ -36,6 +36,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// A client that did not send its body in time (408 `request_timeout`).
     RequestTimeout(String),
+    /// A `Host` this daemon does not answer to without tokens (421 `misdirected_host`).
+    MisdirectedHost(String),
     /// No route has this path (404 `route_not_found`).
     RouteNotFound(String),
     /// The path exists, not with this method (405 `method_not_allowed`).
@@ -62,6 +64,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("unknown_host", 404),
     ("method_not_allowed", 405),
     ("request_timeout", 408),
+    ("misdirected_host", 421),
     ("host_busy", 409),
     ("rollout_terminal", 409),
     ("not_awaiting_approval", 409),
@@ -104,6 +107,9 @@ impl ApiError {
                 m,
             ),
             ApiError::RequestTimeout(m) => (StatusCode::REQUEST_TIMEOUT, "request_timeout", m),
+            ApiError::MisdirectedHost(m) => {
+                (StatusCode::MISDIRECTED_REQUEST, "misdirected_host", m)
+            }
             ApiError::RouteNotFound(m) => (StatusCode::NOT_FOUND, "route_not_found", m),
             ApiError::MethodNotAllowed(m) => {
                 (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", m)

@@ -4,6 +4,7 @@
 mod auth;
 mod body;
 mod dashboard;
+mod edge;
 mod error;
 mod event;
 mod host;
@@ -67,6 +68,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            edge::guard,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

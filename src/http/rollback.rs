@@ -45,6 +45,16 @@ fn check_target(state: &AppState, req: &RollbackRequest) -> Result<(), ApiError>
             ),
         });
     };
+    if let Some(why) = req
+        .to_tag
+        .as_deref()
+        .and_then(crate::domain::plan::tag_problem)
+    {
+        return Err(ApiError::Unprocessable {
+            code: "invalid_tag",
+            message: format!("to_tag: {why}"),
+        });
+    }
     // A former name (`aliases`) stands for its replica.
     if !host.is_replica_name(&req.service) {
         let names: Vec<&str> = host.replicas.keys().map(String::as_str).collect();

@@ -206,7 +206,12 @@ async fn create_rollout(
                 .map_err(|_| ApiError::bad_request("invalid_body", "the plan is not UTF-8"))?;
             plan::parse_yaml(text)?
         }
-        None | Some("application/json") => plan::parse_json(&body.bytes)?,
+        Some("application/json") => plan::parse_json(&body.bytes)?,
+        None => {
+            return Err(ApiError::UnsupportedMediaType(
+                "no Content-Type: send the plan as application/json or application/yaml".into(),
+            ))
+        }
         Some(other) => {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "Content-Type {other} is neither application/json nor application/yaml"

@@ -39,13 +39,19 @@ pub const CSV_COLUMNS: [&str; 17] = [
     "rolled_back_by",
 ];
 
-/// An SQL expression for one RFC 4180 field: NULL is empty; a value with a comma, quote, CR
-/// or LF is quoted with its quotes doubled.
+/// An SQL expression for one RFC 4180 field: NULL is empty; a value that a spreadsheet would
+/// run as a formula (it begins with `=`, `+`, `-`, `@`, a tab or a CR) gets a leading `'`
+/// (OWASP's CSV injection advice); a value with a comma, quote, CR or LF is quoted with its
+/// quotes doubled.
 fn csv_field_sql(column: &str) -> String {
+    let text = format!(
+        "(case when substr({column}, 1, 1) in ('=', '+', '-', '@', char(9), char(13)) \
+         then '''' || {column} else {column} end)"
+    );
     format!(
         "case when {column} is null then '' \
-         when {column} glob '*[\",' || char(13, 10) || ']*' \
-         then '\"' || replace({column}, '\"', '\"\"') || '\"' else {column} end"
+         when {text} glob '*[\",' || char(13, 10) || ']*' \
+         then '\"' || replace({text}, '\"', '\"\"') || '\"' else {text} end"
     )
 }
 

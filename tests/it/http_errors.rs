@@ -232,7 +232,7 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
     let addr = app.url.trim_start_matches("http://");
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .expect("write");
     let answer = read_until_closed(&mut stream).await;
@@ -250,7 +250,7 @@ async fn a_client_that_never_finishes_its_body_gets_a_json_408() {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
         .write_all(
-            b"POST /v1/rollouts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+            b"POST /v1/rollouts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
               Content-Length: 100\r\n\r\n{\"host\":",
         )
         .await

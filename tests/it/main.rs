@@ -17,6 +17,7 @@ mod dashboard;
 mod demo;
 mod docs_links;
 mod doctor;
+mod edge;
 mod fleet;
 mod helpers;
 mod hostile;

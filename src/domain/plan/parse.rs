@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::{PlanError, PlanSpec, MAX_BODY_BYTES};
@@ -33,12 +32,16 @@ pub fn parse_json(body: &[u8]) -> Result<PlanSpec, PlanError> {
         )
     })?;
     if value.is_object() {
-        serde_json::from_slice::<UniqueKeys>(body).map_err(|e| {
-            PlanError::new(
-                "invalid_body",
-                None,
-                format!("the plan is not valid JSON: {e}"),
-            )
+        check_unique_keys(body).map_err(|e| {
+            // A key given twice in `env` is a bad override (422); elsewhere a bad body.
+            match e.split('`').nth(1).filter(|path| path.starts_with("env.")) {
+                Some(path) => PlanError::new("invalid_env", Some(path), "given twice"),
+                None => PlanError::new(
+                    "invalid_body",
+                    None,
+                    format!("the plan is not valid JSON: {e}"),
+                ),
+            }
         })?;
     }
     from_value(value)
@@ -65,32 +68,73 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
     from_value(value)
 }
 
-/// A JSON object whose top-level keys are checked for duplicates.
-struct UniqueKeys;
+/// Refuses a JSON document in which any object, at any depth, has a key twice (serde_json
+/// keeps the last one silently); the message names the key and where it is (`env.TOKEN`).
+pub fn check_unique_keys(body: &[u8]) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde::de::DeserializeSeed::deserialize(UniqueKeys(String::new()), &mut de)
+        .map_err(|e| e.to_string())
+}
 
-impl<'de> Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = UniqueKeys;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
+/// A JSON value whose objects are checked for duplicate keys; the path of the value so far.
+struct UniqueKeys(String);
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.0.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.0)
+            };
+            if !seen.insert(key) {
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate field `{path}`"
+                )));
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<UniqueKeys, A::Error> {
-                let mut seen = BTreeSet::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    if !seen.insert(key.clone()) {
-                        return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
-                    }
-                }
-                Ok(UniqueKeys)
-            }
+            map.next_value_seed(UniqueKeys(path))?;
         }
-        deserializer.deserialize_map(Visit)
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while seq
+            .next_element_seed(UniqueKeys(format!("{}[{i}]", self.0)))?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
     }
 }
 

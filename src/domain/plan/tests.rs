@@ -123,6 +123,16 @@ fn every_spec_refusal_has_its_code_and_names_the_field() {
         ("a tag with a space", with("tag", json!("v1 v2")), "invalid_tag", "tag", "`._/-`"),
         ("a tag with a shell character", with("tag", json!("v1;rm")), "invalid_tag", "tag", "`._/-`"),
         ("a tag like an option", with("tag", json!("--force")), "invalid_tag", "tag", "must not start with `-`"),
+        ("a tag that climbs out", with("tag", json!("../../etc/passwd")), "invalid_tag", "tag", "`..`"),
+        ("a tag of two dots", with("tag", json!("..")), "invalid_tag", "tag", "`..`"),
+        ("a tag with an empty part", with("tag", json!("a//b")), "invalid_tag", "tag", "`//`"),
+        ("a tag like a lock file", with("tag", json!("x.lock")), "invalid_tag", "tag", "`.lock`"),
+        ("a tag with a reflog suffix", with("tag", json!("v@{1}")), "invalid_tag", "tag", "`._/-`"),
+        ("a tag starting with a slash", with("tag", json!("/v1")), "invalid_tag", "tag", "start or end with `/`"),
+        ("a tag ending with a dot", with("tag", json!("v1.")), "invalid_tag", "tag", "end with `.`"),
+        ("a hidden tag part", with("tag", json!("rel/.v1")), "invalid_tag", "tag", "start with `.`"),
+        ("a 60,000-character tag", with("tag", json!("v".repeat(60_000))), "invalid_tag", "tag", "at most 128 bytes"),
+        ("a 2,000-byte reason", with("reason", json!("r".repeat(2_000))), "invalid_body", "reason", "at most 1024 bytes"),
         ("a numeric tag in YAML", with("tag", json!(1.1)), "invalid_body", "tag", "quote it"),
         ("an env key with a dash", with("env", json!({"BAD-KEY": "x"})), "invalid_env", "env.BAD-KEY", "[A-Za-z_][A-Za-z0-9_]*"),
         ("an env key starting with a digit", with("env", json!({"1X": "x"})), "invalid_env", "env.1X", "key must match"),
@@ -192,6 +202,12 @@ fn malformed_bodies_are_refused_before_validation() {
             parse_json(br#"{"host": "gpu02", "host": "gpu03"}"#),
             "invalid_body",
             "duplicate field `host`",
+        ),
+        (
+            "a JSON duplicate key deeper down",
+            parse_json(br#"{"host": "gpu02", "require_logs": [{"a": 1, "a": 2}]}"#),
+            "invalid_body",
+            "duplicate field `require_logs[0].a`",
         ),
         (
             "over 64 KiB",
@@ -331,4 +347,14 @@ fn a_bad_replaces_is_refused_naming_the_field() {
         assert!(err.message.starts_with(field), "{err}");
         assert!(err.message.contains(says), "{replaces}: {err}");
     }
+}
+
+#[test]
+fn a_json_env_key_given_twice_is_refused_naming_it_not_kept_once() {
+    let err = parse_json(br#"{"host": "gpu02", "env": {"TOKEN": "a", "TOKEN": "b"}}"#)
+        .expect_err("refused");
+    assert_eq!(err.code, "invalid_env");
+    assert!(err.is_unprocessable());
+    assert_eq!(err.field.as_deref(), Some("env.TOKEN"));
+    assert_eq!(err.message, "env.TOKEN: given twice");
 }

@@ -253,7 +253,16 @@ fn write_record(out: &mut String, fields: &[&str; 17]) {
     out.push_str("\r\n");
 }
 
+/// One RFC 4180 field, a would-be spreadsheet formula (a leading `=`, `+`, `-`, `@`, tab or
+/// CR) prefixed with `'` as the store's export does (`store::history`).
 fn push_csv_field(out: &mut String, f: &str) {
+    let neutralised;
+    let f = if f.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        neutralised = format!("'{f}");
+        neutralised.as_str()
+    } else {
+        f
+    };
     if f.contains([',', '"', '\r', '\n']) {
         out.push('"');
         out.push_str(&f.replace('"', "\"\""));

@@ -200,3 +200,50 @@ async fn rollout_watch_follows_the_event_stream_and_exits_by_outcome() {
     assert_eq!(run.code, Some(2), "aborted: {} {}", run.stdout, run.stderr);
     app.stop().await;
 }
+
+/// A `reason` a spreadsheet would run as a formula is exported with a leading `'`, by the API's
+/// CSV and the CLI's alike, every formula lead character (`=`, `+`, `-`, `@`, tab, CR).
+#[tokio::test]
+async fn csv_exports_neutralise_spreadsheet_formulas_in_the_api_and_the_cli() {
+    let app = TestApp::spawn().await;
+    let store = open_store(&app).await;
+    let reasons = [
+        "=HYPERLINK(\"http://evil.example\",\"x\")",
+        "+1+1",
+        "-2+3",
+        "@SUM(A1)",
+        "\t=1",
+        "\r=1",
+        "plain reason",
+    ];
+    for (i, reason) in reasons.iter().enumerate() {
+        let mut row = Row::new(super::at(10 + i as i64));
+        row.reason = reason;
+        insert(&store, &row).await;
+    }
+    let api = reqwest::get(format!("{}/v1/rollouts?format=csv&host=gpu07", app.url))
+        .await
+        .expect("export answers")
+        .text()
+        .await
+        .expect("body");
+    let cli = canaryd(&["history", "--host", "gpu07", "--format", "csv"], &app.url).await;
+    assert_eq!(cli.code, Some(0), "{}", cli.stderr);
+    for (name, text) in [("API", api), ("CLI", cli.stdout)] {
+        let records = parse_csv(&text);
+        let col = records[0]
+            .iter()
+            .position(|h| h == "reason")
+            .expect("reason column");
+        let exported: BTreeSet<String> = records[1..].iter().map(|r| r[col].clone()).collect();
+        let expected: BTreeSet<String> = reasons
+            .iter()
+            .map(|r| match r {
+                &"plain reason" => (*r).to_owned(),
+                _ => format!("'{r}"),
+            })
+            .collect();
+        assert_eq!(exported, expected, "{name} export:\n{text}");
+    }
+    app.stop().await;
+}
