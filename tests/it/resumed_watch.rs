@@ -218,3 +218,94 @@ async fn an_analysis_resumed_after_its_window_ended_gathers_again_before_judging
     assert!(finished >= restarted_at + unobserved, "{analysis:#?}");
     app.stop().await;
 }
+
+/// The times (the `time` parameter, when it arrived) of the queries a fake Prometheus was
+/// asked; it answers every query with the scalar 5.
+type Asked = std::sync::Arc<std::sync::Mutex<Vec<(DateTime<Utc>, DateTime<Utc>)>>>;
+
+/// A stand-in for Prometheus on a loopback port: enough to see when, and at what time, the
+/// analysis evaluates its queries.
+async fn fake_prometheus() -> (String, Asked) {
+    use axum::extract::{Query, State};
+    async fn query(
+        State(asked): State<Asked>,
+        Query(q): Query<BTreeMap<String, String>>,
+    ) -> axum::Json<serde_json::Value> {
+        let secs: f64 = q.get("time").and_then(|t| t.parse().ok()).unwrap_or(0.0);
+        let at =
+            DateTime::from_timestamp_millis((secs * 1000.0).round() as i64).unwrap_or_default();
+        asked.lock().expect("asked").push((at, Utc::now()));
+        axum::Json(serde_json::json!({
+            "status": "success",
+            "data": {"resultType": "scalar", "result": [secs, "5"]},
+        }))
+    }
+    let asked = Asked::default();
+    let app = axum::Router::new()
+        .route("/api/v1/query", axum::routing::get(query))
+        .with_state(asked.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, asked)
+}
+
+#[tokio::test]
+async fn a_prometheus_analysis_resumed_after_its_window_ended_evaluates_after_watching_again() {
+    let (url, asked) = fake_prometheus().await;
+    let text = format!(
+        "{}  - name: analysis\n    kind: analyze\n    source: prometheus\n    warmup: 500ms\n    duration: 4s\n    interval: 250ms\n    checks:\n      - {{name: took_traffic, query: 'sum(increase(sglang:num_requests_total{{container_name=\"{{{{service}}}}\"}}[{{{{window}}}}]))', min: 1}}\n",
+        FAST_CANARY.as_str()
+    );
+    let mut books = fast_runbooks();
+    let rb = runbook::parse("single-replica-canary", "test", &text).expect("test runbook");
+    books.insert("single-replica-canary".to_owned(), rb);
+    let opts = TestOptions {
+        runbooks: Some(books),
+        prometheus: Some(canaryd::config::PrometheusConfig { url, token: None }),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let (id, before, crashed) = kill_into(app, "analysis", Duration::from_secs(2)).await;
+    let ends_at: DateTime<Utc> = serde_json::from_value(before.detail["ends_at"].clone())
+        .expect("the window's end was saved");
+    sleep_past(ends_at).await;
+    let restarted_at = Utc::now();
+    let app = crashed.restart().await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    // Unwatched from the kill on: at least the 2 s of the window after it.
+    let analysis = step(&r, "analysis");
+    let killed = before.detail["observed_ms"].as_i64().unwrap_or(0);
+    let nobody = chrono::Duration::milliseconds(4_000 - killed.min(4_000));
+    assert!(nobody >= chrono::Duration::seconds(2), "{nobody}");
+    // The queries were evaluated at a time after the restart's watch, not at the old end.
+    let evaluated: Vec<_> = asked
+        .lock()
+        .expect("asked")
+        .iter()
+        .filter(|(_, arrived)| *arrived >= restarted_at)
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(!evaluated.is_empty(), "asked after the restart");
+    for at in &evaluated {
+        assert!(*at > ends_at, "evaluated at {at}, the old end is {ends_at}");
+        assert!(
+            *at >= restarted_at + nobody - chrono::Duration::milliseconds(1),
+            "at {at}"
+        );
+    }
+    let d = &analysis.detail;
+    assert!(
+        ms(&d["reobserved_ms"]) >= ms(&d["resumed"]["unobserved_ms"]),
+        "{d:#}"
+    );
+    assert_eq!(
+        d["resumed"]["unobserved_ms"],
+        nobody.num_milliseconds(),
+        "{d:#}"
+    );
+    app.stop().await;
+}
