@@ -362,7 +362,9 @@ impl StepRun<'_> {
         let end = watched.end(planned);
         let mut step = step.clone();
         if let Some(deadline) = step.deadline_at.filter(|_| end > planned) {
-            let moved = deadline + (end - planned);
+            let moved = deadline
+                .checked_add_signed(end - planned)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
             self.extend_deadline(&step, moved).await;
             step.deadline_at = Some(moved);
         }

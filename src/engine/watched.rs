@@ -46,7 +46,9 @@ impl Watched {
         let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
         let saved = saved[OBSERVED].as_i64().unwrap_or(0);
         let before = if resumed {
-            chrono::Duration::milliseconds(saved).clamp(chrono::Duration::zero(), window)
+            chrono::Duration::try_milliseconds(saved)
+                .unwrap_or_default()
+                .clamp(chrono::Duration::zero(), window)
         } else {
             chrono::Duration::zero()
         };
@@ -72,7 +74,8 @@ impl Watched {
     /// than is left of it.
     pub(super) fn end(&self, planned: DateTime<Utc>) -> DateTime<Utc> {
         if self.resumed {
-            planned.max(self.from + self.unobserved())
+            let again = self.from.checked_add_signed(self.unobserved());
+            planned.max(again.unwrap_or(DateTime::<Utc>::MAX_UTC))
         } else {
             planned
         }
@@ -160,6 +163,7 @@ mod tests {
             (true, Some(5_000), 3, 1_000, 6),   // what is left of the window covers it
             (true, Some(9_000), 10, 0, 10),     // more than the window saved: nothing more
             (true, Some(-5), 10, 6_000, 16),    // nonsense reads as nothing observed
+            (true, Some(i64::MIN), 10, 6_000, 16),
         ];
         for (resumed, saved, begins, unobserved, ends) in table {
             let detail = saved.map_or(json!({}), |ms| json!({ OBSERVED: ms }));
