@@ -3,9 +3,10 @@
 //!
 //! Values come from deltas between consecutive successful scrapes inside the window (never
 //! from lifetime totals): per series, summed over the engine's priorities, a counter reset
-//! counting from zero. The window runs from the step's persisted start, so a step resumed
-//! after a restart keeps its end; its window then starts at the first scrape after the
-//! resume. The target's container is watched for restarts at every interval. A counter check
+//! counting from zero. The window runs from the step's persisted start; a step resumed after a
+//! restart starts its window again at its first scrape, and ends it no earlier than the part
+//! of the window nobody watched after it (`watched.rs`): it judges only what it gathered. The
+//! target's container is watched for restarts at every interval. A counter check
 //! with `max` that the target already exceeded ends the step early (counters only grow).
 //!
 //! `source: prometheus` asks a Prometheus server instead (`prometheus.rs`).
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use super::restart::RestartWatch;
 use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
+use super::watched::{merge, Watched};
 use crate::domain::analysis::{
     judge, lost_early, AnalysisSource, AnalyzeSpec, Check, CheckVerdict, Observed,
 };
@@ -268,14 +270,14 @@ impl StepRun<'_> {
             .timeout(scrape_timeout)
             .build()
             .unwrap_or_default();
-        let started = step.started_at.unwrap_or_else(Utc::now);
-        let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
-        let end = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
+        let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
+        let step = &step;
         let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
-        let mut restarts = RestartWatch::default();
+        let mut restarts = RestartWatch::resuming(&step.detail);
         let mut progress = Progress::default();
         let detail = |replicas: &[Replica],
                       restarts: &RestartWatch,
+                      watched: &Watched,
                       checks: Option<&[CheckVerdict]>| {
             let mut d = json!({
                 "source": spec.source,
@@ -284,10 +286,8 @@ impl StepRun<'_> {
                 "replicas": replicas.iter().map(|r| (r.name.clone(), r.detail())).collect::<serde_json::Map<_, _>>(),
                 "checks": checks,
             });
-            if let (Some(d), serde_json::Value::Object(r)) = (d.as_object_mut(), restarts.detail())
-            {
-                d.extend(r);
-            }
+            merge(&mut d, restarts.detail());
+            merge(&mut d, watched.detail(end));
             d
         };
         loop {
@@ -297,7 +297,7 @@ impl StepRun<'_> {
                 detail: seen,
             }) = restarts.check(self).await
             {
-                let mut d = detail(&replicas, &restarts, None);
+                let mut d = detail(&replicas, &restarts, &watched, None);
                 d["restart"] = seen["restart"].clone();
                 return StepEnd::Failed {
                     code,
@@ -316,10 +316,11 @@ impl StepRun<'_> {
             for (replica, page) in replicas.iter_mut().zip(pages) {
                 replica.record(page, in_window, &spec.checks);
             }
+            watched.observe(now);
             if let Some(lost) = self.lost_early(spec, &replicas) {
                 let verdicts = verdicts(spec, &replicas);
                 let msg = format!("analysis failed before the window ended: {lost}");
-                let mut d = detail(&replicas, &restarts, Some(&verdicts));
+                let mut d = detail(&replicas, &restarts, &watched, Some(&verdicts));
                 d["ended_early"] = json!(true);
                 return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
             }
@@ -331,16 +332,43 @@ impl StepRun<'_> {
                 .save(
                     &self.engine.inner.store,
                     &step.id,
-                    &detail(&replicas, &restarts, None),
+                    &detail(&replicas, &restarts, &watched, None),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
-                return StepEnd::Aborted(detail(&replicas, &restarts, None));
+                return StepEnd::Aborted(detail(&replicas, &restarts, &watched, None));
             }
         }
         let verdicts = verdicts(spec, &replicas);
-        let d = detail(&replicas, &restarts, Some(&verdicts));
+        let d = detail(&replicas, &restarts, &watched, Some(&verdicts));
         self.conclude(step, spec, &verdicts, d, abort).await
+    }
+
+    /// The analysis's window, from the step's persisted start: the step (its deadline moved
+    /// as much as the window's end), the window's coverage, the warmup's end and the window's
+    /// end. Resumed after a restart, the window ends late enough to gather again at least the
+    /// part of it nobody watched (`watched.rs`): what was gathered before is not kept, so the
+    /// checks judge what this drive gathers.
+    pub(super) async fn analysis_window(
+        &self,
+        step: &Step,
+        spec: &AnalyzeSpec,
+    ) -> (Step, Watched, DateTime<Utc>, DateTime<Utc>) {
+        let now = Utc::now();
+        let started = step.started_at.unwrap_or(now);
+        let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
+        let planned = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
+        let watched = Watched::new(&step.detail, self.resumed, warm_end, spec.duration, now);
+        let end = watched.end(planned);
+        let mut step = step.clone();
+        if let Some(deadline) = step.deadline_at.filter(|_| end > planned) {
+            let moved = deadline
+                .checked_add_signed(end - planned)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
+            self.extend_deadline(&step, moved).await;
+            step.deadline_at = Some(moved);
+        }
+        (step, watched, warm_end, end)
     }
 
     /// The step's end once every check is judged: a failed check fails it; else an

@@ -6,6 +6,11 @@
 //! `max_log_failures` failures in a row fail the step `logs_unavailable`. A soak whose last
 //! fetch failed does not end on its deadline: it keeps reading until one read succeeds or
 //! the failures run out.
+//!
+//! A soak resumed after a restart watches at least the part of its window that nobody watched
+//! (`watched.rs`), past its original deadline if need be; it reads the whole log tail again,
+//! so lines printed while the daemon was down are judged, and it holds the target to the
+//! container its saved evidence names.
 
 use std::time::Duration;
 
@@ -17,6 +22,7 @@ use super::doctor::mask;
 use super::step_run::{
     pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
 };
+use super::watched::{merge, Watched, COUNTERS};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
@@ -157,7 +163,14 @@ impl Execute for Soak {
         };
         let max_misses = self.max_misses;
         let end = run
-            .soak(at.step, at.deadline, max_misses, spec, at.abort)
+            .soak(
+                at.step,
+                at.deadline,
+                self.duration,
+                max_misses,
+                spec,
+                at.abort,
+            )
             .await;
         run.masked(end)
     }
@@ -256,10 +269,14 @@ impl StepRun<'_> {
         }
     }
 
+    /// Watches the target for `window` from the step's start, until `deadline`; resumed
+    /// after a restart, for at least the part of the window nobody watched, past `deadline`
+    /// if need be (`watched.rs`).
     pub(super) async fn soak(
         &self,
         step: &Step,
         deadline: DateTime<Utc>,
+        window: Duration,
         max_misses: u32,
         spec: LogWait,
         abort: &mut watch::Receiver<bool>,
@@ -268,11 +285,21 @@ impl StepRun<'_> {
             Ok(url) => url,
             Err(end) => return end,
         };
+        let now = Utc::now();
+        let mut watched = Watched::new(
+            &step.detail,
+            self.resumed,
+            step.started_at.unwrap_or(now),
+            window,
+            now,
+        );
+        let deadline = watched.end(deadline);
+        self.extend_deadline(step, deadline).await;
         let mut watch = LogWatch::new(Vec::new(), spec.forbid);
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::default();
-        let mut restarts = super::restart::RestartWatch::default();
+        let mut restarts = super::restart::RestartWatch::resuming(&step.detail);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();
@@ -280,10 +307,12 @@ impl StepRun<'_> {
                 return restarted;
             }
             let sample = self.engine.inner.prober.sample_url(&url).await;
+            watched.observe(Utc::now());
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };
             worst = worst.max(misses);
-            let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample});
+            let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample, "container_id": restarts.container_id()});
+            merge(&mut detail, watched.detail(deadline));
             if misses >= max_misses {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
                 return StepEnd::failed(ErrorCode::SoakHealth, msg, detail);
@@ -296,11 +325,7 @@ impl StepRun<'_> {
                     return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
                 }
             }
-            if let (Some(d), serde_json::Value::Object(r)) =
-                (detail.as_object_mut(), reads.detail())
-            {
-                d.extend(r);
-            }
+            merge(&mut detail, reads.detail());
             if reads.exhausted() {
                 return reads.unavailable(self.rollout.target(), detail);
             }
@@ -315,7 +340,7 @@ impl StepRun<'_> {
                     &step.id,
                     &detail,
                     || self.mask_json(&detail),
-                    &["probes"],
+                    &["probes", COUNTERS[0], COUNTERS[1]],
                 )
                 .await;
             // The last probe falls on the deadline, not up to an interval after it.

@@ -20,6 +20,7 @@ mod smoke_step;
 mod step_run;
 mod steps;
 mod wait;
+mod watched;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

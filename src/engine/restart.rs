@@ -1,7 +1,8 @@
 //! Restart detection during `soak` and `analyze`: the target's container must keep the ID
 //! and the start it had after its `up` (rule: `engine_restarted` at once otherwise). Reads
 //! `GET /docker/ps`; a read that fails is counted and judged nothing (the step's other
-//! probes still watch the engine).
+//! probes still watch the engine). A step resumed after a restart holds the target to the
+//! container its saved evidence names: one replaced while the daemon was down fails it.
 
 use serde_json::json;
 
@@ -13,6 +14,9 @@ use crate::domain::uptime::{judge_restart, ContainerRead};
 #[derive(Debug, Default)]
 pub(super) struct RestartWatch {
     baseline: Option<ContainerRead>,
+    /// The container an earlier drive of the step saw first (from its saved evidence): a
+    /// resumed step fails when the target is another one now.
+    saved: Option<String>,
     previous: Option<ContainerRead>,
     reads: u64,
     failed_reads: u64,
@@ -20,6 +24,26 @@ pub(super) struct RestartWatch {
 }
 
 impl RestartWatch {
+    /// A watch for a step whose saved evidence (`detail`, empty for a new step) may name the
+    /// container an earlier drive saw first (`container_id`, or `restart.first.id`).
+    pub(super) fn resuming(detail: &serde_json::Value) -> Self {
+        let saved = detail["container_id"]
+            .as_str()
+            .or_else(|| detail["restart"]["first"]["id"].as_str());
+        Self {
+            saved: saved.map(str::to_owned),
+            ..Self::default()
+        }
+    }
+
+    /// The container this watch holds the target to: the first it read, or the saved one.
+    pub(super) fn container_id(&self) -> Option<&str> {
+        self.baseline
+            .as_ref()
+            .map(|b| b.id.as_str())
+            .or(self.saved.as_deref())
+    }
+
     /// Reads `docker ps` once; the step's failure when the target restarted.
     pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
         let at = chrono::Utc::now();
@@ -38,7 +62,7 @@ impl RestartWatch {
             at,
         });
         let verdict = judge_restart(
-            self.baseline.as_ref().map(|b| b.id.as_str()),
+            self.container_id(),
             run.up_done_at,
             self.previous.as_ref(),
             current.as_ref(),

@@ -200,6 +200,7 @@ async fn drive(
                 admitted.release();
             }
         }
+        run.resumed = pre_started.is_none() && step.status == StepStatus::Running;
         let step = match pre_started {
             Some(started) => started,
             None => start_step(engine, step, &spec.kind).await?,

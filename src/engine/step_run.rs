@@ -83,6 +83,10 @@ pub(crate) struct StepRun<'a> {
     /// Companion gates passed in this rollout: the step's `services` → what its dry run
     /// planned (what a reconcile `up` applies).
     pub companion_plans: BTreeMap<Vec<String>, Vec<String>>,
+    /// Whether the step being run was already running when this drive took it up: a restart
+    /// (or a storage error) interrupted it, and the time since its last saved evidence went
+    /// unwatched (`watched.rs`).
+    pub resumed: bool,
 }
 
 impl<'a> StepRun<'a> {
@@ -110,6 +114,7 @@ impl<'a> StepRun<'a> {
             touched: std::sync::atomic::AtomicBool::new(rollout.touched_replica),
             up_done_at: None,
             companion_plans: BTreeMap::new(),
+            resumed: false,
         }
     }
 }

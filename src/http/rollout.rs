@@ -73,7 +73,8 @@ pub struct StepOut {
     pub attempts: i64,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-    /// When a running wait gives up (kept across restarts).
+    /// When a running wait gives up (kept across restarts; a resumed soak or analyze moves it
+    /// later, see docs/recovery.md).
     pub deadline_at: Option<DateTime<Utc>>,
     pub detail: serde_json::Value,
     /// One line of a succeeded step's evidence, rendered by its kind

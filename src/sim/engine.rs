@@ -372,11 +372,16 @@ impl EngineCtx {
 }
 
 async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
-    if engine_ready(&ctx.shared, &ctx.service()) {
+    let service = ctx.service();
+    let status = if engine_ready(&ctx.shared, &service) {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
-    }
+    };
+    ctx.shared
+        .state()
+        .record_engine_read(&service, "/health", status.as_u16());
+    status
 }
 
 /// Serves one engine's port (for `names`, see [`EngineCtx`]) until the host shuts down.

@@ -16,7 +16,7 @@
 //! - sticky until changed: [`SimFaults::set_host_env`];
 //! - timed: [`SimFaults::busy_for`];
 //! - immediate: [`SimFaults::emit_log_line`], [`SimFaults::restart_engine`],
-//!   [`SimFaults::release_stalls`];
+//!   [`SimFaults::recreate_container`], [`SimFaults::release_stalls`];
 //! - sticky until changed, on the engines' simulated traffic (`metrics.rs`):
 //!   [`SimFaults::set_engine_slowdown`], [`SimFaults::set_engine_traffic`],
 //!   [`SimFaults::set_traffic_rate`], [`SimFaults::set_metrics_padding`].
@@ -321,6 +321,22 @@ impl SimFaults {
             c.ready_at = Instant::now() + down_for;
             c.started_at = Utc::now();
             c.push_log("[sim] engine process restarted".to_string());
+        }
+    }
+
+    /// Immediate: the container of `service` is replaced by a new one (another id, started
+    /// now, a fresh log), as a `docker compose up --force-recreate` by someone else would;
+    /// its engine answers `/health` at once.
+    pub fn recreate_container(&self, service: &str) {
+        let mut st = self.shared.state();
+        let id = st.new_id(service);
+        if let Some(c) = st.containers.get_mut(service) {
+            c.id = id;
+            c.created_at = Utc::now();
+            c.started_at = c.created_at;
+            c.generation += 1;
+            c.log.clear();
+            c.push_log("[sim] container recreated".to_string());
         }
     }
 

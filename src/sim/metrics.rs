@@ -330,7 +330,12 @@ pub fn example_page(series: usize) -> String {
 /// `GET /metrics` of one engine: 503 while it is absent, exited or cold-starting.
 pub(super) async fn serve(State(ctx): State<super::engine::EngineCtx>) -> Response {
     let service = ctx.service();
-    if !super::engine::engine_ready(&ctx.shared, &service) {
+    let ready = super::engine::engine_ready(&ctx.shared, &service);
+    let status = if ready { 200 } else { 503 };
+    ctx.shared
+        .state()
+        .record_engine_read(&service, "/metrics", status);
+    if !ready {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     let page = {

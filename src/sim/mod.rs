@@ -17,7 +17,8 @@
 //!   override the file's images and are appended to the served text as a comment, so each
 //!   tag has its own `file_sha256`.
 //! - Engine ports are not recorded in [`SimHost::calls`]; every compose-manager request is
-//!   (the latest 50 000); engine API calls are, apart ([`SimHost::api_calls`]).
+//!   (the latest 50 000); engine API calls are, apart ([`SimHost::api_calls`]), and so are
+//!   the reads of their `/health` and `/metrics` ([`SimHost::engine_reads`]).
 
 mod api_fault;
 mod checks;
@@ -243,6 +244,19 @@ pub struct RecordedCall {
     pub at: DateTime<Utc>,
 }
 
+/// One read of an engine's `/health` or `/metrics` page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimEngineRead {
+    /// The engine's service.
+    pub service: String,
+    /// `/health` or `/metrics`.
+    pub path: String,
+    /// The status it answered.
+    pub status: u16,
+    /// When it arrived.
+    pub at: DateTime<Utc>,
+}
+
 /// One call of an engine's OpenAI-compatible API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimApiCall {
@@ -455,6 +469,11 @@ impl SimHost {
     /// Every compose-manager request received, oldest first.
     pub fn calls(&self) -> Vec<RecordedCall> {
         self.shared.state().calls.iter().cloned().collect()
+    }
+
+    /// Every read of an engine's `/health` or `/metrics`, oldest first.
+    pub fn engine_reads(&self) -> Vec<SimEngineRead> {
+        self.shared.state().engine_reads.iter().cloned().collect()
     }
 
     /// Every call of the engines' OpenAI-compatible APIs, oldest first.

@@ -89,6 +89,8 @@ pub(crate) struct State {
     pub host_env: BTreeMap<String, String>,
     /// Every call of an engine's OpenAI-compatible API (the latest [`CALLS_CAP`]).
     pub api_calls: VecDeque<SimApiCall>,
+    /// Every `/health` and `/metrics` read of an engine (the latest [`CALLS_CAP`]).
+    pub engine_reads: VecDeque<super::SimEngineRead>,
     /// The simulated requests every engine serves (its `/metrics`).
     pub traffic: super::metrics::Traffic,
 }
@@ -271,6 +273,19 @@ impl Drop for HeldLock {
 }
 
 impl State {
+    /// Records a read of an engine's `/health` or `/metrics`.
+    pub fn record_engine_read(&mut self, service: &str, path: &str, status: u16) {
+        if self.engine_reads.len() >= CALLS_CAP {
+            self.engine_reads.pop_front();
+        }
+        self.engine_reads.push_back(super::SimEngineRead {
+            service: service.to_owned(),
+            path: path.to_owned(),
+            status,
+            at: Utc::now(),
+        });
+    }
+
     /// A fresh 64-hex container id.
     pub fn new_id(&mut self, service: &str) -> String {
         self.id_seq += 1;

@@ -221,6 +221,22 @@ impl Store {
         Ok(())
     }
 
+    /// Moves a running step's deadline later (a resumed `soak` or `analyze` that watches again
+    /// what nobody watched); an earlier `deadline` changes nothing.
+    pub async fn extend_step_deadline(
+        &self,
+        step_id: &str,
+        deadline: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            "update step set deadline_at = ? where step_id = ? and status = 'running' \
+             and (deadline_at is null or deadline_at < ?)",
+            (fmt_time(deadline), step_id, fmt_time(deadline)),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Write-ahead: records that a compose call is about to be sent, and commits, before the call.
     /// The attempt's number (`n`, from 1 per step) is counted by the insert itself. With
     /// `touches` (the call names the rollout's replica), the same transaction marks the

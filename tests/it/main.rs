@@ -36,6 +36,7 @@ mod recovery;
 mod release;
 mod rename;
 mod repo;
+mod resumed_watch;
 mod rollback;
 mod secrets;
 mod sim_host;

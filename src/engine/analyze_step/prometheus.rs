@@ -2,7 +2,9 @@
 //! target for restarts every `interval`, as the engine source does), then evaluate every
 //! check's PromQL query at the window's end, once per replica it needs (the target; each peer
 //! too for `max_ratio_to_peers`), with `{{host}}`, `{{service}}` and `{{window}}` filled per
-//! replica, and judge the values as the engine source does.
+//! replica, and judge the values as the engine source does. Resumed after a restart, it
+//! watches again at least the part of the window nobody watched and evaluates at the moved
+//! end (`watched.rs`): over a window that ends after what it watched.
 //!
 //! A query's value is its one sample; no sample (or NaN, as `histogram_quantile` gives
 //! without observations) is no data, hence `inconclusive`. A query Prometheus cannot answer
@@ -24,6 +26,7 @@ use crate::domain::error_code::ErrorCode;
 use crate::engine::doctor::mask;
 use crate::engine::restart::RestartWatch;
 use crate::engine::step_run::{pause, Progress, StepEnd, StepRun};
+use crate::engine::watched::{merge, Watched};
 use crate::probe::prometheus::{QueryError, Sample};
 use crate::store::Step;
 
@@ -108,35 +111,33 @@ impl StepRun<'_> {
                 });
             }
         }
-        let started = step.started_at.unwrap_or_else(Utc::now);
-        let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
-        let end = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
-        let detail = |restarts: &RestartWatch, evidence: Vec<serde_json::Value>| {
-            let mut d = json!({
-                "source": spec.source,
-                "prometheus_url": prom.url(),
-                "warmup_ends_at": warm_end,
-                "ends_at": end,
-                "window": promql_duration(spec.duration),
-                "replicas": std::iter::once((target, "target"))
-                    .chain(peers.iter().map(|p| (*p, "peer")))
-                    .map(|(name, role)| (name.to_owned(), json!({"role": role})))
-                    .collect::<serde_json::Map<_, _>>(),
-                "queries": evidence,
-            });
-            if let (Some(d), serde_json::Value::Object(r)) = (d.as_object_mut(), restarts.detail())
-            {
-                d.extend(r);
-            }
-            d
-        };
+        let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
+        let step = &step;
+        let detail =
+            |restarts: &RestartWatch, watched: &Watched, evidence: Vec<serde_json::Value>| {
+                let mut d = json!({
+                    "source": spec.source,
+                    "prometheus_url": prom.url(),
+                    "warmup_ends_at": warm_end,
+                    "ends_at": end,
+                    "window": promql_duration(spec.duration),
+                    "replicas": std::iter::once((target, "target"))
+                        .chain(peers.iter().map(|p| (*p, "peer")))
+                        .map(|(name, role)| (name.to_owned(), json!({"role": role})))
+                        .collect::<serde_json::Map<_, _>>(),
+                    "queries": evidence,
+                });
+                merge(&mut d, restarts.detail());
+                merge(&mut d, watched.detail(end));
+                d
+            };
         let pending = || -> Vec<serde_json::Value> {
             queries
                 .iter()
                 .map(|q| evidence(q, &spec.checks[q.check].name, None))
                 .collect()
         };
-        let mut restarts = RestartWatch::default();
+        let mut restarts = RestartWatch::resuming(&step.detail);
         let mut progress = Progress::default();
         loop {
             if let Some(StepEnd::Failed {
@@ -145,7 +146,7 @@ impl StepRun<'_> {
                 detail: seen,
             }) = restarts.check(self).await
             {
-                let mut d = detail(&restarts, pending());
+                let mut d = detail(&restarts, &watched, pending());
                 d["restart"] = seen["restart"].clone();
                 return StepEnd::Failed {
                     code,
@@ -154,6 +155,7 @@ impl StepRun<'_> {
                 };
             }
             let now = Utc::now();
+            watched.observe(now);
             if now >= end {
                 break;
             }
@@ -161,11 +163,11 @@ impl StepRun<'_> {
                 .save(
                     &self.engine.inner.store,
                     &step.id,
-                    &detail(&restarts, pending()),
+                    &detail(&restarts, &watched, pending()),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
-                return StepEnd::Aborted(detail(&restarts, pending()));
+                return StepEnd::Aborted(detail(&restarts, &watched, pending()));
             }
         }
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
@@ -194,7 +196,7 @@ impl StepRun<'_> {
                 q.role(),
                 mask(&e.to_string(), &secrets)
             );
-            return StepEnd::failed(e.code(), msg, detail(&restarts, evidence));
+            return StepEnd::failed(e.code(), msg, detail(&restarts, &watched, evidence));
         }
         let mut checks = Vec::with_capacity(spec.checks.len());
         for (i, check) in spec.checks.iter().enumerate() {
@@ -222,7 +224,7 @@ impl StepRun<'_> {
             c["queries"] = serde_json::Value::Object(sent);
             checks.push((verdict, c));
         }
-        let mut d = detail(&restarts, evidence);
+        let mut d = detail(&restarts, &watched, evidence);
         d["evaluated_at"] = json!(end);
         d["checks"] = checks.iter().map(|(_, c)| c.clone()).collect();
         let verdicts: Vec<_> = checks.into_iter().map(|(v, _)| v).collect();

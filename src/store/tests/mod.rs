@@ -325,6 +325,36 @@ async fn the_last_touching_rollout_is_the_newest_that_sent_a_down_or_up() {
 }
 
 #[tokio::test]
+async fn a_running_steps_deadline_moves_only_later_and_a_finished_ones_never() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    let step = store.steps("ro_1").await.expect("steps").remove(1);
+    store
+        .transition_step(&step, StepEvent::Start, &json!({}), Some(at(100)), at(1))
+        .await
+        .expect("running");
+    let deadline = || async { store.steps("ro_1").await.expect("steps")[1].deadline_at };
+    // (moved to, then read)
+    for (to, read) in [(50, 100), (100, 100), (160, 160), (120, 160)] {
+        store
+            .extend_step_deadline(&step.id, at(to))
+            .await
+            .expect("written");
+        assert_eq!(deadline().await, Some(at(read)), "moved to {to}");
+    }
+    let running = store.steps("ro_1").await.expect("steps").remove(1);
+    store
+        .transition_step(&running, StepEvent::Succeed, &json!({}), None, at(2))
+        .await
+        .expect("succeeded");
+    store
+        .extend_step_deadline(&step.id, at(900))
+        .await
+        .expect("written");
+    assert_eq!(deadline().await, Some(at(160)), "a finished step keeps it");
+}
+
+#[tokio::test]
 async fn step_transitions_count_attempts_keep_the_first_deadline_and_audit_failures() {
     let (_dir, store) = temp_store().await;
     create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
