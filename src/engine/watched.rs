@@ -1,4 +1,4 @@
-//! How much of a `soak`'s or an `analyze`'s window was watched (safety rule 18): time the
+//! How much of a `soak`'s or an `analyze`'s window was watched (safety rule 19): time the
 //! daemon was not running is not observation.
 //!
 //! A watching step keeps `observed_ms` (the part of its window its probes covered, over every

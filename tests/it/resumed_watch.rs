@@ -1,4 +1,4 @@
-//! Safety rule 18 (docs/recovery.md): time the daemon was not running is not observation. A
+//! Safety rule 19 (docs/recovery.md): time the daemon was not running is not observation. A
 //! `soak` or `analyze` killed part-way and restarted after its deadline watches again at
 //! least the part of its window nobody watched; lines printed while the daemon was down are
 //! judged; a container replaced meanwhile fails the step.
