@@ -51,9 +51,18 @@ impl App {
         runbooks: BTreeMap<String, Runbook>,
         lock_wait: Duration,
     ) -> anyhow::Result<App> {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    " (another canaryd may be running there: `canaryd healthcheck --url \
+                     http://{}/healthz` tells; or change `listen`)",
+                    config.listen
+                )
+            } else {
+                String::new()
+            };
+            anyhow::Error::new(e).context(format!("binding {}{hint}", config.listen))
+        })?;
         let store = Store::open_waiting(&config.database, lock_wait)
             .await
             .with_context(|| format!("opening the database {}", config.database.display()))?;

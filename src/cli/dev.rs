@@ -163,12 +163,12 @@ pub async fn dev(args: DevArgs, log_format: LogFormat) -> anyhow::Result<ExitCod
         sim.url(),
         db.display()
     );
-    println!("try:\n  curl -s -XPOST {url}/v1/rollouts -H 'content-type: application/json' \\\n    -d '{{\"host\":\"{DEV_HOST}\",\"file\":\"{DEV_FILE}\",\"service\":\"{R2}\",\"tag\":\"v0.0.452\",\"reason\":\"try canaryd\"}}'");
-    println!(
-        "  CANARYD_SERVER={url} {} rollout watch <id>\n",
-        command_name()
-    );
     if !args.demo {
+        println!("try:\n  curl -s -XPOST {url}/v1/rollouts -H 'content-type: application/json' \\\n    -d '{{\"host\":\"{DEV_HOST}\",\"file\":\"{DEV_FILE}\",\"service\":\"{R2}\",\"tag\":\"v0.0.452\",\"reason\":\"try canaryd\"}}'");
+        println!(
+            "  CANARYD_SERVER={url} {} rollout watch <id>\n",
+            command_name()
+        );
         app.run_until_stopped(stop).await?;
         return Ok(ExitCode::SUCCESS);
     }

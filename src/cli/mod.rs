@@ -103,7 +103,7 @@ pub enum Command {
     Doctor(remote::DoctorArgs),
     /// Probe a daemon's /healthz: exit 0 when it answers, 1 when not (a container HEALTHCHECK).
     Healthcheck(healthcheck::HealthcheckArgs),
-    /// Offline validation of a config, runbook or plan file.
+    /// Offline validation of a config, runbook, plan or release file.
     Check {
         #[command(subcommand)]
         what: check::CheckCommand,

@@ -82,6 +82,10 @@ pub struct StartArgs {
     /// The runbook to run (default single-replica-canary).
     #[arg(long)]
     pub runbook: Option<String>,
+    /// `rollback` (default): a canary that fails after touching its replica rolls it back by
+    /// itself; `halt`: it leaves the replica as it is.
+    #[arg(long, value_name = "rollback|halt")]
+    pub on_failure: Option<String>,
     /// An env override, KEY=VALUE (repeatable).
     #[arg(long = "env")]
     pub env: Vec<String>,
@@ -148,8 +152,8 @@ pub struct HistoryArgs {
     /// At most this many rollouts, newest first (fetched page by page); at least 1.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
-    /// table, json or csv.
-    #[arg(long, default_value = "table")]
+    /// table, json or csv (anything else is a usage error, exit 2).
+    #[arg(long, default_value = "table", value_parser = ["table", "json", "csv"])]
     pub format: String,
     #[command(flatten)]
     pub server: ServerArgs,
@@ -206,6 +210,9 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
     if let Some(rb) = &args.runbook {
         plan["runbook"] = json!(rb);
     }
+    if let Some(on_failure) = &args.on_failure {
+        plan["on_failure"] = json!(on_failure);
+    }
     if !args.require_logs.is_empty() {
         plan["require_logs"] = json!(args.require_logs);
     }
@@ -213,7 +220,7 @@ fn plan_from_flags(args: &StartArgs) -> anyhow::Result<Value> {
 }
 
 /// The one-value flags, by the plan field each replaces.
-fn field_flags(args: &StartArgs) -> [(&'static str, &Option<String>); 6] {
+fn field_flags(args: &StartArgs) -> [(&'static str, &Option<String>); 7] {
     [
         ("host", &args.host),
         ("file", &args.file),
@@ -221,6 +228,7 @@ fn field_flags(args: &StartArgs) -> [(&'static str, &Option<String>); 6] {
         ("tag", &args.tag),
         ("reason", &args.reason),
         ("runbook", &args.runbook),
+        ("on_failure", &args.on_failure),
     ]
 }
 
@@ -229,7 +237,7 @@ fn given_flags(args: &StartArgs) -> Vec<String> {
     let mut flags: Vec<String> = field_flags(args)
         .iter()
         .filter(|(_, v)| v.is_some())
-        .map(|(field, _)| format!("--{field}"))
+        .map(|(field, _)| format!("--{}", field.replace('_', "-")))
         .collect();
     if !args.env.is_empty() {
         flags.push("--env".to_owned());
@@ -241,7 +249,7 @@ fn given_flags(args: &StartArgs) -> Vec<String> {
 }
 
 /// A plan file with the flags applied over it: `--host`, `--file`, `--service`, `--tag`,
-/// `--reason` and `--runbook` replace the file's fields, `--env` keys replace the file's keys
+/// `--reason`, `--runbook` and `--on-failure` replace the file's fields, `--env` keys replace the file's keys
 /// of the same name (the others stay), `--require-log` lines are added to the file's.
 fn plan_with_flags(file_plan: Value, args: &StartArgs) -> anyhow::Result<Value> {
     let Value::Object(mut plan) = file_plan else {
@@ -351,11 +359,28 @@ async fn created(client: &ApiClient, id: &str, line: &str, wait: bool) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
-/// Follows a rollout, printing a line per step change, until it is terminal.
+/// Follows a rollout, printing a line per step change, until it is terminal. Ctrl-C only
+/// stops following (exit 130): the rollout goes on in the daemon, and the line says how to
+/// follow or abort it.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
-    let r = follow(client, id, |line| outln!("{line}")).await?;
+    let r = tokio::select! {
+        r = follow(client, id, |line| outln!("{line}")) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            return Ok(detached(&format!(
+                "rollout {id}: `canaryd rollout watch {id}` follows it again, `canaryd rollout \
+                 abort {id} --reason R` stops it"
+            )));
+        }
+    };
     outln!("{}", timeline(&r))?;
     Ok(exit_code_of(&r))
+}
+
+/// What Ctrl-C on a command that follows something says: it goes on without us. Exit 130, as
+/// a shell reports SIGINT.
+pub fn detached(what_next: &str) -> ExitCode {
+    eprintln!("\ndetached: it goes on in the daemon. {what_next}");
+    ExitCode::from(130)
 }
 
 /// docs/cli.md#exit-codes: 0 succeeded, 1 failed or rolled back, 2 aborted.
@@ -398,9 +423,6 @@ const HISTORY_PAGE: u32 = 500;
 
 pub async fn history(args: HistoryArgs) -> anyhow::Result<ExitCode> {
     let client = ApiClient::from_env(&args.server.server)?;
-    if !matches!(args.format.as_str(), "table" | "json" | "csv") {
-        bail!("--format {:?}: expected table, json or csv", args.format);
-    }
     let items = fetch_history(&client, &args).await?;
     out!("{}", render_history(&items, &args.format)?)?;
     Ok(ExitCode::SUCCESS)

@@ -965,7 +965,16 @@ async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> St
         json!({"error": error.to_string()}),
     )
     .await;
-    StepEnd::failed(error.code(), error.to_string(), json!({}))
+    let mut message = error.to_string();
+    if matches!(error, ComposeError::Unauthorized { .. }) {
+        // Where the token comes from, as `canaryd doctor` says it.
+        message.push_str(&format!(
+            " (canaryd sends the token in the env var named by hosts.{}.token_env: set it to \
+             this host's compose-manager token and restart canaryd; `canaryd doctor` checks it)",
+            run.rollout.host
+        ));
+    }
+    StepEnd::failed(error.code(), message, json!({}))
 }
 
 fn out_of_time(what: &str, last_error: String) -> StepEnd {

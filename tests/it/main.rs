@@ -9,6 +9,7 @@ mod auth;
 mod canary;
 mod cli;
 mod cli_discovery;
+mod cli_docs;
 mod companions;
 mod compose_client;
 mod container;

@@ -277,6 +277,16 @@ fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
 /// each target start and end; it also reads the release every `WATCH_INTERVAL` for the
 /// targets' steps, and only polls when the stream is unavailable or breaks.
 pub async fn watch(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
+    tokio::select! {
+        code = follow_release(client, id) => code,
+        _ = tokio::signal::ctrl_c() => Ok(super::detached(&format!(
+            "release {id}: `canaryd release watch {id}` follows it again, `canaryd release \
+             pause|abort {id} --reason R` stops it"
+        ))),
+    }
+}
+
+async fn follow_release(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode> {
     // What was shown per target: its state and running step (a target between two steps
     // keeps the step last shown).
     let mut seen: BTreeMap<u32, (String, Option<String>)> = BTreeMap::new();

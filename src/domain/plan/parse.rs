@@ -52,10 +52,17 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
     check_size(body.len())?;
     // Through serde_yaml's own Value first: it refuses duplicate keys.
     let yaml: serde_yaml::Value = serde_yaml::from_str(body).map_err(|e| {
+        // `curl -d @plan.yaml` sends the file with its newlines removed.
+        let flattened = !body.trim().contains('\n') && body.matches(": ").count() > 1;
+        let hint = if flattened {
+            " (the plan arrived on one line: `curl -d` strips newlines, send the file with `--data-binary @plan.yaml`)"
+        } else {
+            ""
+        };
         PlanError::new(
             "invalid_body",
             None,
-            format!("the plan is not valid YAML: {e}"),
+            format!("the plan is not valid YAML: {e}{hint}"),
         )
     })?;
     let value = serde_json::to_value(yaml).map_err(|e| {

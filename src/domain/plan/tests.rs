@@ -358,3 +358,17 @@ fn a_json_env_key_given_twice_is_refused_naming_it_not_kept_once() {
     assert_eq!(err.field.as_deref(), Some("env.TOKEN"));
     assert_eq!(err.message, "env.TOKEN: given twice");
 }
+
+#[test]
+fn a_yaml_plan_flattened_by_curl_d_says_to_send_it_with_data_binary() {
+    let err = parse_yaml("host: gpu02 file: prod/x.yaml service: r2 tag: v1 reason: r")
+        .expect_err("one line of YAML mappings is refused");
+    assert_eq!(err.code, "invalid_body");
+    assert!(
+        err.message.contains("--data-binary @plan.yaml"),
+        "{}",
+        err.message
+    );
+    let err = parse_yaml("host: [").expect_err("refused");
+    assert!(!err.message.contains("--data-binary"), "{}", err.message);
+}
