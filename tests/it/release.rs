@@ -614,6 +614,30 @@ async fn a_release_over_its_canary_already_at_the_tag_counts_it_done_and_sends_i
         .unwrap_or_else(|| panic!("a target_already_current event: {r:#?}"));
     assert_eq!(current.detail["rollout_id"], canary.as_str(), "{current:?}");
     assert_eq!(r.progress.get("already_current"), Some(&1), "{r:#?}");
+
+    let server = fleet.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(["release", "watch", &id])
+            .env("CANARYD_SERVER", server)
+            .env_remove("CANARYD_TOKEN")
+            .output()
+            .expect("the canaryd binary runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "canary gpu01/{R2}: already_current (already at the release's file, tag and env: nothing sent)"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 already_current, 1 succeeded"),
+        "{stdout}"
+    );
 }
 
 #[tokio::test]
