@@ -395,7 +395,9 @@ impl Store {
         )
         .fetch_all(self.pool())
         .await?;
-        let rows: Vec<(Option<String>, Option<String>, Option<String>, i64)> = sqlx::query_as(
+        // (rollout status, newest rollback's status, outcome, count)
+        type Row = (Option<String>, Option<String>, Option<String>, i64);
+        let rows: Vec<Row> = sqlx::query_as(
             "select r.status, (select b.status from rollout b where b.rollback_of = t.rollout_id              order by b.created_at desc limit 1) as rb, t.outcome, count(*) from release_target t              join release x on x.release_id = t.release_id              left join rollout r on r.rollout_id = t.rollout_id              where x.status not in ('succeeded', 'failed', 'aborted') group by r.status, rb, t.outcome",
         )
         .fetch_all(self.pool())
