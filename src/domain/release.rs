@@ -73,6 +73,19 @@ string_enum!(
         TargetStarted => "target_started",
         /// A changed target's rollback was created (`rollback_release`).
         TargetRollbackStarted => "target_rollback_started",
+        /// A target found already at the release's file, tag and env: done, nothing sent.
+        TargetAlreadyCurrent => "target_already_current",
+    }
+);
+
+string_enum!(
+    /// How a target ended without a rollout of its own (`release_target.outcome`).
+    TargetOutcome {
+        /// Its replica's current recorded deployment is already the release's file, tag and
+        /// env: counted done, no rollout created, no call sent.
+        AlreadyCurrent => "already_current",
+        /// Its release ended `failed` or `aborted` before its turn.
+        NotStarted => "not_started",
     }
 );
 
@@ -101,6 +114,25 @@ pub enum TargetPhase {
     Succeeded,
     /// Its rollout failed or was aborted.
     Failed,
+    /// Already at the release's file, tag and env: done without a rollout.
+    AlreadyCurrent,
+    /// Ended with its release before its turn (only under an ended release).
+    NotStarted,
+}
+
+impl TargetPhase {
+    /// The phase of a target that ended without a rollout.
+    pub fn of_outcome(outcome: TargetOutcome) -> Self {
+        match outcome {
+            TargetOutcome::AlreadyCurrent => Self::AlreadyCurrent,
+            TargetOutcome::NotStarted => Self::NotStarted,
+        }
+    }
+
+    /// Counted done: it succeeded, or it was already current.
+    pub fn is_done(self) -> bool {
+        matches!(self, Self::Succeeded | Self::AlreadyCurrent)
+    }
 }
 
 /// Where the rollback of a target (by `rollback_release`) is.
@@ -130,7 +162,9 @@ pub struct Decision {
     pub finish: Option<ReleaseStatus>,
 }
 
-/// The ordering rules: the canary (index 0) alone first; after it succeeded, hosts in parallel
+/// The ordering rules: the canary (index 0) alone first; after it succeeded (or was already
+/// current: `AlreadyCurrent` counts as succeeded everywhere but in a rollback, as the release
+/// changed nothing there), hosts in parallel
 /// up to `max_parallel_hosts`, one target at a time per host, in release order; after a
 /// failure nothing starts, and once nothing runs the release ends `failed` (with
 /// `rollback_release`, after rolling back every succeeded target, newest first, one per host
@@ -189,7 +223,7 @@ pub fn decide(
         }
         return d;
     }
-    if targets.iter().all(|t| t.phase == TargetPhase::Succeeded) {
+    if targets.iter().all(|t| t.phase.is_done()) {
         d.finish = Some(ReleaseStatus::Succeeded);
         return d;
     }

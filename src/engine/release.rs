@@ -1,7 +1,9 @@
 //! Releases (docs/reference.md#releases): one coordinator task per release, above the rollout
 //! machinery. Every tick it reads the release and its targets' rollouts from SQLite, asks
 //! `domain::release::decide` what may start, and creates those rollouts (each linked to its
-//! target in the same transaction) or, with `rollback_release`, the rollbacks. It holds no state
+//! target in the same transaction) or, with `rollback_release`, the rollbacks. A target whose
+//! replica already runs the release's file, tag and env ends `already_current` instead: no
+//! rollout, no call (the next tick follows at once). It holds no state
 //! of its own that matters: after a restart it picks up exactly where the database says.
 //!
 //! A tick happens when something that can change `decide`'s answer is committed: a rollout's
@@ -180,8 +182,11 @@ async fn coordinate(engine: &Engine, id: &str, wake: &Notify) {
             return;
         }
         match tick(engine, id, &mut no_rollback).await {
-            Ok(true) => return,
-            Ok(false) => {}
+            Ok(Next::Ended) => return,
+            // A target ended already current: that changes the decision, and no rollout's
+            // event will say so.
+            Ok(Next::Again) => continue,
+            Ok(Next::Wait) => {}
             Err(e) => {
                 tracing::warn!(release.id = %id, error = %e, "release {id}: tick failed; retrying")
             }
@@ -223,7 +228,9 @@ async fn rollout_moved(events: &mut broadcast::Receiver<AuditEvent>) {
 
 fn view(t: &ReleaseTarget, no_rollback: &HashSet<u32>) -> TargetView {
     let phase = match t.rollout_status {
-        None => TargetPhase::Waiting,
+        None => t
+            .outcome
+            .map_or(TargetPhase::Waiting, TargetPhase::of_outcome),
         Some(RolloutStatus::Pending | RolloutStatus::Running) => TargetPhase::Running,
         Some(RolloutStatus::Succeeded) => TargetPhase::Succeeded,
         Some(RolloutStatus::Failed | RolloutStatus::Aborted) => TargetPhase::Failed,
@@ -241,16 +248,35 @@ fn view(t: &ReleaseTarget, no_rollback: &HashSet<u32>) -> TargetView {
     }
 }
 
-/// One look at the release: `Ok(true)` once it is terminal.
+/// What the coordinator does after a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The release is terminal: the coordinator ends.
+    Ended,
+    /// Look again at once (a target ended already current).
+    Again,
+    /// Wait for a rollout's event, a control or the backstop tick.
+    Wait,
+}
+
+/// One look at the release.
 async fn tick(
     engine: &Engine,
     id: &str,
     no_rollback: &mut HashSet<u32>,
-) -> Result<bool, EngineError> {
+) -> Result<Next, EngineError> {
     let store = engine.store();
     let mut release = engine.get_release(id).await?;
     if release.status.is_terminal() {
-        return Ok(true);
+        // Ended by a daemon that left targets waiting: none stays so.
+        let unstarted = release
+            .targets
+            .iter()
+            .any(|t| t.rollout_id.is_none() && t.outcome.is_none());
+        if unstarted && release.status != ReleaseStatus::Succeeded {
+            store.end_unstarted_targets(id).await?;
+        }
+        return Ok(Next::Ended);
     }
     if release.status == ReleaseStatus::Pending {
         release = store
@@ -292,20 +318,32 @@ async fn tick(
         return match moved {
             Ok(_) => {
                 tracing::info!(release.id = %id, status = end.as_str(), "release {id} ended {end}");
-                Ok(true)
+                Ok(Next::Ended)
             }
             // Paused, resumed or aborted meanwhile: look again.
-            Err(StoreError::InvalidTransition { .. }) => Ok(false),
+            Err(StoreError::InvalidTransition { .. }) => Ok(Next::Wait),
             Err(e) => Err(e.into()),
         };
     }
+    let mut next = Next::Wait;
     for i in d.start {
-        start_target(engine, &release, &release.targets[i]).await?;
+        if start_target(engine, &release, &release.targets[i]).await? == Started::AlreadyCurrent {
+            next = Next::Again;
+        }
     }
     for i in d.roll_back {
         roll_back_target(engine, &release, &release.targets[i], no_rollback).await?;
     }
-    Ok(false)
+    Ok(next)
+}
+
+/// What `start_target` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Started {
+    /// Created its rollout, or left it for a later tick (busy host, paused meanwhile).
+    Rollout,
+    /// Ended it `already_current`.
+    AlreadyCurrent,
 }
 
 fn failure_message(release: &Release) -> String {
@@ -335,7 +373,7 @@ async fn start_target(
     engine: &Engine,
     release: &Release,
     target: &ReleaseTarget,
-) -> Result<(), EngineError> {
+) -> Result<Started, EngineError> {
     let plan: CanaryPlan = serde_json::from_str(&target.plan).map_err(|e| {
         EngineError::Store(StoreError::Corrupt {
             table: "release_target",
@@ -343,6 +381,16 @@ async fn start_target(
         })
     })?;
     let (new, steps) = engine.canary_rollout(plan, &release.actor)?;
+    // Already at the release's file, tag and env (safety rule 21): done, with nothing sent. The
+    // rollout built above only says what would be deployed; it is not stored.
+    if let Some(by) = engine
+        .store()
+        .end_target_if_current(&release.id, target.position, &new, Utc::now())
+        .await?
+    {
+        tracing::info!(release.id = %release.id, host = %new.host, service = %new.service, "release {}: target {}/{} already runs {} (deployed by {by}): done, nothing sent", release.id, new.host, new.service, new.tag);
+        return Ok(Started::AlreadyCurrent);
+    }
     match engine
         .store()
         .start_release_target(&release.id, target.position, &new, &steps)
@@ -351,15 +399,15 @@ async fn start_target(
         Ok(()) => {
             tracing::info!(release.id = %release.id, rollout.id = %new.id, host = %new.host, service = %new.service, "release {}: target {}/{} started as {}", release.id, new.host, new.service, new.id);
             engine.spawn(new.id);
-            Ok(())
+            Ok(Started::Rollout)
         }
         // Another rollout holds the host: wait for it (the next tick tries again).
         Err(StoreError::HostBusy { rollout_id, .. }) => {
             tracing::debug!(release.id = %release.id, host = %target.host, "release {}: host {} busy with {rollout_id}; waiting", release.id, target.host);
-            Ok(())
+            Ok(Started::Rollout)
         }
         // Paused or aborted meanwhile, or already started: nothing to do.
-        Err(StoreError::InvalidTransition { .. }) => Ok(()),
+        Err(StoreError::InvalidTransition { .. }) => Ok(Started::Rollout),
         Err(e) => Err(e.into()),
     }
 }

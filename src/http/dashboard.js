@@ -398,6 +398,10 @@ function renderRelease(r) {
     if (t.rollout_id) {
       rollout = el("a", {href: "#active", class: "mono", "data-rollout-link": t.rollout_id}, t.rollout_id);
       rollout.addEventListener("click", () => follow(t.rollout_id));
+    } else if (t.state === "already_current") {
+      rollout = el("span", {class: "mute", "data-field": "no-rollout"}, "none: already at " + r.tag + ", nothing sent");
+    } else if (t.state === "not_started") {
+      rollout = el("span", {class: "mute", "data-field": "no-rollout"}, "none: the release ended first");
     }
     const rollback = t.rollback_id ? el("div", {class: "mono"}, "rollback " + t.rollback_id + " " + (t.rollback_status || "")) : null;
     return el("tr", {"data-target": t.host + "/" + t.service, "data-state": t.state},

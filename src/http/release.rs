@@ -22,6 +22,7 @@ use crate::domain::release::{ReleaseControl, ReleaseOnFailure, ReleaseStatus};
 use crate::domain::state::{OnFailure, RolloutStatus};
 use crate::store::{
     new_id, NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget,
+    TargetStateKey,
 };
 
 pub(super) fn router() -> Router<AppState> {
@@ -110,7 +111,7 @@ pub struct ReleaseOut {
     pub finished_at: Option<DateTime<Utc>>,
     pub error: Option<String>,
     /// Targets per state (`waiting`, `running`, `succeeded`, `failed`, `aborted`,
-    /// `rolled_back`).
+    /// `rolled_back`, `already_current`, `not_started`).
     pub progress: BTreeMap<String, usize>,
     pub targets: Vec<ReleaseTargetOut>,
     /// The release's audit trail (only in a single release's answer).
@@ -137,8 +138,9 @@ pub struct ReleaseTargetOut {
     pub host: String,
     pub service: String,
     pub canary: bool,
-    /// `waiting` (no rollout yet), its rollout's status, or `rolled_back` (it succeeded and
-    /// `rollback_release` undid it).
+    /// `waiting` (no rollout yet), its rollout's status, `rolled_back` (it succeeded and
+    /// `rollback_release` undid it), `already_current` (already at the release's file, tag and
+    /// env: done, no rollout, nothing sent) or `not_started` (the release ended first).
     pub state: String,
     pub rollout_id: Option<String>,
     pub error: Option<String>,
@@ -153,21 +155,22 @@ pub struct ReleaseTargetOut {
 
 /// The state a target is shown in.
 pub fn target_state(t: &ReleaseTarget) -> &'static str {
-    state_of(t.rollout_status, t.rollback_status)
+    state_of(&(t.rollout_status, t.rollback_status, t.outcome))
 }
 
-fn state_of(rollout: Option<RolloutStatus>, rollback: Option<RolloutStatus>) -> &'static str {
-    match (rollout, rollback) {
-        (None, _) => "waiting",
-        (Some(RolloutStatus::Succeeded), Some(RolloutStatus::Succeeded)) => "rolled_back",
-        (Some(s), _) => s.as_str(),
+fn state_of(key: &TargetStateKey) -> &'static str {
+    match key {
+        (None, _, Some(outcome)) => outcome.as_str(),
+        (None, _, None) => "waiting",
+        (Some(RolloutStatus::Succeeded), Some(RolloutStatus::Succeeded), _) => "rolled_back",
+        (Some(s), _, _) => s.as_str(),
     }
 }
 
 /// The state name of a target from `Store::release_metrics`' (rollout status, rollback
-/// status) key.
-pub(super) fn target_state_name(key: &(Option<RolloutStatus>, Option<RolloutStatus>)) -> String {
-    state_of(key.0, key.1).to_owned()
+/// status, outcome) key.
+pub(super) fn target_state_name(key: &TargetStateKey) -> String {
+    state_of(key).to_owned()
 }
 
 impl ReleaseOut {

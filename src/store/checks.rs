@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::MIGRATOR;
 use crate::domain::audit::AuditKind;
 use crate::domain::notification::{DeliveryStatus, NotifyEvent};
-use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus};
+use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus, TargetOutcome};
 use crate::domain::runbook::StepKindName;
 use crate::domain::state::{
     AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
@@ -68,6 +68,7 @@ fn every_stored_enum_matches_its_column_check() {
         ("release", "status", names(ReleaseStatus::ALL)),
         ("release", "on_failure", names(ReleaseOnFailure::ALL)),
         ("release_event", "kind", names(ReleaseEventKind::ALL)),
+        ("release_target", "outcome", names(TargetOutcome::ALL)),
     ];
     for (table, column, values) in cases {
         assert_eq!(check_list(table, column), values, "{table}.{column}");

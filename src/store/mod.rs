@@ -45,6 +45,7 @@ pub use owner::lock_path;
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming};
 pub use release::{
     NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
+    TargetStateKey,
 };
 pub use retention::{spawn_retention, Purged};
 pub use rollout::{NewRollout, NewStep, RolloutChange};

@@ -7,8 +7,18 @@ use sqlx::Sqlite;
 
 use super::rollout::{insert_rollout, NewRollout, NewStep};
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
-use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus};
+use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus, TargetOutcome};
 use crate::domain::state::RolloutStatus;
+
+mod outcome;
+
+/// What `/metrics` counts the targets of unfinished releases by: the target's rollout's
+/// status, its newest rollback's, and its outcome without a rollout.
+pub type TargetStateKey = (
+    Option<RolloutStatus>,
+    Option<RolloutStatus>,
+    Option<TargetOutcome>,
+);
 
 /// A release to create, validated.
 #[derive(Debug, Clone)]
@@ -72,6 +82,8 @@ pub struct ReleaseTarget {
     pub rollback_status: Option<RolloutStatus>,
     /// The name of the target rollout's running step, if one runs.
     pub current_step: Option<String>,
+    /// How it ended without a rollout: `already_current` or `not_started`.
+    pub outcome: Option<TargetOutcome>,
 }
 
 /// One entry of a release's audit trail.
@@ -153,14 +165,15 @@ type TargetRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
 );
 
 const SELECT_TARGETS: &str = "select t.position, t.host, t.service, t.plan, t.rollout_id, r.status, \
     r.error_code, r.started_at, r.finished_at, \
     (select b.rollout_id from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
     (select b.status from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
-    (select s.name from step s where s.rollout_id = t.rollout_id and s.status = 'running' order by s.position limit 1) \
-    from release_target t left join rollout r on r.rollout_id = t.rollout_id \
+    (select s.name from step s where s.rollout_id = t.rollout_id and s.status = 'running' order by s.position limit 1), \
+    t.outcome from release_target t left join rollout r on r.rollout_id = t.rollout_id \
     where t.release_id = ? order by t.position";
 
 fn status_of(s: Option<String>) -> Result<Option<RolloutStatus>, StoreError> {
@@ -256,7 +269,9 @@ impl Store {
     }
 
     /// Moves a release to `to` if its status is one of `from` (else `InvalidTransition`), with
-    /// its event, in one transaction. `error` is kept as the release's error message.
+    /// its event, in one transaction. `error` is kept as the release's error message. A move to
+    /// `failed` or `aborted` ends every target without a rollout `not_started` (the event's
+    /// `not_started` counts them).
     #[allow(clippy::too_many_arguments)]
     pub async fn move_release(
         &self,
@@ -298,10 +313,14 @@ impl Store {
                 error,
                 id,
             ])?;
-            let detail = match error {
+            let mut detail = match error {
                 Some(e) => serde_json::json!({"error": e}),
                 None => serde_json::json!({}),
             };
+            // Ended: nothing it has not started stays waiting.
+            if matches!(to, ReleaseStatus::Failed | ReleaseStatus::Aborted) {
+                detail["not_started"] = outcome::not_started(db, id)?.into();
+            }
             event(
                 db,
                 id,
@@ -333,7 +352,8 @@ impl Store {
             let open: Option<i64> = db
                 .prepare_cached(
                     "select 1 from release r join release_target t on t.release_id = r.release_id \
-                     where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null",
+                     where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null \
+                     and t.outcome is null",
                 )?
                 .query_row(params![release_id, i64::from(position)], |r| r.get(0))
                 .optional()?;
@@ -366,30 +386,30 @@ impl Store {
     }
 
     /// For `/metrics`: ended releases per status, and the targets of unfinished releases per
-    /// (rollout status, newest rollback's status).
-    #[allow(clippy::type_complexity)]
+    /// (rollout status, newest rollback's status, outcome).
     pub async fn release_metrics(
         &self,
-    ) -> Result<
-        (
-            Vec<(String, u64)>,
-            Vec<((Option<RolloutStatus>, Option<RolloutStatus>), i64)>,
-        ),
-        StoreError,
-    > {
+    ) -> Result<(Vec<(String, u64)>, Vec<(TargetStateKey, i64)>), StoreError> {
         let ended: Vec<(String, i64)> = sqlx::query_as(
             "select status, count(*) from release where status in ('succeeded', 'failed', 'aborted') group by status",
         )
         .fetch_all(self.pool())
         .await?;
-        let rows: Vec<(Option<String>, Option<String>, i64)> = sqlx::query_as(
-            "select r.status, (select b.status from rollout b where b.rollback_of = t.rollout_id              order by b.created_at desc limit 1) as rb, count(*) from release_target t              join release x on x.release_id = t.release_id              left join rollout r on r.rollout_id = t.rollout_id              where x.status not in ('succeeded', 'failed', 'aborted') group by r.status, rb",
+        // (rollout status, newest rollback's status, outcome, count)
+        type Row = (Option<String>, Option<String>, Option<String>, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "select r.status, (select b.status from rollout b where b.rollback_of = t.rollout_id              order by b.created_at desc limit 1) as rb, t.outcome, count(*) from release_target t              join release x on x.release_id = t.release_id              left join rollout r on r.rollout_id = t.rollout_id              where x.status not in ('succeeded', 'failed', 'aborted') group by r.status, rb, t.outcome",
         )
         .fetch_all(self.pool())
         .await?;
         let mut targets = Vec::with_capacity(rows.len());
-        for (status, rollback, n) in rows {
-            targets.push(((status_of(status)?, status_of(rollback)?), n));
+        for (status, rollback, outcome, n) in rows {
+            let key = (
+                status_of(status)?,
+                status_of(rollback)?,
+                outcome::outcome_of(outcome)?,
+            );
+            targets.push((key, n));
         }
         let ended = ended
             .into_iter()
@@ -541,6 +561,7 @@ impl Store {
                 rollback_id: t.9,
                 rollback_status: status_of(t.10)?,
                 current_step: t.11,
+                outcome: outcome::outcome_of(t.12)?,
             });
         }
         Ok(Release {

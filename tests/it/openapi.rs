@@ -330,3 +330,33 @@ async fn the_documented_step_kinds_are_the_registered_ones() {
         .collect();
     assert_eq!(documented, canaryd::domain::runbook::StepKind::NAMES);
 }
+
+/// The release event kinds the API documents are the stored ones, and a target's documented
+/// states include those it ends in without a rollout.
+#[tokio::test]
+async fn the_documented_release_event_kinds_and_target_outcomes_are_the_stored_ones() {
+    let app = TestApp::spawn().await;
+    let doc = served_document(&app).await;
+    let release = &doc["components"]["schemas"]["Release"]["properties"];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("an enum")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let kinds = strings(&release["events"]["items"]["properties"]["kind"]["enum"]);
+    let stored: Vec<String> = canaryd::domain::release::ReleaseEventKind::ALL
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(kinds, stored);
+    let states = strings(&release["targets"]["items"]["properties"]["state"]["enum"]);
+    for outcome in canaryd::domain::release::TargetOutcome::ALL {
+        assert!(
+            states.contains(&outcome.to_string()),
+            "{outcome} in {states:?}"
+        );
+    }
+}

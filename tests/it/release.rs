@@ -192,9 +192,9 @@ async fn a_failure_on_the_second_host_halts_with_only_the_failed_target_rolled_b
             ("gpu01", R2, "succeeded"),
             ("gpu01", R1, "succeeded"),
             ("gpu02", R2, "failed"),
-            ("gpu02", R1, "waiting"),
-            ("gpu03", R2, "waiting"),
-            ("gpu03", R1, "waiting"),
+            ("gpu02", R1, "not_started"),
+            ("gpu03", R2, "not_started"),
+            ("gpu03", R1, "not_started"),
         ]
     );
     let rolled: Vec<&str> = r
@@ -241,7 +241,7 @@ async fn rollback_release_puts_every_changed_target_back_on_its_prior_deployment
     let states: Vec<&str> = r.targets.iter().map(|t| t.state.as_str()).collect();
     assert_eq!(
         states,
-        ["rolled_back", "rolled_back", "failed", "waiting"],
+        ["rolled_back", "rolled_back", "failed", "not_started"],
         "{r:#?}"
     );
     // Reverse order: gpu03 (changed last) is rolled back before gpu01.
@@ -350,9 +350,24 @@ async fn an_aborted_release_aborts_its_running_target_and_starts_nothing_more() 
     let r = fleet.release(&id).await;
     assert_eq!(r.status, "aborted");
     assert!(
-        r.targets[1..].iter().all(|t| t.rollout_id.is_none()),
+        r.targets[1..]
+            .iter()
+            .all(|t| t.rollout_id.is_none() && t.state == "not_started"),
         "{r:#?}"
     );
+    let aborted = r.events.last().expect("events");
+    assert_eq!(aborted.kind, "release_aborted");
+    assert_eq!(aborted.detail["not_started"], 5, "{aborted:?}");
+    for host in ["gpu02", "gpu03"] {
+        assert!(
+            fleet
+                .sim(host)
+                .calls()
+                .iter()
+                .all(|c| !c.path.starts_with("/compose/")),
+            "{host} got no call"
+        );
+    }
 }
 
 #[tokio::test]
@@ -522,4 +537,135 @@ async fn a_target_whose_host_is_busy_waits_for_it_instead_of_failing() {
         stopped.as_str() <= target["created_at"].as_str().unwrap_or(""),
         "{target}"
     );
+}
+
+impl Fleet {
+    /// The compose-manager calls (`/compose/…`, `/docker/…`) `host` received after `after`
+    /// that name `service` in their body.
+    fn calls_naming(&self, host: &str, service: &str, after: DateTime<Utc>) -> Vec<String> {
+        self.sim(host)
+            .calls()
+            .into_iter()
+            .filter(|c| c.at > after)
+            .filter(|c| c.path.starts_with("/compose/") || c.path.starts_with("/docker/"))
+            .filter(|c| c.body.to_string().contains(service))
+            .map(|c| format!("{} {} {}", c.method, c.path, c.body))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_release_over_its_canary_already_at_the_tag_counts_it_done_and_sends_it_nothing() {
+    let fleet = Fleet::spawn(1).await;
+    // The operator guide's flow: a canary of r2 to the new tag, then the release of that tag
+    // with r2 as its canary.
+    let plan = json!({"host": "gpu01", "file": FILE, "service": R2, "tag": "v0.0.452",
+                      "reason": "canary v0.0.452"});
+    let (status, canary) = fleet.post("/v1/rollouts", &plan).await;
+    assert_eq!(status, 201, "{canary}");
+    let canary = canary["id"].as_str().expect("id").to_owned();
+    let done = fleet
+        .engine
+        .wait_terminal(&canary, Duration::from_secs(30))
+        .await
+        .expect("the canary ends");
+    assert_eq!(done.status.as_str(), "succeeded");
+    let canary_end = done.finished_at.expect("finished");
+
+    let id = fleet
+        .start(&json!({"file": FILE, "tag": "v0.0.452", "reason": "promote v0.0.452",
+                        "targets": [{"host": "gpu01", "service": R1}, {"host": "gpu01", "service": R2}],
+                        "canary": {"host": "gpu01", "service": R2}}))
+        .await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let states: Vec<(&str, &str, Option<&str>)> = r
+        .targets
+        .iter()
+        .map(|t| {
+            (
+                t.service.as_str(),
+                t.state.as_str(),
+                t.rollout_id.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(states[0], (R2, "already_current", None), "{r:#?}");
+    assert_eq!((states[1].0, states[1].1), (R1, "succeeded"), "{r:#?}");
+    assert_eq!(
+        fleet.calls_naming("gpu01", R2, canary_end),
+        Vec::<String>::new(),
+        "nothing sent for the replica already at the tag"
+    );
+    assert_eq!(
+        fleet.real_ups().get(&("gpu01".to_owned(), R1.to_owned())),
+        Some(&1)
+    );
+    let listed = fleet.get(&format!("/v1/rollouts?release={id}")).await;
+    assert_eq!(
+        listed["items"].as_array().map(Vec::len),
+        Some(1),
+        "no rollout for the target already current: {listed}"
+    );
+    let current = r
+        .events
+        .iter()
+        .find(|e| e.kind == "target_already_current")
+        .unwrap_or_else(|| panic!("a target_already_current event: {r:#?}"));
+    assert_eq!(current.detail["rollout_id"], canary.as_str(), "{current:?}");
+    assert_eq!(r.progress.get("already_current"), Some(&1), "{r:#?}");
+
+    let server = fleet.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(["release", "watch", &id])
+            .env("CANARYD_SERVER", server)
+            .env_remove("CANARYD_TOKEN")
+            .output()
+            .expect("the canaryd binary runs")
+    })
+    .await
+    .expect("join");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "canary gpu01/{R2}: already_current (already at the release's file, tag and env: nothing sent)"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 already_current, 1 succeeded"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_release_whose_canary_fails_ends_its_other_targets_not_started_and_sends_them_nothing() {
+    let fleet = Fleet::spawn(2).await;
+    fleet
+        .sim("gpu01")
+        .faults()
+        .fail_phase(SimOp::Up, Some("up".into()));
+    let before = Utc::now();
+    let mut body = three_hosts(1, "halt");
+    body["targets"] = json!([
+        {"host": "gpu01", "service": R2}, {"host": "gpu01", "service": R1},
+        {"host": "gpu02", "service": R2}
+    ]);
+    let id = fleet.start(&body).await;
+    let r = fleet.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let states: Vec<&str> = r.targets.iter().map(|t| t.state.as_str()).collect();
+    assert_eq!(states, ["failed", "not_started", "not_started"], "{r:#?}");
+    assert_eq!(r.progress.get("waiting"), None, "{r:#?}");
+    assert_eq!(
+        fleet.calls_naming("gpu01", R1, before),
+        Vec::<String>::new()
+    );
+    assert!(fleet
+        .sim("gpu02")
+        .calls()
+        .iter()
+        .all(|c| !c.path.starts_with("/compose/")));
 }

@@ -257,10 +257,13 @@ fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
         t.host,
         t.service,
         t.state,
-        t.rollout_id
-            .as_deref()
-            .map(|id| format!(" ({id})"))
-            .unwrap_or_default(),
+        match (t.rollout_id.as_deref(), t.state.as_str()) {
+            (Some(id), _) => format!(" ({id})"),
+            (None, "already_current") =>
+                " (already at the release's file, tag and env: nothing sent)".to_owned(),
+            (None, "not_started") => " (the release ended first)".to_owned(),
+            (None, _) => String::new(),
+        },
         t.current_step
             .as_deref()
             .map(|s| format!(" step {s}"))

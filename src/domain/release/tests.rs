@@ -133,3 +133,83 @@ fn controls_apply_only_where_they_make_sense() {
         assert_eq!(status.after(control), want, "{status} {control}");
     }
 }
+
+#[test]
+fn a_target_already_current_counts_as_done_and_lets_the_next_ones_start() {
+    // The canary already at the release's tag: the rest proceed as after a success.
+    let targets = [
+        t("a", P::AlreadyCurrent),
+        t("a", P::Waiting),
+        t("b", P::Waiting),
+    ];
+    assert_eq!(decide(&targets, 2, HALT, false).start, vec![1, 2]);
+    // It holds no host: the next target of its host starts.
+    let targets = [
+        t("a", P::Succeeded),
+        t("b", P::AlreadyCurrent),
+        t("b", P::Waiting),
+    ];
+    assert_eq!(decide(&targets, 1, HALT, false).start, vec![2]);
+    let done = [t("a", P::AlreadyCurrent), t("b", P::Succeeded)];
+    assert_eq!(
+        decide(&done, 1, HALT, false).finish,
+        Some(ReleaseStatus::Succeeded)
+    );
+    let all_current = [t("a", P::AlreadyCurrent), t("b", P::AlreadyCurrent)];
+    assert_eq!(
+        decide(&all_current, 1, HALT, true).finish,
+        Some(ReleaseStatus::Succeeded)
+    );
+}
+
+#[test]
+fn rollback_release_leaves_a_target_already_current_alone() {
+    // The release changed nothing there: nothing to undo.
+    let targets = [
+        t("a", P::AlreadyCurrent),
+        t("a", P::Succeeded),
+        t("b", P::Failed),
+    ];
+    let d = decide(&targets, 5, ROLLBACK, false);
+    assert_eq!((d.roll_back, d.finish), (vec![1], None));
+    let targets = [
+        t("a", P::AlreadyCurrent),
+        rb("a", P::Succeeded, R::Done),
+        t("b", P::Failed),
+    ];
+    assert_eq!(
+        decide(&targets, 5, ROLLBACK, false).finish,
+        Some(ReleaseStatus::Failed)
+    );
+}
+
+#[test]
+fn a_target_not_started_is_never_started() {
+    let targets = [t("a", P::Failed), t("b", P::NotStarted)];
+    assert_eq!(
+        decide(&targets, 5, HALT, false),
+        Decision {
+            finish: Some(ReleaseStatus::Failed),
+            ..Decision::default()
+        }
+    );
+    let targets = [t("a", P::Succeeded), t("b", P::NotStarted)];
+    assert_eq!(decide(&targets, 5, HALT, false), Decision::default());
+}
+
+#[test]
+fn every_outcome_has_its_phase() {
+    use TargetOutcome as O;
+    let cases = [
+        (O::AlreadyCurrent, P::AlreadyCurrent, true),
+        (O::NotStarted, P::NotStarted, false),
+    ];
+    for (outcome, phase, done) in cases {
+        assert_eq!(TargetPhase::of_outcome(outcome), phase, "{outcome}");
+        assert_eq!(phase.is_done(), done, "{outcome}");
+    }
+    assert!(P::Succeeded.is_done());
+    for phase in [P::Waiting, P::Running, P::Failed] {
+        assert!(!phase.is_done(), "{phase:?}");
+    }
+}

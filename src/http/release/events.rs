@@ -3,7 +3,8 @@
 //! release has ended and none of its target rollouts (nor their rollbacks) still runs.
 //!
 //! Two sources make one stream: the release's own trail (`release_event`: created, running,
-//! paused, resumed, aborted, succeeded, failed, `target_started`, `target_rollback_started`)
+//! paused, resumed, aborted, succeeded, failed, `target_started`, `target_rollback_started`,
+//! `target_already_current`)
 //! and the ends of its targets' rollouts and their rollbacks (`target_ended`,
 //! `target_rollback_ended`, read from their terminal audit events). An event's id is the pair
 //! of cursors `RELEASE_SEQ:AUDIT_SEQ`, so a reconnecting client resumes both. The stream is

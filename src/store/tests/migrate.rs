@@ -9,6 +9,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 use super::at;
 use crate::domain::audit::AuditKind;
+use crate::domain::release::TargetOutcome;
 use crate::domain::state::{DeploymentSource, RolloutStatus};
 use crate::store::{fmt_time, AuditEntry, Store, MIGRATOR};
 
@@ -194,6 +195,116 @@ async fn a_database_at_migration_7_migrates_with_its_rows_and_audit_counter_kept
             "select name from sqlite_master where name like '%_new'"
         )
         .await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn a_database_at_migration_13_migrates_its_releases_and_ends_unstarted_targets() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("canaryd.db");
+    {
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .expect("options")
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .expect("old database");
+        migrator_up_to(13).run(&pool).await.expect("old migrations");
+        let t = |s| fmt_time(at(s));
+        // A failed release (its canary failed, its second target never started), and a running
+        // one.
+        let statements = [
+            format!(
+                "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, \
+                 actor, reason, env_sha256, on_failure, created_at) values ('ro_1', 'canary', \
+                 'failed', 'h1', 'prod/a.yaml', 'r2', 'v2', 'single-replica-canary', 'alice', \
+                 'test', 'sha', 'rollback', '{}')",
+                t(6)
+            ),
+            format!(
+                "insert into release (release_id, status, actor, reason, file, tag, runbook, \
+                 max_parallel_hosts, on_failure, created_at) values \
+                 ('rel_1', 'failed', 'alice', 'promote', 'prod/a.yaml', 'v2', 'single-replica-canary', 1, 'halt', '{0}'), \
+                 ('rel_2', 'running', 'alice', 'promote', 'prod/a.yaml', 'v3', 'single-replica-canary', 1, 'halt', '{0}')",
+                t(5)
+            ),
+            "insert into release_target (release_id, position, host, service, plan, rollout_id) values \
+             ('rel_1', 0, 'h1', 'r2', '{}', 'ro_1'), ('rel_1', 1, 'h1', 'r1', '{}', null), \
+             ('rel_2', 0, 'h1', 'r2', '{}', null)"
+                .to_owned(),
+            format!(
+                "insert into release_event (seq, release_id, occurred_at, actor, kind) values \
+                 (7, 'rel_1', '{0}', 'alice', 'release_created'), (8, 'rel_1', '{0}', 'canaryd', 'release_failed')",
+                t(5)
+            ),
+        ];
+        for sql in statements {
+            sqlx::query(&sql)
+                .execute(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+        pool.close().await;
+    }
+
+    let store = Store::open(&path).await.expect("migrates");
+
+    let failed = store
+        .get_release("rel_1")
+        .await
+        .expect("read")
+        .expect("kept");
+    let outcomes: Vec<Option<TargetOutcome>> = failed.targets.iter().map(|t| t.outcome).collect();
+    assert_eq!(outcomes, [None, Some(TargetOutcome::NotStarted)]);
+    assert_eq!(failed.targets[0].rollout_id.as_deref(), Some("ro_1"));
+    let running = store
+        .get_release("rel_2")
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(
+        running.targets[0].outcome, None,
+        "a running release's target still waits"
+    );
+    let seqs: Vec<i64> = store
+        .release_events("rel_1")
+        .await
+        .expect("events")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [7, 8]);
+    // The counter continues past the kept events; the new kind is accepted, an outcome on a
+    // target with a rollout is not.
+    store
+        .end_unstarted_targets("rel_1")
+        .await
+        .expect("nothing left to end");
+    store
+        .write_one(
+            "insert into release_event (release_id, occurred_at, actor, kind) \
+             values ('rel_2', '2026-01-01T00:00:00Z', 'canaryd', 'target_already_current')",
+            [],
+        )
+        .await
+        .expect("the new kind");
+    assert_eq!(
+        store.release_events("rel_2").await.expect("events")[0].seq,
+        9
+    );
+    let both = refused(
+        &store,
+        "update release_target set outcome = 'not_started' where release_id = 'rel_1' and position = 0",
+    )
+    .await;
+    assert!(both.contains("CHECK"), "{both}");
+    assert_eq!(
+        pragma_rows(&store, "select \"table\" from pragma_foreign_key_check").await,
         Vec::<String>::new()
     );
 }

@@ -5,6 +5,7 @@ mod approval;
 mod connections;
 mod migrate;
 mod records;
+mod release;
 mod round_trips;
 
 use std::collections::BTreeMap;

@@ -219,9 +219,11 @@ async fn the_release_view_shows_the_targets_and_pauses_then_aborts_with_a_reason
             &format!(
                 "const v = document.querySelector('[data-release-view]'); \
                  const t = document.querySelector('[data-target=\"{HOST}/{R2}\"]'); \
-                 return v && t && [v.getAttribute('data-status'), t.getAttribute('data-state')];"
+                 const u = document.querySelector('[data-target=\"{HOST}/{R1}\"]'); \
+                 return v && t && u && [v.getAttribute('data-status'), t.getAttribute('data-state'), \
+                   u.getAttribute('data-state'), !!u.querySelector('[data-field=no-rollout]')];"
             ),
-            |v| v == &json!(["aborted", "aborted"]),
+            |v| v == &json!(["aborted", "aborted", "not_started", true]),
         )
         .await;
     assert_eq!(
