@@ -224,11 +224,11 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
         Some(value) => {
             if let Some(max) = check.max.filter(|max| value > *max) {
                 failed = true;
-                reasons.push(format!("{value} is above max {max}"));
+                reasons.push(format!("{} is above max {max}", shown(value)));
             }
             if let Some(min) = check.min.filter(|min| value < *min) {
                 failed = true;
-                reasons.push(format!("{value} is below min {min}"));
+                reasons.push(format!("{} is below min {min}", shown(value)));
             }
             if let Some(limit) = check.max_ratio_to_peers {
                 match (ratio, peer_median) {
@@ -236,7 +236,7 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
                         failed = true;
                         reasons.push(format!(
                             "{r:.3}× the peers' median ({}) is above max_ratio_to_peers {limit}",
-                            peer_median.unwrap_or_default()
+                            shown(peer_median.unwrap_or_default())
                         ));
                     }
                     (Some(_), _) => {}
@@ -337,6 +337,18 @@ pub fn promql_duration(d: Duration) -> String {
 /// a target increase above `max` cannot come back.
 pub fn lost_early(check: &Check, target_so_far: f64) -> bool {
     check.counter.is_some() && check.max.is_some_and(|max| target_so_far > max)
+}
+
+/// A measured value as a message shows it: at most 4 decimals, no trailing zeros
+/// (`0.3802`, not `0.3801980198019802`).
+fn shown(x: f64) -> String {
+    let text = format!("{x:.4}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -591,5 +603,19 @@ mod tests {
         c.counter = Some("errors_total".into());
         assert!(lost_early(&c, 1.0));
         assert!(!lost_early(&c, 0.0));
+    }
+
+    #[test]
+    fn a_value_in_a_message_has_at_most_four_decimals() {
+        let cases = [
+            (0.3801980198019802, "0.3802"),
+            (2.0, "2"),
+            (100.0, "100"),
+            (0.25, "0.25"),
+            (-0.00001, "0"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(shown(x), want, "{x}");
+        }
     }
 }
