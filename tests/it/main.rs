@@ -28,6 +28,7 @@ mod metrics;
 mod no_hooks;
 mod notify;
 mod openapi;
+mod preflight;
 mod prometheus;
 mod real_host;
 mod recovery;
