@@ -129,6 +129,9 @@ string_enum!(
         Aborted => "aborted",
         /// The rollout ended with its target taken down and not brought back (safety rule 14).
         ReplicaLeftDown => "replica_left_down",
+        // Before the first call that touches the target (`engine/preflight.rs`).
+        /// A signal a later step needs could not be read; nothing was sent (safety rule 20).
+        SignalUnavailable => "signal_unavailable",
     }
 );
 

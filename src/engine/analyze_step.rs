@@ -229,6 +229,53 @@ impl Execute for AnalyzeSpec {
 }
 
 impl StepRun<'_> {
+    /// Each page the step scrapes, read once now, before anything touches the target (safety
+    /// rule 20, `preflight.rs`): the peers', and the target's when `with_target` (its engine
+    /// serves). Each as evidence, with the error of a page that could not be read.
+    pub(in crate::engine) async fn pages_once(
+        &self,
+        families: &[&str],
+        with_target: bool,
+    ) -> Vec<(serde_json::Value, Result<(), String>)> {
+        let config = &self.host.config;
+        let service = &self.rollout.service;
+        let target = config.replicas.get(service).filter(|_| with_target);
+        let peers = config.peers(service).into_iter().filter_map(|p| {
+            let r = config.replicas.get(p)?;
+            Some((p, r.metrics_url(), "peer"))
+        });
+        let replicas: Vec<(&str, String, &str)> = target
+            .map(|r| (service.as_str(), r.metrics_url(), "target"))
+            .into_iter()
+            .chain(peers)
+            .collect();
+        let timeout = self.engine.inner.timings.scrape_timeout;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .no_proxy()
+            .timeout(timeout)
+            .build()
+            .unwrap_or_default();
+        let pages = futures_util::future::join_all(replicas.iter().map(|(_, url, _)| {
+            let client = &client;
+            async move {
+                let mut scraper = scrape::Scraper::new(url);
+                scraper.scrape(client, families, timeout).await.map(|_| ())
+            }
+        }))
+        .await;
+        replicas
+            .iter()
+            .zip(pages)
+            .map(|((name, url, role), page)| {
+                (
+                    json!({"replica": name, "role": role, "metrics_url": url}),
+                    page,
+                )
+            })
+            .collect()
+    }
+
     pub(super) async fn analyze(
         &self,
         step: &Step,

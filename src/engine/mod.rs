@@ -12,6 +12,7 @@ mod hooks;
 mod left_down;
 mod log_step;
 mod observe_step;
+mod preflight;
 mod release;
 mod restart;
 mod rollback;

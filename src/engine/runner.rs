@@ -207,10 +207,14 @@ async fn drive(
         };
         engine.checkpoint(id, Checkpoint::Started(&step.name)).await;
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
-        let end = run
-            .execute(&step, &spec.kind, &mut abort)
-            .instrument(span)
-            .await;
+        // Before the first call of the target: the signals later steps need (safety rule 20).
+        let end = match super::preflight::look(&run, &runbook, &step, &spec.kind).await {
+            Err(unavailable) => unavailable,
+            Ok(signals) => {
+                let end = run.execute(&step, &spec.kind, &mut abort);
+                super::preflight::with_evidence(end.instrument(span).await, signals)
+            }
+        };
         match end {
             StepEnd::Succeeded(detail) => {
                 // The next step starts in the same transaction, unless the daemon is stopping

@@ -19,7 +19,8 @@
 //!   [`SimFaults::recreate_container`], [`SimFaults::release_stalls`];
 //! - sticky until changed, on the engines' simulated traffic (`metrics.rs`):
 //!   [`SimFaults::set_engine_slowdown`], [`SimFaults::set_engine_traffic`],
-//!   [`SimFaults::set_traffic_rate`], [`SimFaults::set_metrics_padding`].
+//!   [`SimFaults::set_traffic_rate`], [`SimFaults::set_metrics_padding`],
+//!   [`SimFaults::set_metrics_status`].
 //!
 //! The engines' OpenAI-compatible API has its own faults in `api_fault.rs`
 //! ([`SimFaults::set_api_fault`], [`SimFaults::require_api_token`]).

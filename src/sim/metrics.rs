@@ -11,8 +11,9 @@
 //! An engine whose process restarts (a new start time) starts counting from zero again.
 //!
 //! Faults (sticky until changed): [`SimFaults::set_engine_slowdown`] (TTFT and ITL × k),
-//! [`SimFaults::set_engine_traffic`] (no requests reach the service), and
-//! [`SimFaults::set_metrics_padding`] (extra series, to make a page of realistic size).
+//! [`SimFaults::set_engine_traffic`] (no requests reach the service),
+//! [`SimFaults::set_metrics_padding`] (extra series, to make a page of realistic size), and
+//! [`SimFaults::set_metrics_status`] (the page answers an error while the engine serves).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -164,6 +165,8 @@ pub(crate) struct Traffic {
     rate: Option<f64>,
     /// Extra gauge series on every page.
     padding: usize,
+    /// Service → the HTTP status its page answers instead of the page.
+    page_status: BTreeMap<String, u16>,
 }
 
 /// Starts the host's traffic generator; it stops with the host.
@@ -338,6 +341,16 @@ pub(super) async fn serve(State(ctx): State<super::engine::EngineCtx>) -> Respon
     if !ready {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
+    let failing = ctx
+        .shared
+        .state()
+        .traffic
+        .page_status
+        .get(&service)
+        .copied();
+    if let Some(status) = failing.and_then(|s| StatusCode::from_u16(s).ok()) {
+        return (status, "metrics exporter failed\n").into_response();
+    }
     let page = {
         let st = ctx.shared.state();
         render(st.traffic.engines.get(&service), st.traffic.padding)
@@ -382,6 +395,16 @@ impl SimFaults {
     /// Sticky: every `/metrics` page carries `series` extra gauge series (default 0).
     pub fn set_metrics_padding(&self, series: usize) {
         self.shared.state().traffic.padding = series;
+    }
+
+    /// Sticky: the `/metrics` page of `service`'s engine answers `status` (its `/health` and
+    /// API are unchanged); `None` serves the page again.
+    pub fn set_metrics_status(&self, service: &str, status: Option<u16>) {
+        let mut st = self.shared.state();
+        match status {
+            Some(status) => st.traffic.page_status.insert(service.to_owned(), status),
+            None => st.traffic.page_status.remove(service),
+        };
     }
 }
 

@@ -31,6 +31,7 @@ mod no_hooks;
 mod notify;
 mod openapi;
 mod owner;
+mod preflight;
 mod prometheus;
 mod real_host;
 mod recovery;

@@ -291,14 +291,16 @@ async fn a_canary_twice_as_slow_fails_the_ratio_and_is_rolled_back() {
     app.stop().await;
 }
 
+/// The checks' queries are asked once before the target's `down` (safety rule 20): one that
+/// Prometheus refuses fails the canary there, with nothing sent to r2 and nothing to roll back.
 #[tokio::test]
-async fn a_query_prometheus_refuses_fails_with_its_code_and_message() {
+async fn a_query_prometheus_refuses_fails_the_canary_before_its_down_with_the_message() {
     let Some((app, _prom)) = setup("prometheus error", &[TRAFFIC, BROKEN]).await else {
         return;
     };
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
     let r = wait_done(&app, &id).await;
-    assert_eq!(code(&r), Some("prometheus_query_error"), "{r:#?}");
+    assert_eq!(code(&r), Some("signal_unavailable"), "{r:#?}");
     let message = &r.error.as_ref().expect("error").message;
     assert!(
         message.contains("check \"broken\"")
@@ -306,12 +308,13 @@ async fn a_query_prometheus_refuses_fails_with_its_code_and_message() {
             && message.contains("parse error"),
         "Prometheus's own words: {message}"
     );
-    let analysis = step(&r, "analysis");
-    assert_eq!(analysis.status, "failed");
-    let broken = analysis.detail["queries"]
+    let down = step(&r, "down");
+    assert_eq!(down.status, "failed");
+    let broken = down.detail["signals"]["sources"]
         .as_array()
         .and_then(|q| q.iter().find(|q| q["check"] == "broken"))
         .expect("the failed query is stored");
+    assert_eq!(broken["source"], "prometheus");
     assert!(
         broken["error"]
             .as_str()
@@ -322,7 +325,12 @@ async fn a_query_prometheus_refuses_fails_with_its_code_and_message() {
         broken["query"].as_str().is_some_and(|q| q.contains(R2)),
         "{broken:#}"
     );
-    assert!(r.rolled_back_by.is_some(), "rolled back");
+    assert_eq!(step(&r, "analysis").status, "skipped");
+    assert!(
+        app.compose_calls().iter().all(crate::helpers::is_dry_run),
+        "nothing but dry runs"
+    );
+    assert!(r.rolled_back_by.is_none(), "nothing to roll back");
     app.stop().await;
 }
 

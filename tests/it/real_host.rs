@@ -148,10 +148,15 @@ async fn a_forbidden_line_printed_while_the_logs_cannot_be_read_never_lets_the_c
 #[tokio::test]
 async fn a_wait_for_startup_lines_says_why_the_logs_could_not_be_read() {
     let app = TestApp::spawn().await;
-    app.sim.faults().set_host_env("PROXY_TOKEN", None);
     let mut plan = TestApp::plan(CANARY_TAG);
     plan["on_failure"] = json!("halt");
+    // Once the target is down: logs unreadable from the start are caught before it
+    // (`signal_unavailable`, tests/it/preflight.rs).
+    let mut up = app.engine.pause_at("step:up:started");
     let id = app.start_canary(&plan).await;
+    assert!(up.reached(Duration::from_secs(20)).await.is_some());
+    app.sim.faults().set_host_env("PROXY_TOKEN", None);
+    up.release();
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "failed", "{canary:#?}");
     let (code, message) = step_error(&canary, "startup-logs");

@@ -84,17 +84,23 @@ async fn a_canary_smoke_tests_the_new_engine_and_stores_latency_usage_and_output
     assert_eq!(d["latency_ms_max"].as_u64(), max);
     assert!(d["models_latency_ms"].is_u64());
 
-    // One model listing and two generations, to the canary only, in the OpenAI shape.
+    // The old engine's model listing read before the down (safety rule 20), then one model
+    // listing and two generations, to the canary only, in the OpenAI shape.
     let calls = api_calls(&app.sim, R2);
     let paths: Vec<&str> = calls.iter().map(|c| c.0.as_str()).collect();
     assert_eq!(
         paths,
-        ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
+        [
+            "/v1/models",
+            "/v1/models",
+            "/v1/chat/completions",
+            "/v1/chat/completions"
+        ]
     );
     let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
                       "max_tokens": 16, "temperature": 0});
-    assert_eq!(calls[1].1, chat);
     assert_eq!(calls[2].1, chat);
+    assert_eq!(calls[3].1, chat);
     assert!(calls.iter().all(|c| c.2.is_none()), "no token configured");
     assert!(api_calls(&app.sim, R1).is_empty(), "the peer is not asked");
     app.stop().await;
@@ -114,7 +120,11 @@ async fn the_api_token_is_sent_as_a_bearer_and_never_stored() {
     let r = app.wait_terminal(&id).await;
     assert_eq!(r.status, "succeeded", "{r:#?}");
     let calls = api_calls(&app.sim, R2);
-    assert_eq!(calls.len(), 3);
+    assert_eq!(
+        calls.len(),
+        4,
+        "the listing read before the down, then the smoke's three"
+    );
     assert!(calls.iter().all(|c| c.2.as_deref() == Some(secret)));
     let stored = serde_json::to_string(&r).expect("json");
     assert!(!stored.contains(secret), "the token is not in the rollout");
@@ -131,10 +141,15 @@ async fn the_api_token_is_sent_as_a_bearer_and_never_stored() {
 #[tokio::test]
 async fn a_missing_api_token_fails_smoke_http_status_with_the_401() {
     let app = spawn(FAST_SMOKE).await;
+    // Once the target is down: a token wanted from the start is caught before it
+    // (`signal_unavailable`, tests/it/preflight.rs).
+    let mut up = app.engine.pause_at("step:up:started");
+    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    assert!(up.reached(Duration::from_secs(20)).await.is_some());
     app.sim
         .faults()
         .require_api_token(Some("the-engine-wants-this"));
-    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    up.release();
     let r = app.wait_terminal(&id).await;
     assert_eq!(code(&r), Some("smoke_http_status"), "{r:#?}");
     let failed = &step(&r, "smoke").detail["failed_call"];
@@ -447,8 +462,8 @@ async fn a_smoke_step_caught_by_a_crash_runs_again_after_the_restart_within_its_
     assert_eq!(kept, deadline, "the restart does not reset the deadline");
     assert_eq!(
         api_calls(&app.sim, R2).len(),
-        3,
-        "one listing, two generations"
+        4,
+        "the listing read before the down once, then one listing, two generations"
     );
     app.stop().await;
 }

@@ -81,18 +81,10 @@ fn usable(sample: &Option<Sample>) -> Option<f64> {
 }
 
 impl StepRun<'_> {
-    pub(super) async fn analyze_prometheus(
-        &self,
-        step: &Step,
-        spec: &AnalyzeSpec,
-        abort: &mut watch::Receiver<bool>,
-    ) -> StepEnd {
-        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
-            let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
-            return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
-        };
+    /// Every query the step evaluates: each check's for the target (the compose service it
+    /// runs under) and, with `max_ratio_to_peers`, for each peer (by its slot).
+    fn queries(&self, spec: &AnalyzeSpec) -> Vec<Query> {
         let config = &self.host.config;
-        // The compose service the target runs under; its peers by its slot.
         let target = self.rollout.target();
         let peers = config.peers(&self.rollout.service);
         let mut queries = Vec::new();
@@ -111,6 +103,52 @@ impl StepRun<'_> {
                 });
             }
         }
+        queries
+    }
+
+    /// The step's queries evaluated once, now, before anything touches the target (safety
+    /// rule 20, `preflight.rs`): each as evidence, with the error (masked) of one Prometheus
+    /// could not answer. No sample is an answer (the target may not be serving yet).
+    pub(in crate::engine) async fn prometheus_once(
+        &self,
+        spec: &AnalyzeSpec,
+    ) -> Vec<(serde_json::Value, Result<(), String>)> {
+        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
+            let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
+            return vec![(json!({}), Err(msg.to_owned()))];
+        };
+        let mut secrets: Vec<String> = self.env.values().cloned().collect();
+        secrets.extend(prom.token().map(|t| t.expose().to_owned()));
+        let queries = self.queries(spec);
+        let now = Utc::now();
+        let answers =
+            futures_util::future::join_all(queries.iter().map(|q| prom.instant(&q.query, now)))
+                .await;
+        queries
+            .iter()
+            .zip(answers)
+            .map(|(q, answer)| {
+                let answer = answer.map_err(|e| mask(&e.to_string(), &secrets));
+                let e = evidence(q, &spec.checks[q.check].name, Some(&answer));
+                (e, answer.map(|_| ()))
+            })
+            .collect()
+    }
+
+    pub(super) async fn analyze_prometheus(
+        &self,
+        step: &Step,
+        spec: &AnalyzeSpec,
+        abort: &mut watch::Receiver<bool>,
+    ) -> StepEnd {
+        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
+            let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
+            return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
+        };
+        // The compose service the target runs under; its peers by its slot.
+        let target = self.rollout.target();
+        let peers = self.host.config.peers(&self.rollout.service);
+        let queries = self.queries(spec);
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;
         let detail =
