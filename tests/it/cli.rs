@@ -366,3 +366,46 @@ fn check_plan_errors_carry_file_and_line_and_exit_one() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("ok ("), "{out}");
 }
+
+/// Ctrl-C on `rollout watch` stops following, says the rollout goes on and how to follow or
+/// abort it, exits 130; the rollout is still running in the daemon.
+#[tokio::test]
+async fn ctrl_c_on_watch_says_it_detached_and_the_rollout_goes_on() {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let app = TestApp::spawn().await;
+    app.sim.faults().stall_stream(canaryd::sim::SimOp::Up);
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(["rollout", "watch", &id])
+        .env("CANARYD_SERVER", &app.url)
+        .env_remove("CANARYD_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the canaryd binary runs");
+    // Let it connect and print its first lines.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("the watch ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("detached: it goes on in the daemon"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("canaryd rollout abort {id}")),
+        "{stderr}"
+    );
+    assert_eq!(app.rollout(&id).await.status, "running");
+    app.sim.faults().release_stalls();
+}
