@@ -55,6 +55,38 @@ async fn exit_of(child: &mut Child, within: Duration) -> Option<ExitStatus> {
     None
 }
 
+/// A daemon (the real binary) that owns its database, a canary of it held in its `up`.
+struct Owner {
+    sim: SimHost,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    base: String,
+    first: Child,
+    id: String,
+}
+
+impl Owner {
+    async fn mid_up() -> Owner {
+        let sim = SimHost::start(sim_config()).await.expect("sim");
+        let dir = tempfile::tempdir().expect("dir");
+        let port = free_port();
+        let config = write_config(dir.path(), &sim, port);
+        let log = dir.path().join("canaryd.log");
+        let base = format!("http://127.0.0.1:{port}");
+        let mut first = serve_with(&config, &sim, &log, &[]);
+        wait_ready(&base, &mut first).await;
+        let id = canary_held_in_its_up(&base, &sim).await;
+        Owner {
+            sim,
+            dir,
+            config,
+            base,
+            first,
+            id,
+        }
+    }
+}
+
 fn audit_kinds(events: &Value) -> Vec<String> {
     events["items"]
         .as_array()
@@ -68,15 +100,14 @@ fn audit_kinds(events: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn a_second_serve_on_the_same_database_exits_2_naming_the_owner_and_touches_nothing() {
-    let sim = SimHost::start(sim_config()).await.expect("sim");
-    let dir = tempfile::tempdir().expect("dir");
-    let port = free_port();
-    let config = write_config(dir.path(), &sim, port);
-    let log = dir.path().join("canaryd.log");
-    let base = format!("http://127.0.0.1:{port}");
-    let mut first = serve_with(&config, &sim, &log, &[]);
-    wait_ready(&base, &mut first).await;
-    let id = canary_held_in_its_up(&base, &sim).await;
+    let Owner {
+        sim,
+        dir,
+        config,
+        base,
+        mut first,
+        id,
+    } = Owner::mid_up().await;
     let calls_before = sim.calls().len();
     let events_before = get(&base, &format!("/v1/rollouts/{id}/audit")).await;
 
@@ -128,15 +159,14 @@ async fn a_second_serve_on_the_same_database_exits_2_naming_the_owner_and_touche
 
 #[tokio::test]
 async fn serve_wait_for_lock_takes_the_database_when_the_owner_dies_and_resumes_its_rollout() {
-    let sim = SimHost::start(sim_config()).await.expect("sim");
-    let dir = tempfile::tempdir().expect("dir");
-    let port = free_port();
-    let config = write_config(dir.path(), &sim, port);
-    let log = dir.path().join("canaryd.log");
-    let base = format!("http://127.0.0.1:{port}");
-    let mut first = serve_with(&config, &sim, &log, &[]);
-    wait_ready(&base, &mut first).await;
-    let id = canary_held_in_its_up(&base, &sim).await;
+    let Owner {
+        sim,
+        dir,
+        config,
+        base: _,
+        mut first,
+        id,
+    } = Owner::mid_up().await;
 
     let second_port = free_port();
     let second_base = format!("http://127.0.0.1:{second_port}");
