@@ -121,6 +121,28 @@ pub(crate) async fn wait_terminal(base: &str, id: &str) -> Value {
     panic!("{id} never finished");
 }
 
+/// Starts a canary whose `up` the host holds open; returns its id once the up is in flight.
+pub(crate) async fn canary_held_in_its_up(base: &str, sim: &SimHost) -> String {
+    sim.faults().stall_stream(SimOp::Up);
+    let created: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/rollouts"))
+        .json(&TestApp::plan("v0.0.452"))
+        .send()
+        .await
+        .expect("posted")
+        .json()
+        .await
+        .expect("json");
+    for _ in 0..500 {
+        if sim.faults().stalled_streams() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sim.faults().stalled_streams(), 1, "the up is in flight");
+    created["id"].as_str().expect("id").to_owned()
+}
+
 #[tokio::test]
 async fn a_kill_dash_nine_mid_up_is_reconciled_after_restart_and_sigterm_exits_cleanly() {
     let sim = SimHost::start(sim_config()).await.expect("sim");
@@ -132,24 +154,7 @@ async fn a_kill_dash_nine_mid_up_is_reconciled_after_restart_and_sigterm_exits_c
 
     let mut first = serve(&config, &sim, &log);
     wait_ready(&base, &mut first).await;
-    sim.faults().stall_stream(SimOp::Up);
-    let created: Value = reqwest::Client::new()
-        .post(format!("{base}/v1/rollouts"))
-        .json(&TestApp::plan("v0.0.452"))
-        .send()
-        .await
-        .expect("posted")
-        .json()
-        .await
-        .expect("json");
-    let id = created["id"].as_str().expect("id").to_owned();
-    for _ in 0..500 {
-        if sim.faults().stalled_streams() > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(sim.faults().stalled_streams(), 1, "the up is in flight");
+    let id = canary_held_in_its_up(&base, &sim).await;
     first.kill().expect("SIGKILL");
     let _ = first.wait();
 

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
-use canaryd::sim::{SimHost, SimOp};
+use canaryd::sim::SimHost;
 use serde_json::Value;
 
-use crate::crash_binary::{free_port, get, serve_with, wait_ready, wait_terminal, write_config};
-use crate::helpers::{sim_config, TestApp};
+use crate::crash_binary::{
+    canary_held_in_its_up, free_port, get, serve_with, wait_ready, wait_terminal, write_config,
+};
+use crate::helpers::sim_config;
 
 /// A second config in the same folder: another port, the same `database: canaryd.db`.
 fn second_config(first: &Path, port: u16) -> PathBuf {
@@ -20,28 +22,6 @@ fn second_config(first: &Path, port: u16) -> PathBuf {
     let path = first.with_file_name("canaryd-second.yaml");
     std::fs::write(&path, text).expect("second config");
     path
-}
-
-/// Starts a canary whose `up` the host holds open; returns its id once the up is in flight.
-async fn canary_held_in_its_up(base: &str, sim: &SimHost) -> String {
-    sim.faults().stall_stream(SimOp::Up);
-    let created: Value = reqwest::Client::new()
-        .post(format!("{base}/v1/rollouts"))
-        .json(&TestApp::plan("v0.0.452"))
-        .send()
-        .await
-        .expect("posted")
-        .json()
-        .await
-        .expect("json");
-    for _ in 0..500 {
-        if sim.faults().stalled_streams() > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(sim.faults().stalled_streams(), 1, "the up is in flight");
-    created["id"].as_str().expect("id").to_owned()
 }
 
 async fn exit_of(child: &mut Child, within: Duration) -> Option<ExitStatus> {
