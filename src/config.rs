@@ -497,6 +497,18 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl ConfigError {
+    /// Several errors as one: the first, then every other on a line of its own.
+    pub fn all(errors: impl IntoIterator<Item = ConfigError>) -> ConfigError {
+        let mut errors = errors.into_iter();
+        let mut first = errors.next().expect("at least one error");
+        for other in errors {
+            first.message.push_str(&format!("\n{other}"));
+        }
+        first
+    }
+}
+
 impl ResolvedConfig {
     /// Whether `listen` is a loopback address.
     pub fn is_loopback_listen(&self) -> bool {

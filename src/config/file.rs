@@ -16,6 +16,7 @@ use super::{
 use crate::domain::duration::parse_duration;
 use crate::domain::notification::NotifyEvent;
 use crate::domain::plan::is_env_key;
+use crate::domain::unknown_keys::unknown_keys;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
 
 #[derive(Deserialize)]
@@ -283,6 +284,15 @@ pub(super) fn resolve(
 ) -> Result<ResolvedConfig, ConfigError> {
     use Seg::Key;
     let src = Source { path, text };
+    let unknown = unknown_keys::<ConfigFile>(text);
+    if !unknown.is_empty() {
+        return Err(ConfigError::all(unknown.into_iter().map(|k| ConfigError {
+            file: Some(path.to_path_buf()),
+            line: k.line,
+            key: (!k.parent.is_empty()).then_some(k.parent),
+            message: k.message,
+        })));
+    }
     let raw: ConfigFile = serde_yaml::from_str(text).map_err(|e| {
         let (line, message) = describe_yaml_error(&e);
         ConfigError {

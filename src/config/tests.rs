@@ -203,6 +203,36 @@ fn bad_configs_are_refused_naming_file_line_and_key() {
 }
 
 #[test]
+fn every_unknown_key_is_reported_at_once_in_file_order() {
+    let text = BASE
+        .replacen("{group: glm52,", "{group: glm52, port: 1,", 1)
+        .replacen("listen:", "colour: blue\nlisten:", 1)
+        .replacen(
+            "    env_file: env/gpu02.env\n",
+            "    env_file: env/gpu02.env\n    sudo: true\n",
+            1,
+        )
+        + "engine:\n  poll_every: 1s\n";
+    let err = load_text(&text).expect_err("unknown keys").to_string();
+    let last = text.lines().count();
+    let expected = [
+        "1: unknown field `colour`".to_string(),
+        "14: hosts.gpu02: unknown field `sudo`".to_string(),
+        "18: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1: unknown field `port`".to_string(),
+        format!("{last}: engine: unknown field `poll_every`"),
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, expected) in lines.iter().zip(&expected) {
+        let after = line.split("canaryd.yaml:").nth(1).unwrap_or(line);
+        assert!(
+            after.starts_with(expected.as_str()),
+            "got {line}, expected {expected}\n{err}"
+        );
+    }
+}
+
+#[test]
 #[rustfmt::skip]
 fn bad_optional_settings_are_refused_naming_the_key() {
     let cases: &[(&str, &str, &str)] = &[

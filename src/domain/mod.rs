@@ -15,5 +15,6 @@ pub mod plan_gate;
 pub mod release;
 pub mod runbook;
 pub mod state;
+pub mod unknown_keys;
 pub mod uptime;
 pub mod yaml_line;

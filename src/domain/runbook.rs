@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::unknown_keys::unknown_keys;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
 
 pub mod step;
@@ -198,6 +199,14 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
             "empty runbook: expected `description` and `steps`".into(),
         ));
     }
+    let unknown = unknown_keys_of(yaml);
+    if !unknown.is_empty() {
+        return Err(RunbookError::all(
+            unknown
+                .into_iter()
+                .map(|(line, message)| error(line, message)),
+        ));
+    }
     let raw: RawRunbook = serde_yaml::from_str(yaml).map_err(|e| {
         let (line, message) = describe_yaml_error(&e);
         error(line, message)
@@ -243,6 +252,38 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
         description: raw.description.unwrap_or_default(),
         steps,
     })
+}
+
+/// Every key of the runbook that nothing takes, at the top or in a step, in file order: the
+/// line and message of each.
+fn unknown_keys_of(yaml: &str) -> Vec<(Option<usize>, String)> {
+    let mut found: Vec<(Option<usize>, String)> = unknown_keys::<RawRunbook>(yaml)
+        .into_iter()
+        .map(|k| (k.line, k.message))
+        .collect();
+    let doc: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap_or_default();
+    let steps = doc.get("steps").and_then(serde_yaml::Value::as_sequence);
+    for (index, value) in steps.into_iter().flatten().enumerate() {
+        for e in step::unknown_fields(index, value) {
+            let field = e.field.as_deref().unwrap_or_default();
+            let at = [Seg::Key("steps"), Seg::Index(index), Seg::Key(field)];
+            found.push((locate(yaml, &at), e.message));
+        }
+    }
+    found.sort_by_key(|(line, _)| line.unwrap_or(usize::MAX));
+    found
+}
+
+impl RunbookError {
+    /// Several errors as one: the first, then every other on a line of its own.
+    pub fn all(errors: impl IntoIterator<Item = RunbookError>) -> RunbookError {
+        let mut errors = errors.into_iter();
+        let mut first = errors.next().expect("at least one error");
+        for other in errors {
+            first.message.push_str(&format!("\n{other}"));
+        }
+        first
+    }
 }
 
 /// Reads and parses one runbook file; its name is the file stem.

@@ -122,11 +122,15 @@ pub fn parse_json<T: JsonInput>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(invalid("must be a JSON object".into()));
     };
     crate::domain::plan::check_unique_keys(bytes).map_err(invalid)?;
-    if let Some(key) = map.keys().find(|k| !T::FIELDS.contains(&k.as_str())) {
+    let order = crate::domain::plan::json_key_order(bytes, &value);
+    let unknown = crate::domain::plan::unknown_keys(&order, map.keys(), T::FIELDS);
+    if !unknown.is_empty() {
+        let s = if unknown.len() > 1 { "s" } else { "" };
         return Err(ApiError::bad_request(
             "unknown_field",
             format!(
-                "{key}: unknown field (expected one of: {})",
+                "{}: unknown field{s} (expected one of: {})",
+                unknown.join(", "),
                 T::FIELDS.join(", ")
             ),
         ));
@@ -198,6 +202,7 @@ mod tests {
             ("{\"reason\": ", "invalid_body", "test body: EOF while parsing a value at line 1 column 11 (fields: reason, preempt)"),
             ("[1]", "invalid_body", "test body: must be a JSON object (fields: reason, preempt)"),
             ("{\"reason\": \"x\", \"force\": true}", "unknown_field", "force: unknown field (expected one of: reason, preempt)"),
+            ("{\"zeal\": 1, \"reason\": \"x\", \"force\": true}", "unknown_field", "zeal, force: unknown fields (expected one of: reason, preempt)"),
             ("{}", "missing_reason", "reason: must say why (it is kept in the audit trail)"),
             ("{\"reason\": \" \"}", "missing_reason", "reason: must say why"),
             ("{\"reason\": null}", "missing_reason", "reason: must say why"),

@@ -44,7 +44,23 @@ pub fn parse_json(body: &[u8]) -> Result<PlanSpec, PlanError> {
             }
         })?;
     }
-    from_value(value)
+    let order = json_key_order(body, &value);
+    from_value(value, &order)
+}
+
+/// The top-level keys of a JSON object in the order the body writes them (serde_json's map
+/// sorts them): where each first appears as `"key"` in the body.
+pub fn json_key_order(body: &[u8], value: &Value) -> Vec<String> {
+    let Value::Object(map) = value else {
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(body);
+    let mut keys: Vec<(usize, &String)> = map
+        .keys()
+        .map(|k| (text.find(&format!("\"{k}\"")).unwrap_or(usize::MAX), k))
+        .collect();
+    keys.sort();
+    keys.into_iter().map(|(_, k)| k.clone()).collect()
 }
 
 /// Parses a YAML plan body (`Content-Type: application/yaml`, `canaryd rollout start PLAN.yaml`).
@@ -65,6 +81,13 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
             format!("the plan is not valid YAML: {e}{hint}"),
         )
     })?;
+    let order: Vec<String> = match &yaml {
+        serde_yaml::Value::Mapping(map) => map
+            .keys()
+            .filter_map(|k| k.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
     let value = serde_json::to_value(yaml).map_err(|e| {
         PlanError::new(
             "invalid_body",
@@ -72,7 +95,19 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
             format!("the plan is not a plain YAML mapping: {e}"),
         )
     })?;
-    from_value(value)
+    from_value(value, &order)
+}
+
+/// The keys of `keys` not in `fields`, in the order of `order` (the body's), any key `order`
+/// lacks last.
+pub fn unknown_keys<'a>(
+    order: &[String],
+    keys: impl Iterator<Item = &'a String>,
+    fields: &[&str],
+) -> Vec<String> {
+    let mut unknown: Vec<&String> = keys.filter(|k| !fields.contains(&k.as_str())).collect();
+    unknown.sort_by_key(|k| order.iter().position(|o| o == *k).unwrap_or(usize::MAX));
+    unknown.into_iter().cloned().collect()
 }
 
 /// Refuses a JSON document in which any object, at any depth, has a key twice (serde_json
@@ -167,7 +202,9 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn from_value(value: Value) -> Result<PlanSpec, PlanError> {
+/// Reads the plan object; `order` is its keys in the body's order, so that every unknown key is
+/// named at once, as written.
+fn from_value(value: Value, order: &[String]) -> Result<PlanSpec, PlanError> {
     let Value::Object(map) = value else {
         return Err(PlanError::new(
             "invalid_body",
@@ -179,12 +216,17 @@ fn from_value(value: Value) -> Result<PlanSpec, PlanError> {
             ),
         ));
     };
-    if let Some(key) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(PlanError::new(
-            "unknown_field",
-            Some(key),
-            format!("unknown field (expected one of: {})", FIELDS.join(", ")),
-        ));
+    let unknown = unknown_keys(order, map.keys(), FIELDS);
+    if let Some(first) = unknown.first() {
+        let (s, names) = (if unknown.len() > 1 { "s" } else { "" }, unknown.join(", "));
+        return Err(PlanError {
+            code: "unknown_field",
+            field: Some(first.clone()),
+            message: format!(
+                "{names}: unknown field{s} (expected one of: {})",
+                FIELDS.join(", ")
+            ),
+        });
     }
     let text = |field: &str, missing: Option<&'static str>| -> Result<Option<String>, PlanError> {
         match map.get(field) {

@@ -372,3 +372,28 @@ fn a_yaml_plan_flattened_by_curl_d_says_to_send_it_with_data_binary() {
     let err = parse_yaml("host: [").expect_err("refused");
     assert!(!err.message.contains("--data-binary"), "{}", err.message);
 }
+
+#[test]
+fn every_unknown_key_is_named_at_once_in_the_order_written() {
+    // serde_json sorts an object's keys: `zone` would come after `servce` and `tga`.
+    let json = br#"{"host": "gpu02", "zone": 1, "file": "f.yml", "tga": "v1", "servce": "x"}"#;
+    let err = parse_json(json).expect_err("unknown keys");
+    assert_eq!(err.code, "unknown_field");
+    assert_eq!(err.field.as_deref(), Some("zone"));
+    assert!(
+        err.message
+            .starts_with("zone, tga, servce: unknown fields (expected one of: host,"),
+        "{err}"
+    );
+    let yaml = "zone: 1\nhost: gpu02\ntga: v1\nservce: x\n";
+    let err = parse_yaml(yaml).expect_err("unknown keys");
+    assert!(
+        err.message.starts_with("zone, tga, servce: unknown fields"),
+        "{err}"
+    );
+    let one = parse_yaml("host: gpu02\ntga: v1\n").expect_err("one unknown key");
+    assert!(
+        one.message.starts_with("tga: unknown field (expected"),
+        "{one}"
+    );
+}

@@ -578,30 +578,52 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
             )
         }
     };
-    let allowed = kind_name.fields();
-    for key in map.keys() {
-        let Some(key) = key.as_str() else {
-            return Err(plain(
-                None,
-                format!(
-                    "{}: field names must be strings, got {}",
-                    fields.label,
-                    show(key)
-                ),
-            ));
-        };
-        if key != "name" && key != "kind" && !allowed.contains(&key) {
-            let takes = if allowed.is_empty() {
-                "no other fields".to_string()
-            } else {
-                allowed.join(", ")
-            };
-            return fields.fail(
-                key,
-                format!("unknown field `{key}` (a `{kind}` step takes: {takes})"),
-            );
-        }
+    if let Some(key) = map.keys().find(|k| k.as_str().is_none()) {
+        return Err(plain(
+            None,
+            format!(
+                "{}: field names must be strings, got {}",
+                fields.label,
+                show(key)
+            ),
+        ));
+    }
+    if let Some(unknown) = unknown_fields(index, value).into_iter().next() {
+        return Err(unknown);
     }
     let kind = kind_name.parse(&fields)?;
     Ok(Step { name, kind })
+}
+
+/// Every key of step number `index` (0-based) that its kind does not take, in file order, each
+/// a refusal of its own. Empty when the step is not a mapping of a known `kind`: `from_value`
+/// says what is wrong with it then.
+pub(super) fn unknown_fields(index: usize, value: &Value) -> Vec<StepError> {
+    let Some(map) = value.as_mapping() else {
+        return Vec::new();
+    };
+    let Some(kind) = map.get("kind").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let Ok(kind_name) = kind.parse::<StepKindName>() else {
+        return Vec::new();
+    };
+    let name = map.get("name").and_then(Value::as_str).unwrap_or(kind);
+    let allowed = kind_name.fields();
+    let takes = if allowed.is_empty() {
+        "no other fields".to_string()
+    } else {
+        allowed.join(", ")
+    };
+    map.keys()
+        .filter_map(Value::as_str)
+        .filter(|key| *key != "name" && *key != "kind" && !allowed.contains(key))
+        .map(|key| StepError {
+            field: Some(key.to_string()),
+            message: format!(
+                "step {} \"{name}\": unknown field `{key}` (a `{kind}` step takes: {takes})",
+                index + 1
+            ),
+        })
+        .collect()
 }

@@ -624,3 +624,37 @@ fn budgets_are_the_step_timeouts_and_quick_steps_get_five_minutes() {
         .collect();
     assert_eq!(got, expected);
 }
+
+#[test]
+fn every_unknown_key_is_reported_at_once_in_file_order() {
+    let yaml = "\
+description: x
+colour: blue
+steps:
+  - {name: snap, kind: snapshot, timeout: 1m}
+  - {name: peers, kind: peers_healthy}
+  - name: plan
+    kind: plan
+    retries: 3
+    interval: 5s
+owner: me
+";
+    let err = parse("r", "r.yaml", yaml)
+        .expect_err("unknown keys")
+        .to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    let expected = [
+        "r.yaml:2: unknown field `colour`",
+        "r.yaml:4: step 1 \"snap\": unknown field `timeout` (a `snapshot` step takes: no other fields)",
+        "r.yaml:8: step 3 \"plan\": unknown field `retries`",
+        "r.yaml:9: step 3 \"plan\": unknown field `interval`",
+        "r.yaml:10: unknown field `owner`",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(
+            line.starts_with(expected),
+            "got {line}\nexpected {expected}\n{err}"
+        );
+    }
+}
