@@ -13,6 +13,7 @@ pub mod pattern;
 pub mod plan;
 pub mod plan_gate;
 pub mod release;
+pub mod rollout;
 pub mod runbook;
 pub mod state;
 pub mod unknown_keys;

@@ -14,9 +14,8 @@ use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
 use crate::domain::error_code::ErrorCode;
-use crate::domain::state::{
-    DeploymentSource, RolloutEvent, RolloutKind, RolloutStatus, StepEvent, StepStatus,
-};
+use crate::domain::rollout::{self, After, Ended, Next, Turn, TurnFacts};
+use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutKind, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
@@ -89,6 +88,8 @@ where
     false
 }
 
+/// One drive of the rollout: carries out what `domain::rollout` decides, step after step,
+/// until the rollout ends, the daemon stops or a database error stops it.
 async fn drive(
     engine: &Engine,
     id: &str,
@@ -96,7 +97,7 @@ async fn drive(
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
     let mut rollout = engine.get(id).await?;
-    if rollout.status.is_terminal() {
+    if rollout::next(rollout.status, &[], true) == Next::Done {
         return Ok(());
     }
     // Canaries started together take their first steps in arrival order (`admission`); an
@@ -113,94 +114,101 @@ async fn drive(
         .record("host", rollout.host.as_str())
         .record("service", rollout.service.as_str());
     crate::store::note_rollout(&rollout.host, &rollout.service, rollout.target());
-    if rollout.status == RolloutStatus::Pending {
+    if rollout::next(rollout.status, &[], true) == Next::Start {
         engine.checkpoint(id, Checkpoint::RolloutStart).await;
         rollout = store
             .transition_rollout(id, &change(RolloutEvent::Start, None, json!({})))
             .await?;
         tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
     }
-    let db_steps = store.steps(id).await?;
-    // The config changed under a resumed rollout: end it clearly rather than guess.
-    let missing = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
-        (Err(e), _) => Some((ErrorCode::RunbookNotLoaded, e.to_string())),
-        (_, Err(e)) => Some((ErrorCode::HostNotConfigured, e.to_string())),
-        (Ok(_), Ok(_)) => None,
+    let mut db_steps = store.steps(id).await?;
+    // The config may have changed under a resumed rollout: it is then ended clearly rather
+    // than guessed at.
+    let mut config = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
+        (Err(e), _) => Err((ErrorCode::RunbookNotLoaded, e.to_string())),
+        (_, Err(e)) => Err((ErrorCode::HostNotConfigured, e.to_string())),
+        (Ok(runbook), Ok(_)) => Ok((runbook.clone(), StepRun::new(engine, &rollout)?)),
     };
-    if let Some((code, message)) = missing {
-        let current = db_steps.iter().find(|s| !s.status.is_terminal());
-        if rollout_abort_requested(engine, id).await? {
-            return finish_aborted(engine, &rollout, current).await;
-        }
-        let Some(step) = current else {
-            let ch = change(
-                RolloutEvent::Fail,
-                Some((code.as_str(), &message)),
-                json!({}),
-            );
-            store.transition_rollout(id, &ch).await?;
-            return Ok(());
-        };
-        tracing::error!(rollout.id = %id, code = %code, "rollout {id} cannot go on: {message}");
-        let code = code.as_str();
-        return finish_failed(engine, &rollout, &db_steps, step, code, &message, json!({})).await;
-    }
-    let runbook = engine.runbook(&rollout.runbook)?.clone();
-    let mut run = StepRun::new(engine, &rollout);
+    // The steps before `restored` are in `run`: restored from their rows, or run by this drive.
+    let mut restored = 0;
     // The step the previous boundary already started, in the transaction that ended the
     // previous step (`Store::succeed_step_and_start_next`).
     let mut started_next: Option<Step> = None;
-    for (i, step) in db_steps.iter().enumerate() {
-        if matches!(step.status, StepStatus::Succeeded | StepStatus::Skipped) {
-            run.restore(step);
-            continue;
+    loop {
+        let statuses: Vec<StepStatus> = db_steps.iter().map(|s| s.status).collect();
+        let i = match rollout::next(rollout.status, &statuses, config.is_ok()) {
+            Next::Done | Next::Start => return Ok(()),
+            Next::Succeed => return finish_succeeded(engine, &rollout).await,
+            Next::Unconfigured { current } => {
+                let Err((code, message)) = &config else {
+                    unreachable!("`next` answers Unconfigured only when unconfigured")
+                };
+                let current = current.map(|i| &db_steps[i]);
+                return finish_unconfigured(engine, &rollout, &db_steps, current, *code, message)
+                    .await;
+            }
+            Next::FinishFailed(i) => {
+                // The step's failure was written but not its rollout's (a restart or a
+                // storage error in between).
+                let step = &db_steps[i];
+                let error = &step.detail["error"];
+                let code = error["code"]
+                    .as_str()
+                    .unwrap_or(ErrorCode::StepFailed.as_str())
+                    .to_owned();
+                let message = error["message"].as_str().unwrap_or("failed").to_owned();
+                let detail = step.detail.clone();
+                return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail)
+                    .await;
+            }
+            Next::Turn(i) => i,
+        };
+        let Ok((runbook, run)) = &mut config else {
+            unreachable!("`next` answers Turn only when configured")
+        };
+        for done in &db_steps[restored..i] {
+            run.restore(done);
         }
-        if step.status == StepStatus::Failed {
-            // The step's failure was written but not its rollout's (a restart or a storage
-            // error in between): finish from the recorded failure, never run the step again.
-            let error = &step.detail["error"];
-            let code = error["code"]
-                .as_str()
-                .unwrap_or(ErrorCode::StepFailed.as_str())
-                .to_owned();
-            let message = error["message"].as_str().unwrap_or("failed").to_owned();
-            let detail = step.detail.clone();
-            return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail).await;
-        }
+        let step = &db_steps[i];
         engine.checkpoint(id, Checkpoint::Before(&step.name)).await;
         let pre_started = started_next.take().filter(|s| s.id == step.id);
-        if let Some(started) = &pre_started {
-            // Started with the previous step's end, where no abort was requested: one came
-            // since only if the rollout's abort signal says so.
-            if *abort.borrow() && rollout_abort_requested(engine, id).await? {
-                return finish_aborted(engine, &rollout, Some(started)).await;
+        // A step started with the previous one's end was started where no abort was
+        // requested: one came since only if the rollout's abort signal says so.
+        let abort_requested = match &pre_started {
+            Some(_) => *abort.borrow() && rollout_abort_requested(engine, id).await?,
+            None => rollout_abort_requested(engine, id).await?,
+        };
+        let spec = runbook.steps.get(step.position as usize);
+        let facts = TurnFacts {
+            abort_requested,
+            stopping: engine.is_stopping(),
+            in_runbook: spec.is_some(),
+            status: step.status,
+            started_with_previous: pre_started.is_some(),
+        };
+        let (resumed, spec) = match (rollout::turn(facts), spec) {
+            (Turn::Abort, _) => {
+                let current = pre_started.as_ref().unwrap_or(step);
+                return finish_aborted(engine, &rollout, Some(current)).await;
             }
-        } else if rollout_abort_requested(engine, id).await? {
-            return finish_aborted(engine, &rollout, Some(step)).await;
-        }
-        if engine.is_stopping() {
-            tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: rollout {id} resumes at step {} at next start", step.name);
-            return Ok(());
-        }
-        let Some(spec) = runbook.steps.get(step.position as usize) else {
-            let msg = format!("step {} is not in runbook {}", step.name, runbook.name);
-            return finish_failed(
-                engine,
-                &rollout,
-                &db_steps,
-                step,
-                ErrorCode::RunbookChanged.as_str(),
-                &msg,
-                json!({}),
-            )
-            .await;
+            (Turn::Pause, _) => {
+                tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: rollout {id} resumes at step {} at next start", step.name);
+                return Ok(());
+            }
+            (Turn::Run { resumed }, Some(spec)) => (resumed, spec),
+            (Turn::NotInRunbook | Turn::Run { .. }, _) => {
+                let msg = format!("step {} is not in runbook {}", step.name, runbook.name);
+                let code = ErrorCode::RunbookChanged.as_str();
+                return finish_failed(engine, &rollout, &db_steps, step, code, &msg, json!({}))
+                    .await;
+            }
         };
         if admission::waits(&spec.kind) {
             if let Some(admitted) = &admitted {
                 admitted.release();
             }
         }
-        run.resumed = pre_started.is_none() && step.status == StepStatus::Running;
+        run.resumed = resumed;
         let step = match pre_started {
             Some(started) => started,
             None => start_step(engine, step, &spec.kind).await?,
@@ -208,17 +216,21 @@ async fn drive(
         engine.checkpoint(id, Checkpoint::Started(&step.name)).await;
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
         // Before the first call of the target: the signals later steps need (safety rule 20).
-        let end = match super::preflight::look(&run, &runbook, &step, &spec.kind).await {
+        let end = match super::preflight::look(run, runbook, &step, &spec.kind).await {
             Err(unavailable) => unavailable,
             Ok(signals) => {
                 let end = run.execute(&step, &spec.kind, &mut abort);
                 super::preflight::with_evidence(end.instrument(span).await, signals)
             }
         };
-        match end {
-            StepEnd::Succeeded(detail) => {
+        let (ended, stopping) = (end.ended(), engine.is_stopping());
+        // Only an interruption during a shutdown asks whether it was an abort after all.
+        let abort_requested =
+            ended == Ended::Interrupted && stopping && rollout_abort_requested(engine, id).await?;
+        match (rollout::after(ended, stopping, abort_requested), end) {
+            (After::Continue, StepEnd::Succeeded(detail)) => {
                 // The next step starts in the same transaction, unless the daemon is stopping
-                // (it resumes there at next start) or the runbook no longer has it (the loop
+                // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
                 let now = Utc::now();
                 let next = db_steps
@@ -236,42 +248,81 @@ async fn drive(
                 started_next = next
                     .filter(|_| started)
                     .map(|(n, deadline)| started_row(n, deadline, now));
+                db_steps[i] = Step {
+                    status: StepStatus::Succeeded,
+                    detail,
+                    ..step
+                };
+                if let Some(started) = &started_next {
+                    db_steps[i + 1] = started.clone();
+                }
+                restored = i + 1;
             }
-            StepEnd::Failed {
-                code,
-                message,
-                detail,
-            } => {
+            (
+                After::Fail,
+                StepEnd::Failed {
+                    code,
+                    message,
+                    detail,
+                },
+            ) => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
                 let rollout = engine.get(id).await?;
-                return finish_failed(
-                    engine,
-                    &rollout,
-                    &db_steps,
-                    &step,
-                    code.as_str(),
-                    &message,
-                    detail,
-                )
-                .await;
+                let code = code.as_str();
+                return finish_failed(engine, &rollout, &db_steps, &step, code, &message, detail)
+                    .await;
             }
-            StepEnd::Aborted(_)
-                if engine.is_stopping() && !rollout_abort_requested(engine, id).await? =>
-            {
-                // A shutdown interrupted a wait: the step stays running and resumes with its
-                // original deadline at next start.
+            (After::Pause, _) => {
+                // The step stays running and resumes with its original deadline.
                 tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: step {} of {id} resumes at next start", step.name);
                 return Ok(());
             }
-            StepEnd::Aborted(detail) => {
+            (After::Abort, StepEnd::Aborted(detail)) => {
                 store
                     .transition_step(&step, StepEvent::Abort, &detail, None, Utc::now())
                     .await?;
                 return finish_aborted(engine, &rollout, None).await;
             }
+            (verdict, _) => unreachable!("`after` answered {verdict:?} to another end"),
         }
     }
-    finish_succeeded(engine, &rollout).await
+}
+
+/// Ends a rollout whose runbook or host is no longer configured: aborted when an abort was
+/// requested, else failed with `code` at its first unfinished step (or, without one, the
+/// rollout alone).
+async fn finish_unconfigured(
+    engine: &Engine,
+    rollout: &Rollout,
+    steps: &[Step],
+    current: Option<&Step>,
+    code: ErrorCode,
+    message: &str,
+) -> Result<(), super::EngineError> {
+    let id = &rollout.id;
+    if rollout_abort_requested(engine, id).await? {
+        return finish_aborted(engine, rollout, current).await;
+    }
+    let Some(step) = current else {
+        let ch = change(
+            RolloutEvent::Fail,
+            Some((code.as_str(), message)),
+            json!({}),
+        );
+        engine.inner.store.transition_rollout(id, &ch).await?;
+        return Ok(());
+    };
+    tracing::error!(rollout.id = %id, code = %code, "rollout {id} cannot go on: {message}");
+    finish_failed(
+        engine,
+        rollout,
+        steps,
+        step,
+        code.as_str(),
+        message,
+        json!({}),
+    )
+    .await
 }
 
 async fn start_step(

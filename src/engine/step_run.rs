@@ -16,6 +16,7 @@ use super::{merged_env, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
 use crate::config::EngineTuning;
 use crate::domain::error_code::ErrorCode;
+use crate::domain::rollout::Ended;
 use crate::store::{Rollout, Step};
 
 /// How a step ended.
@@ -40,6 +41,15 @@ impl StepEnd {
             code,
             message: message.into(),
             detail,
+        }
+    }
+
+    /// How the step ended, without its evidence (what `domain::rollout::after` judges).
+    pub(crate) fn ended(&self) -> Ended {
+        match self {
+            StepEnd::Succeeded(_) => Ended::Succeeded,
+            StepEnd::Failed { .. } => Ended::Failed,
+            StepEnd::Aborted(_) => Ended::Interrupted,
         }
     }
 }
@@ -90,21 +100,12 @@ pub(crate) struct StepRun<'a> {
 }
 
 impl<'a> StepRun<'a> {
-    pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Self {
-        let host = engine.inner.hosts.get(&rollout.host);
-        let host = host.unwrap_or_else(|| {
-            // The plan was validated against the config; a host removed from the config since
-            // is a configuration error the operator must fix. Fall back to any host so the
-            // executors fail cleanly on the first call instead of panicking.
-            engine
-                .inner
-                .hosts
-                .values()
-                .next()
-                .expect("canaryd runs with at least one host")
-        });
+    /// The run of `rollout`'s steps on its host; fails when the host is not configured (the
+    /// runner ends such a rollout `host_not_configured` before it gets here).
+    pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Result<Self, super::EngineError> {
+        let host = engine.host(&rollout.host)?;
         let env = merged_env(&host.config, &rollout.env_overrides);
-        Self {
+        Ok(Self {
             engine,
             rollout: rollout.clone(),
             host,
@@ -115,7 +116,7 @@ impl<'a> StepRun<'a> {
             up_done_at: None,
             companion_plans: BTreeMap::new(),
             resumed: false,
-        }
+        })
     }
 }
 

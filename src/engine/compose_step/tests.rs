@@ -113,7 +113,7 @@ async fn run_call_aborted(
         .expect("read")
         .expect("found");
     let step = store.steps("ro_1").await.expect("steps").remove(0);
-    let run = StepRun::new(&engine, &rollout);
+    let run = StepRun::new(&engine, &rollout).expect("the host is configured");
     let sent = RefCell::new(Vec::new());
     let result = call(
         &run,
