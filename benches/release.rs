@@ -1,6 +1,6 @@
 //! Issue 16: a release across a fleet, against the ideal schedule and the manual way.
 //!
-//! `cargo bench --bench release` (results and method: docs/performance.md#releases-across-a-fleet).
+//! `cargo bench --bench release` (targets and method: docs/performance.md).
 //! `RELEASE_HOSTS` simulated hosts (in this process) with r1 and r2 each; one `canaryd serve`
 //! child with every host configured; one release of every replica (`h000`'s r2 the canary,
 //! then each host's r2 then r1) with `max_parallel_hosts: RELEASE_PARALLEL`.
