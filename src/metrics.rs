@@ -71,7 +71,7 @@ pub struct Metrics {
     releases: Family<OutcomeLabel, Counter>,
     release_targets: Family<StateLabel, Gauge>,
     /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
-    /// name, until its end event: the end then needs no read of its own (issue 17). Bounded:
+    /// name, until its end event: the end then needs no read of its own. Bounded:
     /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
     /// when `KEPT_ROLLOUTS` rollouts are kept (an end that never arrives, e.g. a catch-up
     /// whose read failed, would otherwise stay).

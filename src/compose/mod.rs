@@ -105,7 +105,7 @@ pub struct ComposeClient {
     actor: HeaderValue,
     base_url: Arc<str>,
     /// The URL of each of [`ENDPOINTS`], in that order, parsed once: parsing it again at
-    /// every request was about 7 % of a 1,000-canary soak's CPU (issue 17).
+    /// every request was about 7 % of a 1,000-canary soak's CPU.
     urls: Arc<[reqwest::Url]>,
     opts: Arc<ClientOptions>,
     observer: Option<ComposeObserver>,
@@ -377,7 +377,7 @@ impl ComposeClient {
 
     /// `send_whole`, the status and body as received given to `read`: a caller that only
     /// reads the body need not copy it into a `String` first (a soak's 500-line log answer
-    /// is about 94 KB, issue 17).
+    /// is about 94 KB).
     async fn send_whole_with<R>(
         &self,
         endpoint: &'static str,

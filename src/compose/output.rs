@@ -2,15 +2,15 @@
 //! buffer of the right size at once.
 //!
 //! serde_json decodes an escaped string into a scratch buffer that starts empty and doubles
-//! as it fills: a soak's 94 KB logs answer and every `docker ps` grew one at each probe, about
-//! 8 % of a 1,000-canary soak's CPU (issue 17). Here the object is parsed as before (any other
+//! as it fills: for a soak's 94 KB logs answer and every `docker ps`, at each probe, that is
+//! about 8 % of a 1,000-canary soak's CPU. Here the object is parsed as serde reads it (any other
 //! keys ignored, a missing `output` is empty), `output` is kept as its raw JSON text, and that
 //! text is unescaped into a `String` as long as the raw text, which it can never outgrow.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The answer with `output` still raw (a missing one is empty, as before).
+/// The answer with `output` still raw (a missing one is empty).
 #[derive(Deserialize)]
 struct Answer<'a> {
     #[serde(borrow, default)]

@@ -150,7 +150,7 @@ pub(crate) fn find_service_entry(
 }
 
 /// Parses every non-blank line of a `docker ps` output, in order, into a [`PsLine`] that
-/// borrows from `output` (issue 17: a soak reads `docker ps` at every probe). A line that is
+/// borrows from `output` (a soak reads `docker ps` at every probe). A line that is
 /// not JSON, or not a JSON object, is the same protocol error as ever, naming the line.
 fn for_each_ps_line<'a>(
     endpoint: &str,
@@ -179,7 +179,7 @@ fn for_each_ps_line<'a>(
 
 /// One line of `docker ps --format json`, borrowing its text from the answer where it can:
 /// only the six keys [`PsEntry`] keeps are read, every other value is parsed and dropped.
-/// Read exactly as a `serde_json::Value` object was before (issue 17): a missing or `null`
+/// Read exactly as a `serde_json::Value` object reads: a missing or `null`
 /// key is empty, a string is its text, any other value its JSON text, and a key given
 /// twice keeps its last value.
 #[derive(Debug, Default)]
@@ -438,8 +438,8 @@ mod tests {
 
     use super::*;
 
-    /// `parse_ps_output` as it was before issue 17 (every line a `serde_json::Value`), the
-    /// reference the borrowing parser is held to.
+    /// `docker ps` lines read as `serde_json::Value` objects: the reference the borrowing
+    /// parser is held to.
     fn parse_ps_output_as_values(
         endpoint: &str,
         output: &str,

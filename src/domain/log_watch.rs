@@ -83,7 +83,7 @@ impl LogWatch {
     /// that the whole output does not contain, and no line has ANSI codes (removing them
     /// could join text). Every line (without its `\r`, with or without its prefix) is a
     /// piece of `output`, so a substring absent from `output` is absent from every line:
-    /// one search of the output per pattern instead of one per line (issue 17: a soak
+    /// one search of the output per pattern instead of one per line (a soak
     /// reads 500 lines per probe, nearly all of them seen before and matching nothing).
     fn nothing_to_find_in(&self, output: &str) -> bool {
         if output.contains('\u{1b}') {
@@ -187,7 +187,7 @@ pub fn strip_compose_prefix(line: &str) -> &str {
 }
 
 /// Removes ANSI colour sequences (`ESC [ ... m`), which compose adds on a terminal.
-/// Borrowed when there is nothing to strip: a soak reads 500 lines per probe (issue 17).
+/// Borrowed when there is nothing to strip: a soak reads 500 lines per probe.
 fn strip_ansi(line: &str) -> std::borrow::Cow<'_, str> {
     if !line.contains('\u{1b}') {
         return std::borrow::Cow::Borrowed(line);
@@ -255,7 +255,7 @@ mod tests {
 
     const R2: &str = "model-sg-glm53-w4afp8-tp4-r2  | ";
 
-    /// `observe` without the whole-output search: every line tried, as before issue 17.
+    /// `observe` without the whole-output search: every line tried: the reference the fuzz test holds `observe` to.
     fn observe_every_line(watch: &mut LogWatch, output: &str, now: DateTime<Utc>) -> LogVerdict {
         if watch.forbidden.is_none() {
             watch.scan_lines(output, now);

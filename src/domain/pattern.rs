@@ -62,7 +62,7 @@ impl LogPattern {
     /// Whether `line`, or `part` of it, matches: what a log watch asks of a line and its
     /// message without the compose prefix. `part` must be a piece of `line` (the message
     /// is its end); a substring found in `part` is then found in `line`, so only `line` is
-    /// searched for one (a soak searches 500 lines per probe, issue 17). A regex can tell
+    /// searched for one (a soak searches 500 lines per probe). A regex can tell
     /// them apart (`^`), so it is tried on both.
     pub fn matches_line_or_part(&self, line: &str, part: &str) -> bool {
         match self {

@@ -1,4 +1,4 @@
-//! Issue 17: a step's end observed from what its running event kept.
+//! A step's end observed from what its running event kept.
 
 use chrono::TimeZone;
 use serde_json::json;
@@ -14,7 +14,7 @@ fn ms(n: i64) -> DateTime<Utc> {
         + chrono::Duration::milliseconds(n)
 }
 
-/// Issue 17: a step's end observed from what its running event kept gives the very values
+/// A step's end observed from what its running event kept gives the very values
 /// the store's read gives (as after a restart, or a lag, when nothing was kept), and
 /// nothing stays kept once the rollout ends.
 #[tokio::test]

@@ -67,8 +67,8 @@ impl HealthProber {
 }
 
 /// A health URL parsed once for a loop of samples (a wait or a soak): parsing it at every
-/// probe was a few per cent of a 1,000-canary soak's CPU (issue 17). A URL that does not
-/// parse is kept as it is and fails each sample as before.
+/// probe would be a few per cent of a 1,000-canary soak's CPU. A URL that does not
+/// parse is kept as it is and fails each sample.
 #[derive(Debug, Clone)]
 pub struct HealthUrl {
     raw: String,

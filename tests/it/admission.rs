@@ -1,4 +1,4 @@
-//! Start admission end to end (docs/performance.md, issue 17): canaries started together take
+//! Start admission end to end (docs/performance.md): canaries started together take
 //! their first steps in arrival order, `engine.start_concurrency` at a time; a queued canary
 //! that is aborted ends at once, having sent nothing. Several simulated hosts, one daemon; the
 //! order is read from the calls each host recorded.

@@ -1,4 +1,4 @@
-//! A soak's probes reuse their connections (issue 17): the `/health` prober and the compose
+//! A soak's probes reuse their connections: the `/health` prober and the compose
 //! client each keep one keep-alive connection per host between probes, rather than opening
 //! one per request. Counted on a loopback server that answers any number of requests per
 //! connection and counts the connections it accepts.

@@ -1,4 +1,4 @@
-//! What the real compose-manager does that a kind simulator would not (issue 11): dependencies
+//! What the real compose-manager does that a kind simulator would not: dependencies
 //! in every plan, logs that cannot be read, a rate limit that looks like a missing tag, a lock
 //! that is released with the stream while compose still works, and busy refusals. The
 //! simulated host reproduces each; each test failed before canaryd handled it.

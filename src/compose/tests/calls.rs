@@ -163,7 +163,7 @@ async fn logs_sends_file_tail_and_one_service_and_returns_the_output() {
     assert_identity(&only_request(&server).await);
 }
 
-/// A whole answer is read from its bytes in place when it is UTF-8 (issue 17); one that is
+/// A whole answer is read from its bytes in place when it is UTF-8; one that is
 /// not is still read with the invalid bytes replaced, as `reqwest`'s `text()` read it.
 #[tokio::test]
 async fn an_answer_that_is_not_utf8_is_read_with_the_invalid_bytes_replaced() {

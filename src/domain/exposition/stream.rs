@@ -15,7 +15,7 @@ const HEAD_BYTES: usize = 1024;
 ///
 /// Past the page's first lines (its head, read line by line), a chunk's lines are not
 /// visited one by one: the families' names are searched for in the chunk (SIMD substring
-/// search), and only the lines they occur in are judged by the same test as before
+/// search), and only the lines they occur in are judged by the same test as a line-by-line reading
 /// (`is_family_line`). Every line of a family holds its name, so no line of one is missed;
 /// the ~2,000 other lines of an SGLang page cost a scan, not a visit each.
 #[derive(Debug)]
