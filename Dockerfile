@@ -22,24 +22,27 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # Dependencies first, so editing the sources does not rebuild them: a stub crate with the real
 # manifest and lock file (Cargo wants every declared target's file, benches included).
+# The simulated host is a workspace member (`sim/`), stubbed the same way.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src tests/it benches \
+COPY sim/Cargo.toml sim/
+RUN mkdir -p src tests/it benches sim/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs tests/it/main.rs \
+ && touch src/lib.rs tests/it/main.rs sim/src/lib.rs \
  && awk '/^\[\[bench\]\]/ {f = 1; next} f && /^name/ {gsub(/"/, "", $3); print $3; f = 0}' Cargo.toml \
     | while read -r b; do echo 'fn main() {}' > "benches/$b.rs"; done \
  && cargo build --release --locked --bin canaryd \
- && rm -rf src tests benches
+ && rm -rf src tests benches sim/src
 # The real sources. `migrations/`, `config/dev/`, `prod/` and `docs/openapi.yaml` are compiled
 # in (sqlx::migrate!, include_str!), so they are needed here, not at run time.
 COPY src src
+COPY sim sim
 COPY docs docs
 COPY migrations migrations
 COPY config config
 COPY prod prod
 COPY tests tests
 COPY benches benches
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs sim/src/lib.rs \
  && cargo build --release --locked --bin canaryd \
  && strip target/release/canaryd
 

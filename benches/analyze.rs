@@ -1,4 +1,4 @@
-//! Issue 14: the `analyze` step's cost, per scrape and at fleet scale.
+//! The `analyze` step's cost, per scrape and at fleet scale.
 //!
 //! 1. **One page.** Parsing one SGLang-sized `/metrics` page (~2,000 series, the simulated
 //!    engine's page with padding) and taking the three families an analysis reads from it.
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use canaryd::cli::ApiClient;
 use canaryd::domain::exposition::Page;
-use canaryd::sim::{SimConfig, SimHost};
+use canaryd_sim::{SimConfig, SimHost};
 use common::{env_ms, env_usize, pct};
 use serde_json::{json, Value};
 
@@ -57,7 +57,7 @@ async fn run() -> anyhow::Result<bool> {
 fn one_page() -> anyhow::Result<bool> {
     let series = env_usize("ANALYZE_SERIES", 2_000);
     let parses = env_usize("ANALYZE_PARSES", 1_000).max(1);
-    let text = canaryd::sim::example_metrics_page(series);
+    let text = canaryd_sim::example_metrics_page(series);
     let page = Page::parse(&text)?;
     let lines = text.lines().filter(|l| !l.starts_with('#')).count();
     println!(

@@ -7,7 +7,7 @@
 //! - daemon start: `Store::open` (migrate) plus the recovery scan (`unfinished_rollouts`),
 //! - database size per 1k rollouts.
 //!
-//! Targets (issue 5): list p99 < 10 ms, CSV < 2 s, start < 300 ms.
+//! Targets: list p99 < 10 ms, CSV < 2 s, start < 300 ms.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,8 +16,8 @@ use anyhow::Context;
 use canaryd::app::App;
 use canaryd::cli::{dev_config, dev_runbooks};
 use canaryd::domain::state::{RolloutKind, RolloutStatus};
-use canaryd::sim::{SimConfig, SimHost};
 use canaryd::store::{fmt_time, BulkSpec, RolloutFilter, Store};
+use canaryd_sim::{SimConfig, SimHost};
 use chrono::{TimeZone, Utc};
 
 const STEPS: i64 = 10;

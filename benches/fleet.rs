@@ -1,4 +1,4 @@
-//! Issue 8: orchestration overhead and fleet scale, side by side with the manual way.
+//! Orchestration overhead and fleet scale, side by side with the manual way.
 //!
 //! `cargo bench --bench fleet` (results and method: docs/performance.md). Three phases:
 //!
@@ -17,7 +17,7 @@
 //!    configured, a canary on each at once. CPU seconds (`/proc/<pid>/stat`) and peak RSS
 //!    (`VmHWM`) are the daemon's alone, the sims' and this bench's CPU are shown apart; CPU
 //!    while waiting is measured over a window in which every canary is in its soak and this
-//!    bench sends no request. Issue 17's targets are judged for 200 hosts (overhead p50, gap
+//!    bench sends no request. The scale targets are judged for 200 hosts (overhead p50, gap
 //!    p99) and for `FLEET_HOSTS=1000` (peak RSS, readiness lag p99).
 //!
 //! Knobs (env, defaults in brackets): `BENCH_RUNS` [5], `BENCH_SCRIPT_RUNS` [3],
@@ -36,10 +36,10 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use canaryd::api::RolloutOut;
 use canaryd::cli::ApiClient;
-use canaryd::http::RolloutOut;
-use canaryd::sim::{SimConfig, SimHost};
 use canaryd::testing::{self, Timings};
+use canaryd_sim::{SimConfig, SimHost};
 use chrono::{DateTime, Utc};
 use common::sim_fleet::{self, HostAddr, SimFleet};
 use common::{env_ms, env_usize, ms_between, pct};
@@ -757,7 +757,7 @@ async fn run() -> anyhow::Result<bool> {
         "{:<44} {:>22} {:>18} {:>3}",
         "metric", "value", "target", "ok"
     );
-    // Issue 17's targets: 200 hosts (overhead, gaps) and 1,000 hosts (memory, lag p99).
+    // The scale targets: 200 hosts (overhead, gaps) and 1,000 hosts (memory, lag p99).
     let big = s.hosts >= 1000;
     let (rss_target, lag_target, lag_ok) = if big {
         (

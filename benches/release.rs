@@ -1,4 +1,4 @@
-//! Issue 16: a release across a fleet, against the ideal schedule and the manual way.
+//! A release across a fleet, against the ideal schedule and the manual way.
 //!
 //! `cargo bench --bench release` (targets and method: docs/performance.md).
 //! `RELEASE_HOSTS` simulated hosts (in this process) with r1 and r2 each; one `canaryd serve`
@@ -35,9 +35,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
-use canaryd::http::ReleaseOut;
-use canaryd::sim::{SimConfig, SimHost};
+use canaryd::api::ReleaseOut;
 use canaryd::testing::{self, Timings};
+use canaryd_sim::{SimConfig, SimHost};
 use common::{env_ms, env_usize, ms_between};
 use serde_json::json;
 use serve::{addr, host_name, Daemon, R1, R2};
@@ -102,7 +102,7 @@ async fn waiting_window(
     measured: &mut HashSet<String>,
     tck: f64,
 ) -> anyhow::Result<Option<(f64, f64)>> {
-    let running: Vec<&canaryd::http::ReleaseTargetOut> = now
+    let running: Vec<&canaryd::api::ReleaseTargetOut> = now
         .targets
         .iter()
         .filter(|t| t.state == "pending" || t.state == "running")
@@ -187,7 +187,7 @@ async fn release(s: &Settings, sims: &[SimHost], daemon: &Daemon) -> anyhow::Res
     );
     let cpu_s = common::cpu_seconds(daemon.pid, tck).context("canaryd's CPU")? - cpu_before;
     let hwm_mib = common::status_mib(daemon.pid, "VmHWM").unwrap_or(f64::NAN);
-    let span = |t: &canaryd::http::ReleaseTargetOut| -> anyhow::Result<(f64, f64, f64)> {
+    let span = |t: &canaryd::api::ReleaseTargetOut| -> anyhow::Result<(f64, f64, f64)> {
         let (a, b) = (
             t.started_at.context("started")?,
             t.finished_at.context("finished")?,

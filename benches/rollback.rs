@@ -1,4 +1,4 @@
-//! Issue 4: rollback initiation latency, `POST /v1/rollbacks` to the first compose-manager call
+//! Rollback initiation latency, `POST /v1/rollbacks` to the first compose-manager call
 //! of the rollback (its snapshot's `GET /docker/ps`), as the simulated host records it.
 //!
 //! `cargo bench --bench rollback` (results and method: docs/performance.md). The daemon runs
@@ -23,9 +23,9 @@ use anyhow::{bail, ensure, Context};
 use canaryd::app::App;
 use canaryd::cli::dev_config;
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::sim::{SimConfig, SimHost};
 use canaryd::store::{BulkSpec, Store};
 use canaryd::testing::{self, Timings};
+use canaryd_sim::{SimConfig, SimHost};
 use chrono::Utc;
 use common::{env_usize, ms_between, pct};
 use serde_json::json;

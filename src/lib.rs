@@ -2,6 +2,8 @@
 //!
 //! Read ARCHITECTURE.md first. Layers, from the inside out:
 
+/// The API's wire types, shared by the HTTP API and the CLI.
+pub mod api;
 /// Start-up: database, engine, recovery, listener.
 pub mod app;
 /// The command line.
@@ -22,8 +24,6 @@ pub mod metrics;
 pub mod notify;
 /// Health poller and log watcher used by the engine's wait steps.
 pub mod probe;
-/// The simulated host (compose-manager + engines) used by `dev` and the tests.
-pub mod sim;
 /// SQLite persistence: pool, migrations, queries, the append-only audit log.
 pub mod store;
 /// Logging set-up.

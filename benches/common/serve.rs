@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use canaryd::cli::ApiClient;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 
 use crate::common::sim_fleet::HostAddr;
 

@@ -1,4 +1,4 @@
-//! Simulated hosts in child processes of a bench (issue 17): one process cannot hold 1,000
+//! Simulated hosts in child processes of a bench: one process cannot hold 1,000
 //! simulated hosts next to the bench's own work without measuring itself, and their CPU is
 //! then counted apart from canaryd's and the bench's.
 //!
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use canaryd::sim::{SimConfig, SimHost};
+use canaryd_sim::{SimConfig, SimHost};
 use chrono::{DateTime, Utc};
 
 /// The env var that makes a bench process a sim child.

@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::serve::EXIT_BAD_CONFIG;
+use crate::api::ReleaseIn;
 use crate::config::ResolvedConfig;
 use crate::domain::plan::{self, PlanError};
 use crate::domain::runbook;
 use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
-use crate::http::ReleaseIn;
 
 /// The file checked is invalid.
 pub const EXIT_CHECK_FAILED: u8 = 1;
@@ -205,11 +205,13 @@ fn check_release(file: &Path, config: Option<&Path>) -> Result<String, Failure> 
         ));
     };
     let (config, names) = load_config(config_path, &label, "release")?;
-    let release = crate::http::check_release(&config, &config.known_targets(&names), input)
-        .map_err(|(code, message)| {
-            let line = release_error_line(&text, &message);
-            Failure::Invalid(format!("{label}:{line}: {message} ({code})"))
-        })?;
+    let release =
+        crate::api::release::validate(&config, &config.known_targets(&names), input, "check")
+            .map_err(|refusal| {
+                let (code, message) = (refusal.code, refusal.message);
+                let line = release_error_line(&text, &message);
+                Failure::Invalid(format!("{label}:{line}: {message} ({code})"))
+            })?;
     let canary = &release.targets[0];
     Ok(format!(
         "{label}: ok ({} target(s) to {}, canary {}/{}, max_parallel_hosts {}, on_failure {}, \

@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use serde_json::Value;
 
-use crate::http::RolloutOut;
+use crate::api::RolloutOut;
 
 /// The id of the rollout a `POST` created, from its answer.
 pub fn created_id(answer: &Value) -> anyhow::Result<String> {

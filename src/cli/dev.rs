@@ -22,8 +22,8 @@ use super::ApiClient;
 use crate::app::{shutdown_signal, App};
 use crate::config::{ComposeTuning, EnvMap, HostConfig, ReplicaConfig, ResolvedConfig, Secret};
 use crate::domain::runbook::{self, Runbook};
-use crate::sim::{SimConfig, SimFaults, SimHost};
 use crate::telemetry::{self, LogFormat};
+use canaryd_sim::{SimConfig, SimFaults, SimHost};
 
 /// The example compose file the simulated host serves.
 pub const DEV_FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
@@ -287,7 +287,7 @@ async fn demo(url: &str, faults: &SimFaults) -> anyhow::Result<ExitCode> {
 /// (one replica of the group away at a time); a progress line per target change. The build's
 /// analysis already passed in the first canary, so each target runs `recreate-in-place` (the
 /// same gates without the analysis window): the demo stays short.
-async fn release(client: &ApiClient) -> anyhow::Result<crate::http::ReleaseOut> {
+async fn release(client: &ApiClient) -> anyhow::Result<crate::api::ReleaseOut> {
     outln!("\n== a release: v0.0.452 to {R2} (the canary), then {R1}, one replica at a time")?;
     let body = json!({
         "file": DEV_FILE, "tag": "v0.0.452", "reason": "demo: promote v452 across the host",
@@ -308,7 +308,7 @@ async fn run(
     client: &ApiClient,
     path: &str,
     body: &serde_json::Value,
-) -> anyhow::Result<crate::http::RolloutOut> {
+) -> anyhow::Result<crate::api::RolloutOut> {
     let created = client.post(path, body).await?;
     let id = created_id(&created)?;
     let r = follow(client, &id, |l| outln!("{l}")).await?;

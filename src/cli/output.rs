@@ -2,9 +2,9 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::api::{RolloutOut, StepOut};
 use crate::domain::analysis::verdict_table;
 use crate::domain::runbook::StepKindName;
-use crate::http::{RolloutOut, StepOut};
 
 /// `1m05s`, `850ms`.
 pub fn human_duration(d: chrono::Duration) -> String {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::client::created_id;
 use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
-use crate::http::RolloutOut;
+use crate::api::RolloutOut;
 
 mod doctor;
 mod release;

@@ -69,7 +69,7 @@ pub struct AnalyzeSpec {
 }
 
 fn default_approve_timeout() -> Duration {
-    crate::domain::runbook::defaults::APPROVE_TIMEOUT
+    crate::domain::defaults::APPROVE_TIMEOUT
 }
 
 impl AnalyzeSpec {

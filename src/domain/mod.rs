@@ -2,6 +2,7 @@
 
 pub mod analysis;
 pub mod audit;
+pub mod defaults;
 pub mod duration;
 pub mod error_code;
 pub mod exposition;

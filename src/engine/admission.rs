@@ -1,4 +1,4 @@
-//! Start admission (issue 17): when many canaries start at once, they take their first steps
+//! Start admission: when many canaries start at once, they take their first steps
 //! in the order they arrived, a few at a time, instead of all interleaved.
 //!
 //! The steps before a canary's first wait (snapshot, peers, plan, down, up) are work of

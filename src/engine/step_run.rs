@@ -252,7 +252,7 @@ async fn pause_exactly(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
 /// The grid that long pauses end on: the probes of many rollouts due within the same
 /// `WAKE_GRID` run on one wake-up of the runtime instead of one each. 1,000 canaries soaking
 /// at 5 s woke it about 600 times a second; on a 50 ms grid their soak cost 10-11 % of a core
-/// instead of 14-15 % (docs/performance.md, issue 17).
+/// instead of 14-15 % (docs/performance-notes.md).
 const WAKE_GRID: Duration = Duration::from_millis(50);
 
 /// How long a pause of `pause` from `since` (the time since a fixed start) lasts: until the
@@ -278,7 +278,7 @@ fn on_grid(since: Duration, pause: Duration) -> Duration {
 /// the whole interval after each probe made a 20 s soak at 1 s last 20.8 s under load), and
 /// none comes before its time. A probe is never earlier than its interval says: probes
 /// rounded to the *nearest* grid point instead came up to 25 ms early, and an engine that
-/// turned healthy exactly on time was then seen a whole interval late (issue 17).
+/// turned healthy exactly on time would be seen a whole interval late.
 #[derive(Debug)]
 pub(crate) struct Rhythm {
     interval: Duration,
@@ -365,8 +365,8 @@ impl Rhythm {
 /// by default; the final evidence is written when the step ends): bounded so that many
 /// concurrent waits do not queue on SQLite's single writer.
 ///
-/// `save_changes` saves less often still while only a wait's counters move (issue 17: a soak
-/// at a 5 s interval otherwise writes at every probe): such a save waits `QUIET_SAVES` ×
+/// `save_changes` saves less often still while only a wait's counters move (a soak at a 5 s
+/// interval would otherwise write at every probe): such a save waits `QUIET_SAVES` ×
 /// `progress_every`, and any other change is saved at the usual rhythm.
 #[derive(Default)]
 pub(super) struct Progress {

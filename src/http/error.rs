@@ -252,6 +252,19 @@ pub(super) async fn method_not_allowed(
     ))
 }
 
+impl From<crate::api::release::Refusal> for ApiError {
+    fn from(r: crate::api::release::Refusal) -> Self {
+        match (r.unprocessable, r.code) {
+            (_, "internal") => ApiError::Internal(r.message),
+            (true, code) => ApiError::Unprocessable {
+                code,
+                message: r.message,
+            },
+            (false, code) => ApiError::bad_request(code, r.message),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{ApiError, ERROR_CODES};

@@ -20,7 +20,7 @@ async fn get_metrics(State(state): State<AppState>) -> Result<Response, ApiError
     let (ended, targets) = store.release_metrics().await.map_err(internal)?;
     let targets: Vec<(String, i64)> = targets
         .iter()
-        .map(|(state, n)| (super::release::target_state_name(state), *n))
+        .map(|(state, n)| (crate::api::release::target_state_name(state), *n))
         .collect();
     state.metrics.set_releases(&ended, &targets);
     let health = store.health();

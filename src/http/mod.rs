@@ -31,10 +31,6 @@ use crate::engine::Engine;
 pub use auth::Actor;
 pub use body::MAX_BODY_BYTES;
 pub use error::{ApiError, ERROR_CODES};
-pub use release::{
-    check_release, ReleaseEventOut, ReleaseIn, ReleaseOut, ReleaseTargetOut, SelectorIn, TargetIn,
-};
-pub use rollout::{RolloutOut, StepOut};
 pub use serve::serve;
 
 /// What every handler can reach.

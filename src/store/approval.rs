@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 
 use rusqlite::{params, OptionalExtension};
 
-use super::audit::{append, AuditEntry};
+use super::audit::append;
+use super::record::AuditEntry;
 use super::{parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 

@@ -2,58 +2,11 @@
 //! change they describe; the notification an entry causes (if any) is written to the outbox in
 //! that same transaction (`outbox::enqueue`).
 
-use chrono::{DateTime, Utc};
 use rusqlite::params;
 
-use super::record::AuditEvent;
+use super::record::{AuditEntry, AuditEvent};
 use super::write::Tx;
 use super::{fmt_time, parse_time, Store, StoreError};
-use crate::domain::audit::AuditKind;
-
-/// An audit entry being built.
-#[derive(Debug, Clone)]
-pub struct AuditEntry {
-    pub(super) at: DateTime<Utc>,
-    pub(super) actor: String,
-    pub(super) kind: AuditKind,
-    pub(super) rollout_id: Option<String>,
-    pub(super) step: Option<String>,
-    pub(super) from_state: Option<String>,
-    pub(super) to_state: Option<String>,
-    pub(super) detail: serde_json::Value,
-}
-
-impl AuditEntry {
-    pub fn new(at: DateTime<Utc>, actor: &str, kind: AuditKind) -> Self {
-        Self {
-            at,
-            actor: actor.to_owned(),
-            kind,
-            rollout_id: None,
-            step: None,
-            from_state: None,
-            to_state: None,
-            detail: serde_json::json!({}),
-        }
-    }
-    pub fn rollout(mut self, id: &str) -> Self {
-        self.rollout_id = Some(id.to_owned());
-        self
-    }
-    pub fn step(mut self, name: &str) -> Self {
-        self.step = Some(name.to_owned());
-        self
-    }
-    pub fn states(mut self, from: Option<&str>, to: Option<&str>) -> Self {
-        self.from_state = from.map(str::to_owned);
-        self.to_state = to.map(str::to_owned);
-        self
-    }
-    pub fn detail(mut self, detail: serde_json::Value) -> Self {
-        self.detail = detail;
-        self
-    }
-}
 
 /// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction,
 /// which then publishes once it commits.

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use rusqlite::params;
 
-use super::audit::{append, AuditEntry};
+use super::audit::append;
+use super::record::AuditEntry;
 use super::record::{Deployment, Rollout};
 use super::rollout::RolloutChange;
 use super::write::Tx;

@@ -31,7 +31,7 @@ use sqlx::sqlite::{
 };
 
 pub use approval::{Approval, AWAITING_APPROVAL};
-pub use audit::{AuditEntry, AUDIT_BATCH};
+pub use audit::AUDIT_BATCH;
 #[doc(hidden)]
 #[cfg(feature = "testing")]
 pub use bulk::BulkSpec;
@@ -42,6 +42,7 @@ pub use health::{
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use owner::lock_path;
+pub use record::AuditEntry;
 pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming};
 pub use release::{
     NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
@@ -92,7 +93,7 @@ pub enum StoreError {
 /// One writer because SQLite has one write lock: with several writing connections, a
 /// transaction that finds the lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... ms)
 /// and retries. At 200 canaries starting at once those sleeps were seconds of the start burst
-/// (issue 17, docs/performance.md); waiting for the one writer connection instead is a queue in
+/// (docs/performance-notes.md); waiting for the one writer connection instead is a queue in
 /// this process, served in turn with no sleep.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -284,7 +285,7 @@ impl Store {
 /// The publisher's loop, apart from the database it reads (`read`: the events after a `seq`, at
 /// most `audit::AUDIT_BATCH`; `closed`: whether a failed read means the store is gone). Each
 /// ring of `wake` reads until a batch comes back shorter than the limit: that batch was all
-/// there was, so it is caught up without one more read to see an empty answer (issue 17). A
+/// there was, so it is caught up without one more read to see an empty answer. A
 /// commit that lands during a read rings `wake` while nobody waits on it; `notify_one` keeps
 /// that ring as a permit, so the next `notified()` returns at once and the event is read then.
 async fn publish_committed<F, Fut>(

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 
-use super::audit::AuditEntry;
+use super::record::AuditEntry;
 use super::{fmt_time, Store, StoreError};
 use crate::domain::notification::{text, DeliveryStatus, NotifyEvent, Subject};
 use crate::domain::state::RolloutKind;
@@ -63,7 +63,10 @@ pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(
     else {
         return Ok(());
     };
-    let rollout_kind: RolloutKind = kind.parse().map_err(super::rollout::corrupt)?;
+    let rollout_kind: RolloutKind = kind.parse().map_err(|e: String| StoreError::Corrupt {
+        table: "rollout",
+        message: e,
+    })?;
     let Some(event) = NotifyEvent::from_audit(entry.kind, rollout_kind) else {
         return Ok(());
     };

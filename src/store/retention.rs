@@ -14,7 +14,8 @@ use chrono::{DateTime, Utc};
 
 use rusqlite::params;
 
-use super::audit::{append, AuditEntry};
+use super::audit::append;
+use super::record::AuditEntry;
 use super::{fmt_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 

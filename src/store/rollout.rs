@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::audit::{append, AuditEntry};
+use super::audit::append;
+use super::record::AuditEntry;
 use super::record::Rollout;
 use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};

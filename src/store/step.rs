@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension};
 
-use super::audit::{append, AuditEntry};
+use super::audit::append;
+use super::record::AuditEntry;
 use super::record::{Step, StepAttempt, StepTiming};
 use super::write::Tx;
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
@@ -186,7 +187,7 @@ impl Store {
     /// `next` is given and its rollout has no abort requested (read in the same transaction),
     /// `next` starts with its deadline. Both changes carry their own audit event, exactly as
     /// two `transition_step` calls would, but the writer lock is taken, and the WAL synced,
-    /// once per boundary instead of twice (issue 17). The abort check rides in `next`'s
+    /// once per boundary instead of twice. The abort check rides in `next`'s
     /// update (`transition_in`'s `unless_abort_requested`), read apart only when that update
     /// changed nothing. True when `next` was started.
     pub async fn succeed_step_and_start_next(
@@ -344,8 +345,8 @@ impl Store {
 /// A step's status change, its detail and its audit event, inside the caller's transaction.
 ///
 /// The status the caller's row says (`step.status`) is tried first, in the update's `where`:
-/// when the database agrees, the change costs one statement instead of a read and a write
-/// (issue 17). When it does not (a caller holding an older copy of the row), nothing was
+/// when the database agrees, the change costs one statement instead of a read and a write.
+/// When it does not (a caller holding an older copy of the row), nothing was
 /// written and the status is read, as the only source of truth: the transition is judged from
 /// it, exactly as strictly (`InvalidTransition`, `Corrupt`, a missing row's error), and the
 /// update is made from it.

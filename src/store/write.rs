@@ -1,4 +1,4 @@
-//! Write transactions without a thread hop (issue 17).
+//! Write transactions without a thread hop.
 //!
 //! sqlx runs every statement of a connection on that connection's own thread: a statement,
 //! a `BEGIN` and a `COMMIT` are each a message to that thread and a wake-up back, about

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::json;
 
 use crate::helpers::{fast_runbooks, sim_config, TestApp, TestOptions, R2};

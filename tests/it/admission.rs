@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use canaryd::http::RolloutOut;
-use canaryd::sim::SimOp;
+use canaryd::api::RolloutOut;
+use canaryd_sim::SimOp;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::RolloutOut;
 use serde_json::Value;
 
 use crate::helpers::{

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::{json, Value};
 
 use crate::helpers::step;
@@ -219,7 +219,7 @@ async fn a_dry_run_that_plans_a_removal_fails_with_no_real_up() {
     assert_gate_refuses(app, "otelcol-contrib").await;
 }
 
-async fn failing_canary(app: &TestApp) -> canaryd::http::RolloutOut {
+async fn failing_canary(app: &TestApp) -> canaryd::api::RolloutOut {
     let mut plan = TestApp::plan("v0.0.452");
     plan["on_failure"] = json!("halt");
     let id = app.start_canary(&plan).await;

@@ -375,7 +375,7 @@ async fn ctrl_c_on_watch_says_it_detached_and_the_rollout_goes_on() {
     use std::time::Duration;
 
     let app = TestApp::spawn().await;
-    app.sim.faults().stall_stream(canaryd::sim::SimOp::Up);
+    app.sim.faults().stall_stream(canaryd_sim::SimOp::Up);
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
     let child = Command::new(env!("CARGO_BIN_EXE_canaryd"))
         .args(["rollout", "watch", &id])

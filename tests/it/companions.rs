@@ -41,14 +41,14 @@ fn runbooks_with(name: &str, extra: &str) -> BTreeMap<String, Runbook> {
     books
 }
 
-fn services(call: &canaryd::sim::RecordedCall) -> Vec<String> {
+fn services(call: &canaryd_sim::RecordedCall) -> Vec<String> {
     serde_json::from_value(call.body["services"].clone()).expect("services is a list")
 }
 
 /// Safety rules 1–3 with rule 15 (docs/safety.md): every call carries an explicit non-empty list, the target
 /// alone or companions that are never a replica; `force_recreate` only on the allowed
 /// collector; the host's full env; the plan's tag and file.
-fn assert_safe(app: &TestApp, calls: &[canaryd::sim::RecordedCall]) {
+fn assert_safe(app: &TestApp, calls: &[canaryd_sim::RecordedCall]) {
     for call in calls {
         let names = services(call);
         assert!(!names.is_empty(), "never unscoped: {}", call.body);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use canaryd::compose::{
     ClientOptions, ComposeClient, ComposeError, ComposeRequest, LogsRequest, StreamOutcome,
 };
-use canaryd::sim::{SimConfig, SimHost, SimOp, EXAMPLE_FILE};
+use canaryd_sim::{SimConfig, SimHost, SimOp, EXAMPLE_FILE};
 use serde_json::json;
 
 const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";

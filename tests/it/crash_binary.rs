@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use canaryd::sim::{SimHost, SimOp};
+use canaryd_sim::{SimHost, SimOp};
 use serde_json::Value;
 
 use crate::helpers::{sim_config, TestApp, FAST_CANARY, FAST_RECREATE, FAST_ROLLBACK, R1, R2};

@@ -10,7 +10,7 @@ use canaryd::app::App;
 use canaryd::cli::dev_config;
 use canaryd::config::{ApiToken, Role, Secret};
 use canaryd::domain::runbook;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use canaryd::app::App;
 use canaryd::cli::dev_config;
 use canaryd::config::Secret;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, sim_config, TestApp, TestOptions, HOST, R1, R2};

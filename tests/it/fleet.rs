@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use canaryd::app::App;
 use canaryd::config::EngineTuning;
 use canaryd::engine::Engine;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::Value;
 
 use crate::helpers::{crash, fast_runbooks, post_json, sim_config};

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::app::App;
 use canaryd::cli::{dev_config, ApiClient};
 use canaryd::config::{ApiToken, Role, Secret};
 use canaryd::domain::runbook::{self, Runbook};
 use canaryd::engine::Engine;
-use canaryd::http::RolloutOut;
-use canaryd::sim::{RecordedCall, SimConfig, SimHost};
 use canaryd::testing::{self, Timings};
+use canaryd_sim::{RecordedCall, SimConfig, SimHost};
 use serde_json::{json, Value};
 
 pub const HOST: &str = "gpu02";
@@ -473,7 +473,7 @@ pub fn is_dry_run(call: &RecordedCall) -> bool {
 }
 
 /// Step `name` of rollout `r`; panics naming it (and showing the rollout) when it has none.
-pub fn step<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a canaryd::http::StepOut {
+pub fn step<'a>(r: &'a canaryd::api::RolloutOut, name: &str) -> &'a canaryd::api::StepOut {
     r.steps
         .iter()
         .find(|s| s.name == name)
@@ -481,7 +481,7 @@ pub fn step<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a canaryd::ht
 }
 
 /// The stored verdict of check `name` of the rollout's `analysis` step.
-pub fn check<'a>(r: &'a canaryd::http::RolloutOut, name: &str) -> &'a serde_json::Value {
+pub fn check<'a>(r: &'a canaryd::api::RolloutOut, name: &str) -> &'a serde_json::Value {
     step(r, "analysis").detail["checks"]
         .as_array()
         .and_then(|checks| checks.iter().find(|c| c["name"] == name))

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::compose::{ClientOptions, ComposeClient, ComposeRequest, StreamOutcome};
 use canaryd::config::ComposeTuning;
-use canaryd::http::RolloutOut;
-use canaryd::sim::{SimHost, SimOp};
+use canaryd_sim::{SimHost, SimOp};
 
 use crate::helpers::step;
 use crate::helpers::{canary_with, is_dry_run, sim_config, TestApp, TestOptions, FILE, R2};

@@ -17,7 +17,7 @@ use canaryd::cli::dev_config;
 use canaryd::config::{DeliveryTuning, NotificationsConfig, Secret, WebhookConfig, WebhookFormat};
 use canaryd::domain::notification::NotifyEvent;
 use canaryd::engine::Engine;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::Value;
 
 use crate::helpers::{fast_runbooks, sim_config, TestApp, R2};

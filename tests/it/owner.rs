@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::Value;
 
 use crate::crash_binary::{

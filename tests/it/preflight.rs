@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::RolloutOut;
 use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, is_dry_run, step, with_smoke, FAST_CANARY, FAST_SMOKE};

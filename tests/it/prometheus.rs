@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::config::PrometheusConfig;
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::RolloutOut;
 use canaryd::probe::prometheus::Prometheus;
-use canaryd::sim::SimHost;
+use canaryd_sim::SimHost;
 use serde_json::Value;
 
 use crate::helpers::{check, number, step};

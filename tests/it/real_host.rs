@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use canaryd::domain::runbook::{self, StepKind};
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::{json, Value};
 
 use crate::helpers::{is_dry_run, sim_config, TestApp, TestOptions, R2};
@@ -64,7 +64,7 @@ async fn the_shipped_runbooks_canary_and_roll_back_on_a_host_that_plans_the_one_
     let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
     let canary = app.wait_terminal(&id).await;
     assert_eq!(canary.status, "succeeded", "{canary:#?}");
-    let plan_of = |r: &canaryd::http::RolloutOut, step: &str| {
+    let plan_of = |r: &canaryd::api::RolloutOut, step: &str| {
         r.steps.iter().find(|s| s.name == step).expect(step).detail["plan"].clone()
     };
     // The real server's plans: the downloader is `create` in both dry runs.
@@ -97,7 +97,7 @@ async fn the_shipped_runbooks_canary_and_roll_back_on_a_host_that_plans_the_one_
 }
 
 /// The step's error as (code, message).
-fn step_error(r: &canaryd::http::RolloutOut, step: &str) -> (String, String) {
+fn step_error(r: &canaryd::api::RolloutOut, step: &str) -> (String, String) {
     let s = r.steps.iter().find(|s| s.name == step).expect(step);
     let e = &s.detail["error"];
     (

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use canaryd::api::RolloutOut;
 use canaryd::domain::audit::AuditKind;
-use canaryd::http::RolloutOut;
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::json;
 
 use crate::helpers::{is_dry_run, TestApp, R2};
@@ -587,7 +587,7 @@ async fn a_rollout_whose_runbook_is_gone_after_a_restart_fails_runbook_not_loade
 
 /// on_failure: halt after the down and a failed up: the replica is left down, and says so
 /// (safety rule 14), keeping the cause.
-fn assert_left_down_by_failed_up(canary: &canaryd::http::RolloutOut) {
+fn assert_left_down_by_failed_up(canary: &canaryd::api::RolloutOut) {
     assert_eq!(
         canary.error.as_ref().map(|e| e.code.as_str()),
         Some("replica_left_down"),

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use canaryd::http::ReleaseOut;
-use canaryd::sim::SimOp;
+use canaryd::api::ReleaseOut;
+use canaryd_sim::SimOp;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 

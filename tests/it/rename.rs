@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use canaryd::compose::{ClientOptions, ComposeClient, ComposeRequest, Services};
-use canaryd::sim::{
+use canaryd_sim::{
     SimConfig, SimHost, EXAMPLE_FILE, LONG_CONTEXT_NEW_R2 as NEW, LONG_CONTEXT_OLD_R2 as OLD,
     LONG_CONTEXT_R1 as R1,
 };
@@ -138,7 +138,7 @@ async fn the_long_context_host_serves_each_tag_its_own_file_so_a_tag_renames_r2(
 // ---- canaryd against the long-context host ---------------------------------------------
 
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::sim::RecordedCall;
+use canaryd_sim::RecordedCall;
 use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, is_dry_run, TestApp, TestOptions, HOST};
@@ -288,7 +288,7 @@ fn others(app: &TestApp) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn container(app: &TestApp, service: &str) -> Option<canaryd::sim::SimContainer> {
+fn container(app: &TestApp, service: &str) -> Option<canaryd_sim::SimContainer> {
     app.sim
         .containers()
         .into_iter()

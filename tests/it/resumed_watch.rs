@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use canaryd::api::{RolloutOut, StepOut};
 use canaryd::domain::runbook::{self, Runbook};
-use canaryd::http::{RolloutOut, StepOut};
 use chrono::{DateTime, Utc};
 
 use crate::helpers::{

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use crate::helpers::{canary_with, is_dry_run, sim_config, TestApp, TestOptions, HOST, R1, R2};
 
-async fn canary(app: &TestApp, tag: &str) -> canaryd::http::RolloutOut {
+async fn canary(app: &TestApp, tag: &str) -> canaryd::api::RolloutOut {
     let id = app.start_canary(&TestApp::plan(tag)).await;
     let r = app.wait_terminal(&id).await;
     assert_eq!(r.status, "succeeded", "canary to {tag}: {r:#?}");

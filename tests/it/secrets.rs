@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::json;
 
 use crate::helpers::{sim_config, TestApp, TestOptions, HOST, R2};

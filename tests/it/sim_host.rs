@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use canaryd::sim::{SimConfig, SimHost, SimOp, EXAMPLE_FILE};
+use canaryd_sim::{SimConfig, SimHost, SimOp, EXAMPLE_FILE};
 use serde_json::{json, Value};
 
 const R1: &str = "model-sg-glm53-w4afp8-tp4-r1";
@@ -805,4 +805,46 @@ async fn a_client_that_hangs_up_mid_stream_frees_the_lock() {
     .await;
     let version = get(&sim, "/version").await;
     assert_eq!(version["projects"]["work"]["current"]["tag"], "v0.0.450");
+}
+
+/// The p95 of family `name` over a window of 1,000 requests served at `slowdown`, as the
+/// analysis reads the simulated engine's pages.
+fn p95_of(slowdown: f64, name: &str) -> f64 {
+    use canaryd::domain::exposition::{histogram_series_delta, quantile, Page};
+    let (before, after) = canaryd_sim::pages_around_traffic(slowdown, 200, 1_200);
+    let a = Page::parse(&before).expect("page parses");
+    let b = Page::parse(&after).expect("page parses");
+    let window = histogram_series_delta(&a.histogram(name), &b.histogram(name));
+    assert_eq!(
+        window.count, 1_000.0,
+        "the stale placeholder is not counted"
+    );
+    quantile(0.95, &window).expect("observations")
+}
+
+#[test]
+fn a_slowdown_moves_the_p95_the_way_the_analysis_will_see_it() {
+    for name in [
+        "sglang:time_to_first_token_seconds",
+        "sglang:inter_token_latency_seconds",
+    ] {
+        let base = p95_of(1.0, name);
+        let slight = p95_of(1.1, name) / base;
+        let double = p95_of(2.0, name) / base;
+        assert!((1.0..1.2).contains(&slight), "{name}: 1.1x reads {slight}");
+        assert!(double > 1.4, "{name}: 2x reads {double}");
+    }
+}
+
+#[test]
+fn the_example_page_has_the_size_asked_for() {
+    let page = canaryd::domain::exposition::Page::parse(&canaryd_sim::example_metrics_page(2_000))
+        .expect("parses");
+    // Histograms count once per series here; the text has ~2,000 series lines besides the
+    // buckets.
+    assert!(
+        (1_900..=2_100).contains(&page.series_count()),
+        "{}",
+        page.series_count()
+    );
 }

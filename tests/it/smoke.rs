@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use canaryd::http::RolloutOut;
-use canaryd::sim::{ApiFault, SimHost};
+use canaryd::api::RolloutOut;
+use canaryd_sim::{ApiFault, SimHost};
 use serde_json::{json, Value};
 
 use crate::helpers::step;

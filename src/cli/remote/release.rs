@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::super::client::created_id;
 use super::super::{ApiClient, ServerArgs};
 use super::parse_env_flags;
-use crate::http::ReleaseOut;
+use crate::api::ReleaseOut;
 
 /// How often `watch` reads the release.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -250,7 +250,7 @@ fn summary(r: &ReleaseOut) -> String {
     )
 }
 
-fn target_line(t: &crate::http::ReleaseTargetOut) -> String {
+fn target_line(t: &crate::api::ReleaseTargetOut) -> String {
     format!(
         "{}{}/{}: {}{}{}{}",
         if t.canary { "canary " } else { "" },

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::super::output::step_line;
 use super::super::ApiClient;
-use crate::http::RolloutOut;
+use crate::api::RolloutOut;
 
 /// A stream silent this long gets a progress line for the running step.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);

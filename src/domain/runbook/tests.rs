@@ -540,7 +540,7 @@ fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
 
 #[test]
 fn a_runbook_stored_as_json_before_the_kinds_had_their_own_modules_still_loads() {
-    // The shape rollouts and tools stored before issue 13 (`StepKind` with inline fields).
+    // The older stored shape of rollouts and tools (`StepKind` with inline fields).
     let stored = serde_json::json!({
         "name": "r", "description": "d",
         "steps": [

@@ -7,7 +7,7 @@
 //! (76 MiB for 400 connections, see docs/performance.md). hyper's own HTTP/1 connection
 //! takes an exact read size, so an idle one holds [`READ_BUF`]. A connection the engine closed
 //! between scrapes is replaced once, at the next scrape (a GET is safe to send again);
-//! `https://` pages go through reqwest, as before.
+//! `https://` pages go through reqwest.
 
 use std::pin::Pin;
 use std::time::Duration;

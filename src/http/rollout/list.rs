@@ -12,7 +12,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::RolloutOut;
+use crate::api::RolloutOut;
 use crate::http::{Actor, ApiError, AppState};
 use crate::store::{fmt_time, RolloutFilter, Store};
 

@@ -1,4 +1,4 @@
-//! The store's connections: one that writes, several that only read (issue 17).
+//! The store's connections: one that writes, several that only read.
 
 use chrono::Utc;
 

@@ -406,7 +406,7 @@ async fn step_transitions_count_attempts_keep_the_first_deadline_and_audit_failu
     assert_eq!(by_rollout["ro_1"].len(), 3);
 }
 
-/// Issue 17: a step boundary is one transaction; the next step starts only while no abort is
+/// A step boundary is one transaction; the next step starts only while no abort is
 /// requested, and each change keeps its own audit event.
 #[tokio::test]
 async fn a_boundary_succeeds_a_step_and_starts_the_next_unless_an_abort_was_requested() {

@@ -1,4 +1,4 @@
-//! Issue 17's fewer round trips keep the store's answers: a step update that trusts the
+//! Fewer round trips keep the store's answers: a step update that trusts the
 //! caller's copy of the row only when the database agrees, and a publisher that stops reading
 //! at a short batch without losing an event committed meanwhile.
 
@@ -299,7 +299,7 @@ async fn a_boundary_reads_the_abort_before_the_next_steps_status_whatever_the_co
 async fn only_a_committed_transaction_with_audit_events_rings_the_publisher() {
     let (_dir, store) = temp_store().await;
     let rings = |s: &Store| s.bus.rings.load(Ordering::Relaxed);
-    let entry = || crate::store::audit::AuditEntry::new(at(0), "test", AuditKind::RolloutCreated);
+    let entry = || crate::store::AuditEntry::new(at(0), "test", AuditKind::RolloutCreated);
     let cases: [(&str, bool, bool); 4] = [
         // (case, appends an audit event, the closure fails after it)
         ("writes nothing", false, false),

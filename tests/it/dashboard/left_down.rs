@@ -1,7 +1,7 @@
 //! A replica that a rollout left down is a red row in the dashboard's replica table, until a
 //! later rollout brings it back.
 
-use canaryd::sim::SimOp;
+use canaryd_sim::SimOp;
 use serde_json::json;
 
 use super::{require_browser, Browser, Daemon, BROWSER_LOCK};

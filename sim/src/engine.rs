@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::Router;
 use chrono::Utc;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::compose_file::{is_replica_name, ComposeFile, ServiceDef};
@@ -371,7 +367,7 @@ impl EngineCtx {
     }
 }
 
-async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
+pub(crate) async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
     let service = ctx.service();
     let status = if engine_ready(&ctx.shared, &service) {
         StatusCode::OK
@@ -382,31 +378,6 @@ async fn health(State(ctx): State<EngineCtx>) -> StatusCode {
         .state()
         .record_engine_read(&service, "/health", status.as_u16());
     status
-}
-
-/// Serves one engine's port (for `names`, see [`EngineCtx`]) until the host shuts down.
-pub(crate) fn serve_engine(
-    shared: Arc<Shared>,
-    names: Vec<String>,
-    listener: TcpListener,
-) -> JoinHandle<()> {
-    let mut stop = shared.shutdown.clone();
-    let app = Router::new()
-        .route("/health", get(health))
-        .merge(super::openai::routes())
-        .route("/metrics", get(super::metrics::serve))
-        .with_state(EngineCtx { shared, names });
-    tokio::spawn(async move {
-        let signal = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .await
-        {
-            tracing::warn!(error = %e, "simulated engine server stopped");
-        }
-    })
 }
 
 #[cfg(test)]

@@ -431,7 +431,7 @@ mod tests {
 
     fn fixture(name: &str) -> ComposeFile {
         let path = format!(
-            "{}/tests/fixtures/real-compose/{name}",
+            "{}/../tests/fixtures/real-compose/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         let text = std::fs::read_to_string(&path)

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::compose_file::ComposeFile;
-use super::faults::FaultState;
+use super::fault_state::FaultState;
 use super::{RecordedCall, SimApiCall, SimContainer, SimTag};
 
 /// Lines kept per container log; older lines fall off, as with a rotated json-file log.
@@ -92,7 +92,7 @@ pub(crate) struct State {
     /// Every `/health` and `/metrics` read of an engine (the latest [`CALLS_CAP`]).
     pub engine_reads: VecDeque<super::SimEngineRead>,
     /// The simulated requests every engine serves (its `/metrics`).
-    pub traffic: super::metrics::Traffic,
+    pub traffic: super::traffic::Traffic,
 }
 
 /// The operation holding the lock, as `/status` shows it.

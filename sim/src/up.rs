@@ -18,7 +18,7 @@ use super::dry_run::{
     PlanBody, Step as DryStep,
 };
 use super::engine::{apply_steps, is_one_shot, StartMode};
-use super::faults::SimOp;
+use super::fault_state::SimOp;
 use super::state::{sha256_hex, DeployRecord, HeldLock, InFlight, Shared};
 use super::stream::{respond, Emitter, Gone, StagedEvent};
 

@@ -320,7 +320,7 @@ pub(crate) fn missing_required_variable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::compose_file::parse;
+    use crate::compose_file::parse;
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()

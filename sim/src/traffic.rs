@@ -10,28 +10,19 @@
 //! values are frozen (stale), and the gauges' live aggregate is the `priority=""` series.
 //! An engine whose process restarts (a new start time) starts counting from zero again.
 //!
-//! Faults (sticky until changed): [`SimFaults::set_engine_slowdown`] (TTFT and ITL × k),
-//! [`SimFaults::set_engine_traffic`] (no requests reach the service),
-//! [`SimFaults::set_metrics_padding`] (extra series, to make a page of realistic size), and
-//! [`SimFaults::set_metrics_status`] (the page answers an error while the engine serves).
+//! Faults (sticky until changed): [`crate::SimFaults::set_engine_slowdown`] (TTFT and ITL × k),
+//! [`crate::SimFaults::set_engine_traffic`] (no requests reach the service),
+//! [`crate::SimFaults::set_metrics_padding`] (extra series, to make a page of realistic size), and
+//! [`crate::SimFaults::set_metrics_status`] (the page answers an error while the engine serves).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
-
-use super::faults::SimFaults;
-use super::state::Shared;
 
 /// How often the simulated traffic advances.
-const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// Requests per second each ready engine receives by default.
 pub const DEFAULT_RATE: f64 = 50.0;
 /// The model every simulated engine serves.
@@ -158,68 +149,46 @@ impl EngineTraffic {
 pub(crate) struct Traffic {
     engines: BTreeMap<String, EngineTraffic>,
     /// Service → TTFT and ITL multiplier.
-    slowdown: BTreeMap<String, f64>,
+    pub(crate) slowdown: BTreeMap<String, f64>,
     /// Services that receive no requests.
-    idle: std::collections::BTreeSet<String>,
+    pub(crate) idle: std::collections::BTreeSet<String>,
     /// Requests per second per engine (`None`: [`DEFAULT_RATE`]).
-    rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// Extra gauge series on every page.
-    padding: usize,
+    pub(crate) padding: usize,
     /// Service → the HTTP status its page answers instead of the page.
-    page_status: BTreeMap<String, u16>,
+    pub(crate) page_status: BTreeMap<String, u16>,
 }
 
-/// Starts the host's traffic generator; it stops with the host.
-pub(crate) fn spawn_traffic(shared: Arc<Shared>) -> JoinHandle<()> {
-    let mut stop = shared.shutdown.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last = Instant::now();
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.wait_for(|s| *s) => return,
+impl Traffic {
+    /// Gives each of the `ready` engines (service, process start) its share of `elapsed`
+    /// worth of requests; an engine whose process restarted counts from zero again.
+    pub(crate) fn advance(&mut self, ready: Vec<(String, DateTime<Utc>)>, elapsed: Duration) {
+        let rate = self.rate.unwrap_or(DEFAULT_RATE);
+        for (service, started_at) in ready {
+            let slowdown = self.slowdown.get(&service).copied().unwrap_or(1.0);
+            let idle = self.idle.contains(&service);
+            let engine = self
+                .engines
+                .entry(service)
+                .or_insert_with(|| EngineTraffic::new(started_at));
+            if engine.started_at != started_at {
+                *engine = EngineTraffic::new(started_at);
             }
-            let now = Instant::now();
-            advance(&shared, now.duration_since(last));
-            last = now;
+            if idle {
+                continue;
+            }
+            let before = engine.received as u64;
+            engine.received += rate * elapsed.as_secs_f64();
+            for n in before..engine.received as u64 {
+                engine.serve(n, slowdown);
+            }
         }
-    })
-}
+    }
 
-/// Gives every running, ready engine its share of `elapsed` worth of requests.
-fn advance(shared: &Shared, elapsed: Duration) {
-    let mut st = shared.state();
-    let now = Instant::now();
-    let ready: Vec<(String, DateTime<Utc>)> = st
-        .containers
-        .values()
-        .filter(|c| shared.engine_ports.contains_key(&c.service))
-        .filter(|c| c.running && now >= c.ready_at)
-        .filter(|c| !st.faults.health_never.contains(&c.service))
-        .map(|c| (c.service.clone(), c.started_at))
-        .collect();
-    let traffic = &mut st.traffic;
-    let rate = traffic.rate.unwrap_or(DEFAULT_RATE);
-    for (service, started_at) in ready {
-        let slowdown = traffic.slowdown.get(&service).copied().unwrap_or(1.0);
-        let idle = traffic.idle.contains(&service);
-        let engine = traffic
-            .engines
-            .entry(service)
-            .or_insert_with(|| EngineTraffic::new(started_at));
-        if engine.started_at != started_at {
-            *engine = EngineTraffic::new(started_at);
-        }
-        if idle {
-            continue;
-        }
-        let before = engine.received as u64;
-        engine.received += rate * elapsed.as_secs_f64();
-        for n in before..engine.received as u64 {
-            engine.serve(n, slowdown);
-        }
+    /// The page of `service`'s engine.
+    pub(crate) fn page(&self, service: &str) -> String {
+        render(self.engines.get(service), self.padding)
     }
 }
 
@@ -330,131 +299,17 @@ pub fn example_page(series: usize) -> String {
     render(Some(&engine), series.saturating_sub(16))
 }
 
-/// `GET /metrics` of one engine: 503 while it is absent, exited or cold-starting.
-pub(super) async fn serve(State(ctx): State<super::engine::EngineCtx>) -> Response {
-    let service = ctx.service();
-    let ready = super::engine::engine_ready(&ctx.shared, &service);
-    let status = if ready { 200 } else { 503 };
-    ctx.shared
-        .state()
-        .record_engine_read(&service, "/metrics", status);
-    if !ready {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+/// The pages of one engine before and after serving requests `before..after` at `slowdown`
+/// (1.0 is normal speed), having served `0..before` first: what an analysis scrapes at the
+/// edges of its window. The product's tests read them with its own parser.
+pub fn pages_around_traffic(slowdown: f64, before: u64, after: u64) -> (String, String) {
+    let mut traffic = EngineTraffic::new(Utc::now());
+    for n in 0..before {
+        traffic.serve(n, slowdown);
     }
-    let failing = ctx
-        .shared
-        .state()
-        .traffic
-        .page_status
-        .get(&service)
-        .copied();
-    if let Some(status) = failing.and_then(|s| StatusCode::from_u16(s).ok()) {
-        return (status, "metrics exporter failed\n").into_response();
+    let first = render(Some(&traffic), 0);
+    for n in before..after {
+        traffic.serve(n, slowdown);
     }
-    let page = {
-        let st = ctx.shared.state();
-        render(st.traffic.engines.get(&service), st.traffic.padding)
-    };
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        page,
-    )
-        .into_response()
-}
-
-impl SimFaults {
-    /// Sticky: the engine of `service` serves its requests `factor`× slower (TTFT and
-    /// inter-token latency multiplied; `1.0` restores it).
-    pub fn set_engine_slowdown(&self, service: &str, factor: f64) {
-        let mut st = self.shared.state();
-        if factor == 1.0 {
-            st.traffic.slowdown.remove(service);
-        } else {
-            st.traffic.slowdown.insert(service.to_owned(), factor);
-        }
-    }
-
-    /// Sticky: whether the engine of `service` receives simulated requests (default true).
-    pub fn set_engine_traffic(&self, service: &str, on: bool) {
-        let mut st = self.shared.state();
-        if on {
-            st.traffic.idle.remove(service);
-        } else {
-            st.traffic.idle.insert(service.to_owned());
-        }
-    }
-
-    /// Sticky: requests per second each ready engine receives (default [`DEFAULT_RATE`]).
-    pub fn set_traffic_rate(&self, per_second: f64) {
-        self.shared.state().traffic.rate = Some(per_second.max(0.0));
-    }
-
-    /// Sticky: every `/metrics` page carries `series` extra gauge series (default 0).
-    pub fn set_metrics_padding(&self, series: usize) {
-        self.shared.state().traffic.padding = series;
-    }
-
-    /// Sticky: the `/metrics` page of `service`'s engine answers `status` (its `/health` and
-    /// API are unchanged); `None` serves the page again.
-    pub fn set_metrics_status(&self, service: &str, status: Option<u16>) {
-        let mut st = self.shared.state();
-        match status {
-            Some(status) => st.traffic.page_status.insert(service.to_owned(), status),
-            None => st.traffic.page_status.remove(service),
-        };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::exposition::{histogram_series_delta, quantile, Page};
-
-    fn p95_of(slowdown: f64, name: &str) -> f64 {
-        let mut before = EngineTraffic::new(Utc::now());
-        for n in 0..200 {
-            before.serve(n, slowdown);
-        }
-        let mut after = before.clone();
-        for n in 200..1_200 {
-            after.serve(n, slowdown);
-        }
-        let a = Page::parse(&render(Some(&before), 0)).expect("page parses");
-        let b = Page::parse(&render(Some(&after), 0)).expect("page parses");
-        let window = histogram_series_delta(&a.histogram(name), &b.histogram(name));
-        assert_eq!(
-            window.count, 1_000.0,
-            "the stale placeholder is not counted"
-        );
-        quantile(0.95, &window).expect("observations")
-    }
-
-    #[test]
-    fn a_slowdown_moves_the_p95_the_way_the_analysis_will_see_it() {
-        for name in [
-            "sglang:time_to_first_token_seconds",
-            "sglang:inter_token_latency_seconds",
-        ] {
-            let base = p95_of(1.0, name);
-            let slight = p95_of(1.1, name) / base;
-            let double = p95_of(2.0, name) / base;
-            assert!((1.0..1.2).contains(&slight), "{name}: 1.1x reads {slight}");
-            assert!(double > 1.4, "{name}: 2x reads {double}");
-        }
-    }
-
-    #[test]
-    fn the_example_page_has_the_size_asked_for() {
-        let page = Page::parse(&example_page(2_000)).expect("parses");
-        // Histograms count once per series here; the text has ~2,000 series lines
-        // besides the buckets.
-        assert!(
-            (1_900..=2_100).contains(&page.series_count()),
-            "{}",
-            page.series_count()
-        );
-    }
+    (first, render(Some(&traffic), 0))
 }

@@ -25,130 +25,15 @@
 //! The engines' OpenAI-compatible API has its own faults in `api_fault.rs`
 //! ([`SimFaults::set_api_fault`], [`SimFaults::require_api_token`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::Utc;
 use tokio::time::Instant;
 
+use super::api_fault::{ApiFault, ScopedApiFault};
+use super::fault_state::SimOp;
 use super::state::Shared;
-
-/// A streaming operation, as faults name it. A request with `dry_run: true` is `DryRun` on a
-/// newest host; on a legacy host it is a real deploy, so it counts as `Up` (as does
-/// `materialize_only`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SimOp {
-    /// `POST /compose/up` that applies.
-    Up,
-    /// `POST /compose/down`.
-    Down,
-    /// `POST /compose/up` with `dry_run: true`.
-    DryRun,
-}
-
-/// The current fault settings (inside the state mutex).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FaultState {
-    pub dry_run_extra: Option<String>,
-    pub dry_run_removal: Option<String>,
-    /// One-shot: op → phase that exits 1.
-    pub fail_phase: BTreeMap<SimOp, String>,
-    /// One-shot: ops whose next stream ends without `done`.
-    pub cut_stream: BTreeSet<SimOp>,
-    pub busy: Option<(Instant, DateTime<Utc>)>,
-    pub health_never: BTreeSet<String>,
-    pub cold_start: Duration,
-    pub legacy: bool,
-    pub logs_on_start: BTreeMap<String, Vec<String>>,
-    /// Tags force-moved to another commit (tag → new commit), with other file content.
-    pub moved_tags: BTreeMap<String, String>,
-    /// One-shot: op → number of lines after which the body ends (no `done`).
-    pub cut_after: BTreeMap<SimOp, usize>,
-    /// One-shot: ops whose next stream holds before `done` until released or hung up.
-    pub stall: BTreeSet<SimOp>,
-    /// One-shot: op → a line that is not an NDJSON event, sent after the first line.
-    pub garbage: BTreeMap<SimOp, String>,
-    /// Counted: op → (HTTP status, how many more answers) answered before any stream.
-    pub answer_status: BTreeMap<SimOp, (u16, u32)>,
-    /// Counted: op → (delay before the answer's headers, how many more answers).
-    pub delay_answer: BTreeMap<SimOp, (Duration, u32)>,
-    /// Sticky: pause before each NDJSON line, when longer than the host's own.
-    pub line_delay: Option<Duration>,
-    /// Sticky: engines whose `/health` alternates 200 and 503 (when otherwise ready).
-    pub health_flap: BTreeSet<String>,
-    /// Counts flapping health answers.
-    pub flap_seq: u64,
-    /// Counted: up, down and dry-run requests that answer `400 tag not found` (the git
-    /// host's rate limit, which compose-manager reports as a missing tag).
-    pub tag_rate_limited: u32,
-    /// One-shot: the next real up ends its stream without `done` and frees the lock at once,
-    /// while its compose child goes on: the target is stopped, removed and recreated over
-    /// the given time after the stream ended.
-    pub abandon_up: Option<Duration>,
-    /// The engines' API faults.
-    pub api: super::api_fault::ApiFaults,
-}
-
-impl FaultState {
-    /// Whether the scripted busy period is running.
-    pub fn busy_now(&self) -> bool {
-        self.busy.is_some_and(|(until, _)| Instant::now() < until)
-    }
-
-    /// When the running busy period started, if one is running.
-    pub fn busy_since(&self) -> Option<DateTime<Utc>> {
-        self.busy
-            .filter(|(until, _)| Instant::now() < *until)
-            .map(|(_, since)| since)
-    }
-
-    /// Takes the one-shot faults armed for `op`: (failing phase, cut stream).
-    pub fn take_for(&mut self, op: SimOp) -> (Option<String>, bool) {
-        (self.fail_phase.remove(&op), self.cut_stream.remove(&op))
-    }
-
-    /// Takes the one-shot stream shape faults armed for `op`.
-    pub fn take_shape(&mut self, op: SimOp) -> StreamShape {
-        StreamShape {
-            cut_after: self.cut_after.remove(&op),
-            stall: self.stall.remove(&op),
-            garbage: self.garbage.remove(&op),
-        }
-    }
-
-    /// Counts down a scripted pre-stream answer for `op`: the status to answer now, if any.
-    pub fn take_status(&mut self, op: SimOp) -> Option<u16> {
-        let (status, left) = self.answer_status.get_mut(&op)?;
-        let status = *status;
-        *left -= 1;
-        if *left == 0 {
-            self.answer_status.remove(&op);
-        }
-        Some(status)
-    }
-
-    /// Counts down a scripted answer delay for `op`.
-    pub fn take_delay(&mut self, op: SimOp) -> Option<Duration> {
-        let (delay, left) = self.delay_answer.get_mut(&op)?;
-        let delay = *delay;
-        *left -= 1;
-        if *left == 0 {
-            self.delay_answer.remove(&op);
-        }
-        Some(delay)
-    }
-}
-
-/// How one stream is misshapen (see [`SimFaults`]).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct StreamShape {
-    pub cut_after: Option<usize>,
-    pub stall: bool,
-    pub garbage: Option<String>,
-}
 
 /// A clonable handle on the simulated host's faults. Every setter takes effect at once, also
 /// while a stream is running.
@@ -384,5 +269,73 @@ impl SimFaults {
     /// removed and recreated. `/status` reads idle all along.
     pub fn abandon_up(&self, work: Duration) {
         self.shared.state().faults.abandon_up = Some(work);
+    }
+}
+
+impl SimFaults {
+    /// Sticky until changed: the OpenAI-compatible API of `service`'s engine misbehaves as
+    /// `fault` while its container runs `tag` (any tag when `None`). One fault per service:
+    /// setting one replaces the previous; `None` clears it.
+    pub fn set_api_fault(&self, service: &str, tag: Option<&str>, fault: Option<ApiFault>) {
+        let mut st = self.shared.state();
+        let faults = &mut st.faults.api.by_service;
+        match fault {
+            Some(fault) => {
+                let tag = tag.map(str::to_owned);
+                faults.insert(service.to_owned(), ScopedApiFault { tag, fault });
+            }
+            None => {
+                faults.remove(service);
+            }
+        }
+    }
+
+    /// Sticky until changed: every engine answers its API calls with 401 unless they carry
+    /// `Authorization: Bearer <token>` (`None`: no auth, the default).
+    pub fn require_api_token(&self, token: Option<&str>) {
+        self.shared.state().faults.api.token = token.map(str::to_owned);
+    }
+}
+
+impl SimFaults {
+    /// Sticky: the engine of `service` serves its requests `factor`× slower (TTFT and
+    /// inter-token latency multiplied; `1.0` restores it).
+    pub fn set_engine_slowdown(&self, service: &str, factor: f64) {
+        let mut st = self.shared.state();
+        if factor == 1.0 {
+            st.traffic.slowdown.remove(service);
+        } else {
+            st.traffic.slowdown.insert(service.to_owned(), factor);
+        }
+    }
+
+    /// Sticky: whether the engine of `service` receives simulated requests (default true).
+    pub fn set_engine_traffic(&self, service: &str, on: bool) {
+        let mut st = self.shared.state();
+        if on {
+            st.traffic.idle.remove(service);
+        } else {
+            st.traffic.idle.insert(service.to_owned());
+        }
+    }
+
+    /// Sticky: requests per second each ready engine receives (default [`crate::traffic::DEFAULT_RATE`]).
+    pub fn set_traffic_rate(&self, per_second: f64) {
+        self.shared.state().traffic.rate = Some(per_second.max(0.0));
+    }
+
+    /// Sticky: every `/metrics` page carries `series` extra gauge series (default 0).
+    pub fn set_metrics_padding(&self, series: usize) {
+        self.shared.state().traffic.padding = series;
+    }
+
+    /// Sticky: the `/metrics` page of `service`'s engine answers `status` (its `/health` and
+    /// API are unchanged); `None` serves the page again.
+    pub fn set_metrics_status(&self, service: &str, status: Option<u16>) {
+        let mut st = self.shared.state();
+        match status {
+            Some(status) => st.traffic.page_status.insert(service.to_owned(), status),
+            None => st.traffic.page_status.remove(service),
+        };
     }
 }

@@ -26,6 +26,8 @@ pub mod compose_file;
 mod down;
 mod dry_run;
 mod engine;
+mod engine_server;
+mod fault_state;
 mod faults;
 mod inspect;
 mod metrics;
@@ -33,6 +35,7 @@ mod openai;
 mod routes;
 mod state;
 mod stream;
+mod traffic;
 mod up;
 
 use std::collections::BTreeMap;
@@ -45,9 +48,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use api_fault::ApiFault;
-pub use faults::{SimFaults, SimOp};
-pub use metrics::example_page as example_metrics_page;
+pub use fault_state::SimOp;
+pub use faults::SimFaults;
 use state::{sha256_hex, Shared, State, TagEntry};
+pub use traffic::{example_page as example_metrics_page, pages_around_traffic};
 
 /// Path of the example compose file in the repo, and in the simulated compose repo.
 pub const EXAMPLE_FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
@@ -401,7 +405,7 @@ impl SimHost {
                     .filter(|(_, owner)| **owner == service)
                     .map(|(alias, _)| alias.clone()),
             );
-            tasks.push(engine::serve_engine(shared.clone(), names, listener));
+            tasks.push(engine_server::serve_engine(shared.clone(), names, listener));
         }
         tasks.push(metrics::spawn_traffic(shared.clone()));
         let app = routes::router(shared.clone());

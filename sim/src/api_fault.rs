@@ -1,7 +1,7 @@
 //! Faults of the simulated engines' OpenAI-compatible API (`/v1/models`,
 //! `/v1/chat/completions`), kept apart from the compose-manager faults of `faults.rs`.
 //!
-//! Which faults last: [`SimFaults::set_api_fault`] and [`SimFaults::require_api_token`] are
+//! Which faults last: [`crate::SimFaults::set_api_fault`] and [`crate::SimFaults::require_api_token`] are
 //! sticky until changed. A fault may be scoped to one tag, so that a broken new version
 //! misbehaves while the prior one a rollback brings back answers as usual.
 
@@ -9,8 +9,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
-
-use super::faults::SimFaults;
 
 /// How an engine's API misbehaves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -56,30 +54,5 @@ impl ApiFaults {
             .get(service)
             .filter(|f| f.tag.as_deref().is_none_or(|t| t == tag))
             .map(|f| &f.fault)
-    }
-}
-
-impl SimFaults {
-    /// Sticky until changed: the OpenAI-compatible API of `service`'s engine misbehaves as
-    /// `fault` while its container runs `tag` (any tag when `None`). One fault per service:
-    /// setting one replaces the previous; `None` clears it.
-    pub fn set_api_fault(&self, service: &str, tag: Option<&str>, fault: Option<ApiFault>) {
-        let mut st = self.shared.state();
-        let faults = &mut st.faults.api.by_service;
-        match fault {
-            Some(fault) => {
-                let tag = tag.map(str::to_owned);
-                faults.insert(service.to_owned(), ScopedApiFault { tag, fault });
-            }
-            None => {
-                faults.remove(service);
-            }
-        }
-    }
-
-    /// Sticky until changed: every engine answers its API calls with 401 unless they carry
-    /// `Authorization: Bearer <token>` (`None`: no auth, the default).
-    pub fn require_api_token(&self, token: Option<&str>) {
-        self.shared.state().faults.api.token = token.map(str::to_owned);
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::checks::{authorize, check_env, check_project, check_tag, Refusal};
 use super::compose_file::ComposeFile;
 use super::dry_run::{scope, unset_variable_warnings};
-use super::faults::SimOp;
+use super::fault_state::SimOp;
 use super::state::{Shared, HF_VOLUME};
 use super::stream::{respond, Emitter, Gone};
 use super::up::{default_file, take_lock};

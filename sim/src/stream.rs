@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use super::dry_run::PlanBody;
-use super::faults::StreamShape;
+use super::fault_state::StreamShape;
 use super::state::{HeldLock, Shared};
 
 /// The client is gone (or the host is shutting down): stop writing.
