@@ -248,7 +248,8 @@ fn the_import_reader_sees_plain_and_grouped_paths_and_skips_comments() {
 /// the simulator's crate checks: the product's top-level modules are the folders above) that
 /// each of its files names (`super::x`, `super::super::x` from a subfolder,
 /// `crate::<folder>::x`, grouped paths too, comments skipped), as imports from the file's
-/// module to the sibling. `mod.rs`, `lib.rs` and `main.rs` are roots every file may name.
+/// module to the sibling. `lib.rs` and `main.rs` are roots every file may name (`mod.rs` too,
+/// which `no_module_is_a_mod_rs` keeps out).
 fn file_imports(root: &Path, folder: &str) -> Vec<Import> {
     let dir = root.join("src").join(folder);
     let mut files = Vec::new();
@@ -429,4 +430,25 @@ fn the_file_import_reader_sees_super_and_crate_paths_and_finds_a_loop() {
         map.entry((i.from.as_str(), i.to.as_str())).or_insert(i);
     }
     assert!(find_cycle(&map).is_some(), "a -> c -> a");
+}
+
+/// One module style: a module with children is `x.rs` beside its folder `x/`, never
+/// `x/mod.rs`, in the product, the simulator and the benches.
+#[test]
+fn no_module_is_a_mod_rs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "sim/src", "benches"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "the reader found {} files", files.len());
+    let mod_rs: Vec<String> = files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n == "mod.rs"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        mod_rs.is_empty(),
+        "write these as `x.rs` beside `x/`: {mod_rs:?}"
+    );
 }
