@@ -89,6 +89,7 @@ impl App {
         crate::store::spawn_retention(engine.store().clone(), config.retention_days);
         let known = Arc::new(config.known_targets(&names));
         let state = AppState {
+            doctor: Arc::new(crate::doctor::Doctor::new(engine.clone())),
             engine,
             known,
             tokens: Arc::new(config.tokens.clone()),

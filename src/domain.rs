@@ -9,6 +9,7 @@ pub mod exposition;
 #[cfg(test)]
 pub(crate) mod fuzz;
 pub mod log_watch;
+pub mod mask;
 pub mod notification;
 pub mod pattern;
 pub mod plan;

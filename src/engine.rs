@@ -6,7 +6,6 @@ mod admission;
 mod analyze_step;
 mod approval;
 mod compose_step;
-mod doctor;
 #[cfg(feature = "testing")]
 mod hooks;
 mod left_down;
@@ -44,7 +43,6 @@ use crate::probe::prometheus::Prometheus;
 use crate::probe::HealthProber;
 use crate::store::{new_id, AuditEntry, NewRollout, NewStep, Rollout, Store, StoreError};
 
-pub use doctor::{DoctorCheck, DoctorReport};
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use hooks::PauseHandle;
@@ -151,7 +149,6 @@ pub(crate) struct Inner {
     #[cfg(feature = "testing")]
     pub hooks: hooks::Hooks,
     /// The last doctor report of each host (`canaryd doctor`).
-    pub doctor_reports: doctor::LastReports,
     /// The releases whose coordinator task is running.
     pub releases: release::Coordinators,
     /// The order in which canaries started together take their first steps.
@@ -285,7 +282,6 @@ impl Engine {
             stop: CancellationToken::new(),
             #[cfg(feature = "testing")]
             hooks: hooks::Hooks::default(),
-            doctor_reports: doctor::LastReports::default(),
             releases: release::Coordinators::default(),
             start_gate: admission::StartGate::new(
                 config.engine.start_concurrency as usize,
@@ -476,6 +472,20 @@ impl Engine {
     /// Number of rollouts whose task is running now.
     pub fn active_tasks(&self) -> usize {
         self.inner.running.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// How long the host doctor waits for one call: `engine.doctor_call_timeout`, or
+    /// `compose.request_timeout` if shorter.
+    pub(crate) fn doctor_call_limit(&self) -> std::time::Duration {
+        self.inner
+            .tuning
+            .request_timeout
+            .min(self.inner.timings.doctor_call_timeout)
+    }
+
+    /// The `/health` prober the engine's waits use.
+    pub(crate) fn prober(&self) -> &HealthProber {
+        &self.inner.prober
     }
 
     pub(crate) fn host(&self, name: &str) -> Result<&HostRuntime, EngineError> {

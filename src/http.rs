@@ -37,6 +37,8 @@ pub use serve::serve;
 #[derive(Clone)]
 pub struct AppState {
     pub engine: Engine,
+    /// The host doctor and its last report per host.
+    pub doctor: Arc<crate::doctor::Doctor>,
     pub config: Arc<ResolvedConfig>,
     pub tokens: Arc<Vec<ApiToken>>,
     /// The configured hosts, replicas and aliases and the loaded runbooks, built once at start:

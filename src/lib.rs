@@ -12,6 +12,8 @@ pub mod cli;
 pub mod compose;
 /// Configuration file: load, validate, resolve secrets from env vars.
 pub mod config;
+/// The host doctor: read-only checks of what a rollout needs on a host.
+pub mod doctor;
 /// Pure model: runbooks, plans, the dry-run plan gate, log matching, state machines.
 pub mod domain;
 /// Drives rollouts: one task per rollout, step executors, abort, restart recovery.

@@ -18,7 +18,6 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::doctor::mask;
 use super::step_run::{
     pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
 };
@@ -26,6 +25,7 @@ use super::watched::{merge, Watched, COUNTERS};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
+use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::{Soak, WaitLogs};
 use crate::store::Step;

@@ -26,10 +26,10 @@ use std::collections::BTreeSet;
 use chrono::Utc;
 use serde_json::{json, Value};
 
-use super::doctor::mask;
 use super::step_run::{StepEnd, StepRun};
 use crate::domain::analysis::{AnalysisSource, AnalyzeSpec, Check};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::mask::mask;
 use crate::domain::runbook::{self, StepKind};
 use crate::domain::state::RolloutKind;
 use crate::store::Step;

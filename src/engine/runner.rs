@@ -492,7 +492,7 @@ async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::V
         .collect();
     let lines: Vec<String> = text
         .lines()
-        .map(|l| super::doctor::mask(l, &secrets))
+        .map(|l| crate::domain::mask::mask(l, &secrets))
         .collect();
     Some(json!(lines))
 }

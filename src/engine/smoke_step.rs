@@ -14,9 +14,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::doctor::mask;
 use super::step_run::{Execute, Running, StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::Smoke;
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};

@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 
 use super::{Actor, ApiError, AppState};
-use crate::engine::DoctorReport;
+use crate::doctor::DoctorReport;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -34,7 +34,7 @@ async fn list_hosts(State(state): State<AppState>, _actor: Actor) -> Json<Vec<Ho
             host: name.clone(),
             project: host.project.clone(),
             replicas: host.replicas.keys().cloned().collect(),
-            last_doctor: state.engine.last_doctor(name),
+            last_doctor: state.doctor.last(name),
         })
         .collect();
     Json(hosts)
@@ -51,5 +51,5 @@ async fn run_doctor(
             message: format!("{host} is not a configured host"),
         });
     }
-    Ok(Json(state.engine.doctor(&host).await?))
+    Ok(Json(state.doctor.run(&host).await?))
 }

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("engine", 2),
     ("api", 2),
     ("http", 3),
+    ("doctor", 3),
     ("notify", 3),
     ("metrics", 3),
     ("cli", 4),

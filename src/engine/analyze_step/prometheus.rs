@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use super::next_wait;
 use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
 use crate::domain::error_code::ErrorCode;
-use crate::engine::doctor::mask;
+use crate::domain::mask::mask;
 use crate::engine::restart::RestartWatch;
 use crate::engine::step_run::{pause, Progress, StepEnd, StepRun};
 use crate::engine::watched::{merge, Watched};

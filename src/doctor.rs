@@ -19,11 +19,11 @@ use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 
-use super::{Engine, EngineError, HostRuntime};
 use crate::compose::{ComposeError, LogsRequest, VersionInfo};
+use crate::engine::{Engine, EngineError, HostRuntime};
 
 /// Masks secrets of 8 characters or more in text taken from a host (also used by `smoke`).
-pub(super) use verdict::mask;
+use crate::domain::mask::mask;
 use verdict::{dry_run_check, fail, health_check, newest_tag_check, pass, peers_check};
 
 /// Log lines asked for by the logs check: enough to prove the call works.
@@ -53,15 +53,26 @@ pub struct DoctorReport {
     pub checks: Vec<DoctorCheck>,
 }
 
-/// The last report of each host (in memory only: a restart forgets them).
-#[derive(Debug, Default)]
-pub(crate) struct LastReports(Mutex<HashMap<String, DoctorReport>>);
+/// The host doctor of a daemon: runs the checks and keeps the last report of each host (in
+/// memory only: a restart forgets them).
+pub struct Doctor {
+    engine: Engine,
+    last: Mutex<HashMap<String, DoctorReport>>,
+}
 
-impl Engine {
+impl Doctor {
+    /// The doctor of the hosts `engine` drives.
+    pub fn new(engine: Engine) -> Self {
+        Self {
+            engine,
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Runs every check against `host` and remembers the report.
-    pub async fn doctor(&self, host: &str) -> Result<DoctorReport, EngineError> {
-        let runtime = self.host(host)?;
-        let report = run(self, runtime).await;
+    pub async fn run(&self, host: &str) -> Result<DoctorReport, EngineError> {
+        let runtime = self.engine.host(host)?;
+        let report = run(&self.engine, runtime).await;
         let failed: Vec<&str> = report
             .checks
             .iter()
@@ -76,17 +87,15 @@ impl Engine {
             "doctor of {host}: {}",
             if report.ok { "every check ok" } else { "some checks failed" }
         );
-        if let Ok(mut last) = self.inner.doctor_reports.0.lock() {
+        if let Ok(mut last) = self.last.lock() {
             last.insert(host.to_owned(), report.clone());
         }
         Ok(report)
     }
 
     /// The last doctor report of `host`, if the doctor ran since the daemon started.
-    pub fn last_doctor(&self, host: &str) -> Option<DoctorReport> {
-        self.inner
-            .doctor_reports
-            .0
+    pub fn last(&self, host: &str) -> Option<DoctorReport> {
+        self.last
             .lock()
             .ok()
             .and_then(|last| last.get(host).cloned())
@@ -95,11 +104,7 @@ impl Engine {
 
 async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
     // `engine.doctor_call_timeout`, or `compose.request_timeout` if shorter.
-    let limit = engine
-        .inner
-        .tuning
-        .request_timeout
-        .min(engine.inner.timings.doctor_call_timeout);
+    let limit = engine.doctor_call_limit();
     let (token, dry_run, version) = tokio::join!(
         bounded(limit, "GET /status", check_token(host)),
         bounded(limit, "POST /docker/evict", host.client.supports_dry_run()),
@@ -130,11 +135,7 @@ async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
         .map(|(service, replica)| {
             std::iter::once(service)
                 .chain(&replica.aliases)
-                .find(|name| {
-                    ps.iter()
-                        .flatten()
-                        .any(|c| super::step_run::is_service(c, name))
-                })
+                .find(|name| ps.iter().flatten().any(|c| c.is_service(name)))
                 .unwrap_or(service)
                 .as_str()
         })
@@ -154,7 +155,7 @@ async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
         .replicas
         .iter()
         .map(|(service, replica)| async move {
-            let sample = engine.inner.prober.sample(&replica.health_url).await;
+            let sample = engine.prober().sample(&replica.health_url).await;
             (service.as_str(), replica.health_url.as_str(), sample)
         });
     let (logs, samples) = tokio::join!(join_all(logs), join_all(probes));
@@ -288,8 +289,7 @@ async fn compose_file_of(
     version: Option<&VersionInfo>,
 ) -> Option<String> {
     let recorded = engine
-        .inner
-        .store
+        .store()
         .recent_deployments(&host.config.name, service, 1)
         .await
         .ok()

@@ -7,9 +7,6 @@ use super::DoctorCheck;
 use crate::compose::{ComposeError, VersionInfo};
 use crate::probe::HealthSample;
 
-/// Env values shorter than this are not masked in details (they would mask ordinary words).
-const MASK_MIN_CHARS: usize = 8;
-
 pub(super) fn dry_run_check(outcome: Result<bool, ComposeError>) -> DoctorCheck {
     const NAME: &str = "dry_run_supported";
     match outcome {
@@ -135,24 +132,10 @@ pub(super) fn fail(name: &str, detail: impl Into<String>) -> DoctorCheck {
     }
 }
 
-/// `text` with every secret of at least [`MASK_MIN_CHARS`] characters replaced by `***`.
-pub(crate) fn mask(text: &str, secrets: &[String]) -> String {
-    let mut out = text.to_owned();
-    let mut secrets: Vec<&String> = secrets
-        .iter()
-        .filter(|s| s.chars().count() >= MASK_MIN_CHARS)
-        .collect();
-    // Longest first, so a secret containing another is masked whole.
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    for secret in secrets {
-        out = out.replace(secret.as_str(), "***");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::mask::mask;
 
     fn health(pairs: &[(&'static str, bool)]) -> BTreeMap<&'static str, bool> {
         pairs.iter().copied().collect()
