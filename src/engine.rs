@@ -3,20 +3,14 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod admission;
-mod analyze_step;
-mod approval;
-mod compose_step;
 #[cfg(feature = "testing")]
 mod hooks;
 mod left_down;
-mod log_step;
-mod observe_step;
 mod preflight;
 mod release;
 mod restart;
 mod rollback;
 mod runner;
-mod smoke_step;
 mod step_run;
 mod steps;
 mod wait;
@@ -276,7 +270,7 @@ impl Engine {
             prometheus: config
                 .prometheus
                 .as_ref()
-                .map(|p| Prometheus::new(p, analyze_step::PROMETHEUS_QUERY_TIMEOUT)),
+                .map(|p| Prometheus::new(p, steps::analyze::PROMETHEUS_QUERY_TIMEOUT)),
             running: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
@@ -660,7 +654,7 @@ mod task_size_tests {
     #[tokio::test]
     async fn a_rollout_task_holds_its_drive_on_the_heap() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let engine = super::compose_step::tests::engine(dir.path()).await;
+        let engine = super::steps::compose::tests::engine(dir.path()).await;
         let task = super::runner::run(&engine, "ro_1", CancellationToken::new());
         let size = std::mem::size_of_val(&task);
         assert!(

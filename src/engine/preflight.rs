@@ -321,7 +321,7 @@ async fn api(run: &StepRun<'_>) -> Read {
     let token = replica.api_token.as_ref();
     let answer = run.engine.inner.engine_api.get(&url, token, time).await;
     let cause = match answer {
-        Ok(a) if a.status == 200 => match super::smoke_step::parse_models(&a.body) {
+        Ok(a) if a.status == 200 => match super::steps::smoke::parse_models(&a.body) {
             Ok(_) => None,
             Err(e) => Some(format!("answered 200 but not a list of models: {e}")),
         },

@@ -1,7 +1,15 @@
-//! The dispatch from a step kind to its executor, generated from the kinds' registration list
-//! (`for_each_step_kind!`): no kind is named here. Executors implement
-//! [`Execute`](super::step_run::Execute) in their own modules (`observe_step.rs`,
-//! `compose_step.rs`, `log_step.rs`, `smoke_step.rs`, `analyze_step.rs`).
+//! The step executors, one module per kind family, mirroring `domain/runbook/step/`:
+//! `observe.rs` (snapshot, peers, neighbours, health), `compose.rs` (plan, down, up),
+//! `logs.rs` (wait_logs, soak), `smoke.rs`, `analyze.rs`, `approve.rs`. Each implements
+//! [`Execute`](super::step_run::Execute); the dispatch from a step kind to its executor is
+//! generated here from the kinds' registration list (`for_each_step_kind!`), naming no kind.
+
+pub(crate) mod analyze;
+pub(crate) mod approve;
+pub(crate) mod compose;
+pub(crate) mod logs;
+pub(crate) mod observe;
+pub(crate) mod smoke;
 
 use chrono::Utc;
 use tokio::sync::watch;

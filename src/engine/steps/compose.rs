@@ -11,8 +11,6 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::step_run::{is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun};
-use super::Checkpoint;
 use crate::compose::{
     ComposeError, ComposeRequest, ForceRecreate, Services, StreamOutcome, StreamResult,
 };
@@ -20,6 +18,10 @@ use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
 use crate::domain::runbook::step::{Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
+use crate::engine::step_run::{
+    is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun,
+};
+use crate::engine::Checkpoint;
 use crate::store::Step;
 
 enum Call<T> {
@@ -1012,4 +1014,4 @@ fn outcome_name(o: &StreamOutcome) -> AttemptOutcome {
 }
 
 #[cfg(test)]
-pub(super) mod tests;
+pub(crate) mod tests;

@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::Approve;
+use crate::engine::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.

@@ -18,21 +18,21 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::step_run::{
-    pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
-};
-use super::watched::{merge, Watched, COUNTERS};
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::{Soak, WaitLogs};
+use crate::engine::step_run::{
+    pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+};
+use crate::engine::watched::{merge, Watched, COUNTERS};
 use crate::store::Step;
 
 /// What a log-watching step knows about its reads of `compose/logs`.
 #[derive(Debug, Default)]
-pub(super) struct LogReads {
+pub(crate) struct LogReads {
     /// Failures that end the step when reached in a row.
     limit: u32,
     in_a_row: u32,
@@ -42,7 +42,7 @@ pub(super) struct LogReads {
 }
 
 impl LogReads {
-    pub(super) fn new(limit: u32) -> Self {
+    pub(crate) fn new(limit: u32) -> Self {
         Self {
             limit: limit.max(1),
             ..Self::default()
@@ -50,7 +50,7 @@ impl LogReads {
     }
 
     /// Records one fetch; the output when it succeeded.
-    pub(super) fn record(&mut self, fetched: Result<String, ComposeError>) -> Option<String> {
+    pub(crate) fn record(&mut self, fetched: Result<String, ComposeError>) -> Option<String> {
         match fetched {
             Ok(output) => {
                 self.in_a_row = 0;
@@ -66,16 +66,16 @@ impl LogReads {
     }
 
     /// Whether the last fetch failed (the logs since the previous read are unseen).
-    pub(super) fn blind(&self) -> bool {
+    pub(crate) fn blind(&self) -> bool {
         self.in_a_row > 0
     }
 
-    pub(super) fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.in_a_row >= self.limit
     }
 
     /// The evidence kept in the step's detail.
-    pub(super) fn detail(&self) -> serde_json::Value {
+    pub(crate) fn detail(&self) -> serde_json::Value {
         json!({
             "log_fetch_errors": self.total_failures,
             "log_fetch_failures_in_a_row": self.in_a_row,
@@ -115,7 +115,7 @@ fn log_detail(watch: &LogWatch, reads: &LogReads) -> serde_json::Value {
 }
 
 /// The step's fields, as the runbook gave them.
-pub(super) struct LogWait {
+pub(crate) struct LogWait {
     /// Whose logs: the target, or the companion a `wait_logs` names.
     pub service: String,
     pub interval: Duration,
@@ -180,7 +180,7 @@ impl StepRun<'_> {
     /// Safety rule 8 for text read from a host: every env value of 8 or more characters in
     /// the evidence and the message of a log step (matched lines, forbidden lines, the last
     /// fetch error) is replaced by `***` before it is stored. An engine may print its env.
-    pub(super) fn masked(&self, end: StepEnd) -> StepEnd {
+    pub(crate) fn masked(&self, end: StepEnd) -> StepEnd {
         match end {
             StepEnd::Succeeded(d) => StepEnd::Succeeded(self.mask_json(&d)),
             StepEnd::Aborted(d) => StepEnd::Aborted(self.mask_json(&d)),
@@ -201,7 +201,7 @@ impl StepRun<'_> {
     }
 
     /// `value` with every string masked (see [`StepRun::masked`]).
-    pub(super) fn mask_json(&self, value: &serde_json::Value) -> serde_json::Value {
+    pub(crate) fn mask_json(&self, value: &serde_json::Value) -> serde_json::Value {
         fn walk(v: &serde_json::Value, secrets: &[String]) -> serde_json::Value {
             match v {
                 serde_json::Value::String(s) => serde_json::Value::String(mask(s, secrets)),
@@ -216,7 +216,7 @@ impl StepRun<'_> {
         walk(value, &self.env_values())
     }
 
-    pub(super) async fn wait_logs(
+    pub(crate) async fn wait_logs(
         &self,
         step: &Step,
         deadline: DateTime<Utc>,
@@ -272,7 +272,7 @@ impl StepRun<'_> {
     /// Watches the target for `window` from the step's start, until `deadline`; resumed
     /// after a restart, for at least the part of the window nobody watched, past `deadline`
     /// if need be (`watched.rs`).
-    pub(super) async fn soak(
+    pub(crate) async fn soak(
         &self,
         step: &Step,
         deadline: DateTime<Utc>,
@@ -299,7 +299,7 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::default();
-        let mut restarts = super::restart::RestartWatch::resuming(&step.detail);
+        let mut restarts = crate::engine::restart::RestartWatch::resuming(&step.detail);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();

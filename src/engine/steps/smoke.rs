@@ -14,11 +14,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::step_run::{Execute, Running, StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::Smoke;
+use crate::engine::step_run::{Execute, Running, StepEnd, StepRun};
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};
 
 /// Characters of an output or a body kept in the step's detail.
@@ -32,14 +32,14 @@ impl Execute for Smoke {
 
 /// One chat answer, as far as the step cares.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct ChatOutput {
+pub(crate) struct ChatOutput {
     pub content: String,
     pub usage: Value,
     pub finish_reason: Value,
 }
 
 /// The model ids of a `/v1/models` answer.
-pub(super) fn parse_models(body: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_models(body: &str) -> Result<Vec<String>, String> {
     let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON ({e})"))?;
     let data = value["data"].as_array().ok_or("no `data` list of models")?;
     Ok(data
@@ -49,7 +49,7 @@ pub(super) fn parse_models(body: &str) -> Result<Vec<String>, String> {
 }
 
 /// The content, usage and finish reason of a chat completion (content may be empty).
-pub(super) fn parse_chat(body: &str) -> Result<ChatOutput, String> {
+pub(crate) fn parse_chat(body: &str) -> Result<ChatOutput, String> {
     let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON ({e})"))?;
     let choice = &value["choices"][0];
     if choice.is_null() {
@@ -69,7 +69,7 @@ pub(super) fn parse_chat(body: &str) -> Result<ChatOutput, String> {
 
 /// The first [`EXCERPT_CHARS`] characters of `text` with `secrets` masked (masked whole
 /// first, so a secret is never cut in half and half-shown).
-pub(super) fn excerpt(text: &str, secrets: &[String]) -> String {
+pub(crate) fn excerpt(text: &str, secrets: &[String]) -> String {
     let masked = mask(text, secrets);
     match masked.char_indices().nth(EXCERPT_CHARS) {
         Some((at, _)) => format!("{}…", &masked[..at]),
@@ -106,7 +106,7 @@ impl StepRun<'_> {
         secrets
     }
 
-    pub(super) async fn smoke(
+    pub(crate) async fn smoke(
         &self,
         deadline: DateTime<Utc>,
         spec: &Smoke,

@@ -18,9 +18,6 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::restart::RestartWatch;
-use super::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
-use super::watched::{merge, Watched};
 use crate::domain::analysis::{
     judge, lost_early, AnalysisSource, AnalyzeSpec, Check, CheckVerdict, Observed,
 };
@@ -29,12 +26,15 @@ use crate::domain::exposition::{
     add_histogram, counter_series_delta, histogram_series_delta, quantile, FamilyLines, Histogram,
     Page, SeriesKey,
 };
+use crate::engine::restart::RestartWatch;
+use crate::engine::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
+use crate::engine::watched::{merge, Watched};
 use crate::store::Step;
 
 mod prometheus;
 mod scrape;
 
-pub(super) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
+pub(crate) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
 
 /// One check's series on one page.
 enum Extract {
@@ -276,7 +276,7 @@ impl StepRun<'_> {
             .collect()
     }
 
-    pub(super) async fn analyze(
+    pub(crate) async fn analyze(
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
@@ -396,7 +396,7 @@ impl StepRun<'_> {
     /// end. Resumed after a restart, the window ends late enough to gather again at least the
     /// part of it nobody watched (`watched.rs`): what was gathered before is not kept, so the
     /// checks judge what this drive gathers.
-    pub(super) async fn analysis_window(
+    pub(crate) async fn analysis_window(
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
@@ -421,7 +421,7 @@ impl StepRun<'_> {
     /// The step's end once every check is judged: a failed check fails it; else an
     /// inconclusive check with `on_inconclusive: ask` waits for an operator's approval for
     /// `approve_timeout` (within the step's deadline, which includes it); else it passes.
-    pub(super) async fn conclude(
+    pub(crate) async fn conclude(
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
@@ -447,19 +447,19 @@ impl StepRun<'_> {
         let deadline = step
             .deadline_at
             .map_or(asked_at + wait, |d| d.min(asked_at + wait));
-        match super::approval::wait(self, step, d.clone(), deadline, abort).await {
-            super::approval::Waited::Approved(a) => {
-                d["approval"] = super::approval::evidence(&a, asked_at);
+        match crate::engine::steps::approve::wait(self, step, d.clone(), deadline, abort).await {
+            crate::engine::steps::approve::Waited::Approved(a) => {
+                d["approval"] = crate::engine::steps::approve::evidence(&a, asked_at);
                 StepEnd::Succeeded(d)
             }
-            super::approval::Waited::TimedOut => {
+            crate::engine::steps::approve::Waited::TimedOut => {
                 let msg = format!(
                     "analysis inconclusive on {} and no operator approved before {deadline}",
                     asking.join(", ")
                 );
                 StepEnd::failed(ErrorCode::NotApproved, msg, d)
             }
-            super::approval::Waited::Aborted => StepEnd::Aborted(d),
+            crate::engine::steps::approve::Waited::Aborted => StepEnd::Aborted(d),
         }
     }
 

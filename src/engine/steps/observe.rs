@@ -1,5 +1,5 @@
 //! The steps that observe rather than act: `snapshot`, `peers_healthy`, `verify_neighbours`
-//! and `wait_health`. The compose steps (plan, down, up) live in `compose_step.rs`.
+//! and `wait_health`. The compose steps (plan, down, up) live in `compose.rs`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,13 +8,13 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::step_run::{
-    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Rhythm, Running,
-    StepEnd, StepRun,
-};
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
+use crate::engine::step_run::{
+    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Rhythm, Running,
+    StepEnd, StepRun,
+};
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
 
