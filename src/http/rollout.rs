@@ -55,6 +55,13 @@ pub struct RolloutOut {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<crate::domain::plan::Replaces>,
     pub steps: Vec<StepOut>,
+    /// The release that started it, when one did. Only in a single rollout's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_id: Option<String>,
+    /// Its page (`<public_url>/rollouts/<id>`), when the config has a `public_url`. Only in a
+    /// single rollout's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
 }
 
 /// A rollout's error.
@@ -127,6 +134,8 @@ impl RolloutOut {
             rolled_back_by: r.rolled_back_by,
             deploy_as: r.deploy_as,
             replaces: r.replaces,
+            release_id: None,
+            page_url: None,
         }
     }
 }
@@ -230,7 +239,23 @@ async fn get_rollout(
     Path(id): Path<String>,
 ) -> Result<Json<RolloutOut>, ApiError> {
     let rollout = state.engine.get(&id).await?;
-    Ok(Json(rollout_out(&state, rollout).await?))
+    let mut out = rollout_out(&state, rollout).await?;
+    // A link, not the rollout: an unreadable release row must not hide it.
+    out.release_id = state
+        .engine
+        .store()
+        .release_of_rollout(&out.id)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(rollout.id = %out.id, error = %e, "could not read the release of rollout {}", out.id);
+            None
+        });
+    out.page_url = state
+        .config
+        .public_url
+        .as_ref()
+        .map(|base| format!("{base}/rollouts/{}", out.id));
+    Ok(Json(out))
 }
 
 #[derive(Debug, Deserialize)]
