@@ -94,7 +94,9 @@ async fn a_canary_twice_as_slow_as_its_peer_fails_the_analysis_with_the_numbers_
     // Each check's value per interval, per replica, warm-up included, for the page's charts.
     for name in ["ttft_p95", "itl_p95", "took_traffic"] {
         for replica in [R1, R2] {
-            let points = detail["series"][name][replica].as_array().expect("a series");
+            let points = detail["series"][name]["points"][replica]
+                .as_array()
+                .expect("a series");
             assert!(
                 (4..=240).contains(&points.len()),
                 "{name} {replica}: {} points",

@@ -73,7 +73,8 @@ fn push(points: &mut VecDeque<(i64, Option<f64>)>, at: DateTime<Utc>, value: Opt
     points.push_back((at.timestamp_millis(), value.filter(|v| v.is_finite())));
 }
 
-/// `{"<check>": {"<replica>": [[unix_ms, value or null], ...]}}`.
+/// `{"<check>": {"shape": "quantile" | "counter", "points": {"<replica>": [[unix_ms, value
+/// or null], ...]}}}`: a quantile is drawn as lines, a counter's increase as bars.
 pub(super) fn detail<'a>(
     checks: &[Check],
     replicas: impl Iterator<Item = (&'a str, &'a Series)> + Clone,
@@ -90,7 +91,15 @@ pub(super) fn detail<'a>(
                 (name.to_owned(), Value::Array(points))
             })
             .collect();
-        out.insert(check.name.clone(), Value::Object(by_replica));
+        let shape = if check.histogram.is_some() && check.quantile.is_some() {
+            "quantile"
+        } else {
+            "counter"
+        };
+        out.insert(
+            check.name.clone(),
+            json!({"shape": shape, "points": by_replica}),
+        );
     }
     Value::Object(out)
 }
@@ -138,7 +147,8 @@ mod tests {
         }
         s.missed(t0 + chrono::Duration::seconds(1_000));
         let d = detail(&checks, [("r2", &s)].into_iter());
-        let points = d["requests"]["r2"].as_array().expect("points");
+        assert_eq!(d["requests"]["shape"], "counter");
+        let points = d["requests"]["points"]["r2"].as_array().expect("points");
         assert_eq!(points.len(), MAX_POINTS);
         assert_eq!(points[0][1], 3.0);
         assert_eq!(
@@ -166,7 +176,8 @@ mod tests {
         // 100 fast requests before; then 10 slow ones in the interval: its median is slow.
         s.record(Utc::now(), &[h(100.0, 0.0)], &[h(100.0, 10.0)], &[check.clone()]);
         let d = detail(&[check], [("r2", &s)].into_iter());
-        let v = d["ttft_p50"]["r2"][0][1].as_f64().expect("a value");
+        assert_eq!(d["ttft_p50"]["shape"], "quantile");
+        let v = d["ttft_p50"]["points"]["r2"][0][1].as_f64().expect("a value");
         assert!(v > 0.1, "the interval's own median, not the lifetime's: {v}");
     }
 }
