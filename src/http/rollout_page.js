@@ -197,7 +197,9 @@ function tick() {
 }
 
 // ---- evidence -------------------------------------------------------------------------
-const SHOWN_APART = new Set(["error", "plan", "allow", "tail", "checks", "series", "replicas", "target_logs", "approval"]);
+// Evidence keys drawn in their own sections (keys of the evidence, not step kinds: a dry run's
+// buckets are under `plan` whatever step made it).
+const SHOWN_APART = new Set("error plan allow tail checks series replicas target_logs approval".split(" "));
 function evidence(s, r) {
   const d = s.detail || {};
   const box = el("div", {class: "evidence", "data-evidence": s.name});
