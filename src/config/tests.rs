@@ -851,8 +851,8 @@ fn public_url_is_an_http_url_kept_without_its_trailing_slash() {
         config.public_url.as_deref(),
         Some("https://canaryd.example.com")
     );
-    let err = load_text(&format!("{BASE}public_url: canaryd.example.com\n"))
-        .expect_err("no scheme");
+    let err =
+        load_text(&format!("{BASE}public_url: canaryd.example.com\n")).expect_err("no scheme");
     assert!(err.to_string().contains("public_url: "), "{err}");
     assert!(err.to_string().contains("http:// or https://"), "{err}");
 }

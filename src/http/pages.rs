@@ -31,7 +31,10 @@ const JS: &str = "text/javascript; charset=utf-8";
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/rollouts/{id}", get(|| file(HTML, ROLLOUT_HTML)))
-        .route("/replicas/{host}/{service}", get(|| file(HTML, REPLICA_HTML)))
+        .route(
+            "/replicas/{host}/{service}",
+            get(|| file(HTML, REPLICA_HTML)),
+        )
         .route("/rollout_page.js", get(|| file(JS, ROLLOUT_JS)))
         .route("/replica_page.js", get(|| file(JS, REPLICA_JS)))
         .route(
@@ -41,9 +44,8 @@ pub(super) fn router() -> Router<AppState> {
         .route("/oncall_hints.json", get(oncall_hints))
 }
 
-static HINTS: LazyLock<String> = LazyLock::new(|| {
-    serde_json::to_string(&hints(ONCALL)).unwrap_or_else(|_| "{}".to_owned())
-});
+static HINTS: LazyLock<String> =
+    LazyLock::new(|| serde_json::to_string(&hints(ONCALL)).unwrap_or_else(|_| "{}".to_owned()));
 
 async fn oncall_hints() -> impl IntoResponse {
     (
@@ -65,7 +67,9 @@ fn hints(doc: &str) -> BTreeMap<String, String> {
         return out;
     };
     let section = &doc[start..];
-    let section = section[3..].find("\n## ").map_or(section, |end| &section[..end + 3]);
+    let section = section[3..]
+        .find("\n## ")
+        .map_or(section, |end| &section[..end + 3]);
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
         let [codes, happened, check] = cells[..] else {

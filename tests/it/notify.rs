@@ -484,22 +484,30 @@ async fn with_a_public_url_notifications_and_show_link_the_rollouts_page() {
     let sim = SimHost::start(sim_config()).await.expect("sim");
     let dir = tempfile::tempdir().expect("temp dir");
     let hooks = vec![
-        webhook("json", receiver.url("json"), WebhookFormat::Json, &NotifyEvent::ALL),
-        webhook("chat", receiver.url("chat"), WebhookFormat::Slack, &NotifyEvent::ALL),
+        webhook(
+            "json",
+            receiver.url("json"),
+            WebhookFormat::Json,
+            &NotifyEvent::ALL,
+        ),
+        webhook(
+            "chat",
+            receiver.url("chat"),
+            WebhookFormat::Slack,
+            &NotifyEvent::ALL,
+        ),
     ];
     let base = "https://canaryd.example.com";
-    let app = NotifyingApp::boot_with(
-        &sim,
-        dir.path().join("canaryd.db"),
-        hooks,
-        Some(base),
-    )
-    .await;
+    let app = NotifyingApp::boot_with(&sim, dir.path().join("canaryd.db"), hooks, Some(base)).await;
     let id = app.start_canary("v0.0.452").await;
     let r = app.wait_terminal(&id).await;
     assert_eq!(r["status"], "succeeded", "{r:#}");
     let page = format!("{base}/rollouts/{id}");
-    assert_eq!(r["page_url"], page.as_str(), "the rollout's answer links its page");
+    assert_eq!(
+        r["page_url"],
+        page.as_str(),
+        "the rollout's answer links its page"
+    );
 
     receiver.wait_accepted("json", 2).await;
     receiver.wait_accepted("chat", 2).await;

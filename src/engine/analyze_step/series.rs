@@ -40,7 +40,12 @@ impl Series {
         now: &[Extract],
         checks: &[Check],
     ) {
-        for ((points, check), (b, a)) in self.checks.iter_mut().zip(checks).zip(before.iter().zip(now)) {
+        for ((points, check), (b, a)) in self
+            .checks
+            .iter_mut()
+            .zip(checks)
+            .zip(before.iter().zip(now))
+        {
             let value = match (b, a) {
                 (Extract::Histogram(b), Extract::Histogram(a)) if !a.is_empty() => {
                     let delta = histogram_series_delta(b, a);
@@ -84,10 +89,7 @@ pub(super) fn detail<'a>(
         let by_replica: serde_json::Map<String, Value> = replicas
             .clone()
             .map(|(name, s)| {
-                let points: Vec<Value> = s.checks[i]
-                    .iter()
-                    .map(|(t, v)| json!([t, v]))
-                    .collect();
+                let points: Vec<Value> = s.checks[i].iter().map(|(t, v)| json!([t, v])).collect();
                 (name.to_owned(), Value::Array(points))
             })
             .collect();
@@ -143,7 +145,12 @@ mod tests {
         let t0 = Utc::now();
         for i in 0..(MAX_POINTS as i64 + 10) {
             let at = t0 + chrono::Duration::seconds(i);
-            s.record(at, &[counter(i as f64 * 3.0)], &[counter((i + 1) as f64 * 3.0)], &checks);
+            s.record(
+                at,
+                &[counter(i as f64 * 3.0)],
+                &[counter((i + 1) as f64 * 3.0)],
+                &checks,
+            );
         }
         s.missed(t0 + chrono::Duration::seconds(1_000));
         let d = detail(&checks, [("r2", &s)].into_iter());
@@ -155,7 +162,11 @@ mod tests {
             points[0][0],
             (t0 + chrono::Duration::seconds(11)).timestamp_millis()
         );
-        assert_eq!(points[MAX_POINTS - 1][1], Value::Null, "a missed scrape is a gap");
+        assert_eq!(
+            points[MAX_POINTS - 1][1],
+            Value::Null,
+            "a missed scrape is a gap"
+        );
     }
 
     #[test]
@@ -166,7 +177,11 @@ mod tests {
             m.insert(
                 SeriesKey::default(),
                 Histogram {
-                    buckets: vec![(0.1, fast), (1.0, fast + slow), (f64::INFINITY, fast + slow)],
+                    buckets: vec![
+                        (0.1, fast),
+                        (1.0, fast + slow),
+                        (f64::INFINITY, fast + slow),
+                    ],
                     count: fast + slow,
                 },
             );
@@ -174,10 +189,20 @@ mod tests {
         };
         let mut s = Series::new(1);
         // 100 fast requests before; then 10 slow ones in the interval: its median is slow.
-        s.record(Utc::now(), &[h(100.0, 0.0)], &[h(100.0, 10.0)], &[check.clone()]);
+        s.record(
+            Utc::now(),
+            &[h(100.0, 0.0)],
+            &[h(100.0, 10.0)],
+            std::slice::from_ref(&check),
+        );
         let d = detail(&[check], [("r2", &s)].into_iter());
         assert_eq!(d["ttft_p50"]["shape"], "quantile");
-        let v = d["ttft_p50"]["points"]["r2"][0][1].as_f64().expect("a value");
-        assert!(v > 0.1, "the interval's own median, not the lifetime's: {v}");
+        let v = d["ttft_p50"]["points"]["r2"][0][1]
+            .as_f64()
+            .expect("a value");
+        assert!(
+            v > 0.1,
+            "the interval's own median, not the lifetime's: {v}"
+        );
     }
 }

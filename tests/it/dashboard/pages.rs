@@ -59,7 +59,10 @@ fn base64_decode(text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(clean.len() * 3 / 4);
     for chunk in clean.chunks(4) {
         let v: Vec<u32> = chunk.iter().map(|c| u32::from(value(*c))).collect();
-        let n = v.iter().enumerate().fold(0u32, |n, (i, x)| n | (x << (18 - 6 * i)));
+        let n = v
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, x)| n | (x << (18 - 6 * i)));
         let bytes = n.to_be_bytes();
         out.extend_from_slice(&bytes[1..chunk.len()]);
     }
@@ -77,8 +80,7 @@ fn line(check: &str, name: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_status_and_is_linked()
-{
+async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_status_and_is_linked() {
     let Some((chromium, driver)) = require_browser("the rollout page test") else {
         return;
     };
@@ -130,18 +132,29 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
         let name = want["name"].as_str().expect("name");
         assert_eq!(s["name"], want["name"]);
         assert_eq!(s["status"], "succeeded", "{name}: {s}");
-        let bar = s["bar"].as_f64().unwrap_or_else(|| panic!("{name} has no bar: {s}"));
+        let bar = s["bar"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} has no bar: {s}"));
         assert!(bar >= 2.0, "{name}: a bar of width {bar}");
         let label = s["label"].as_str().expect("label");
         assert!(label.starts_with("succeeded · "), "{name}: {label}");
-        assert!(label.ends_with(" ms") || label.ends_with(" s"), "{name}: {label}");
-        assert_eq!(s["color"], "rgb(26, 127, 55)", "{name}: green as well as labelled");
+        assert!(
+            label.ends_with(" ms") || label.ends_with(" s"),
+            "{name}: {label}"
+        );
+        assert_eq!(
+            s["color"], "rgb(26, 127, 55)",
+            "{name}: green as well as labelled"
+        );
         // Its duration is the API's, to the millisecond.
-        let api_ms = (chrono::DateTime::parse_from_rfc3339(want["finished_at"].as_str().expect("end"))
-            .expect("time")
-            - chrono::DateTime::parse_from_rfc3339(want["started_at"].as_str().expect("start"))
+        let api_ms =
+            (chrono::DateTime::parse_from_rfc3339(want["finished_at"].as_str().expect("end"))
+                .expect("time")
+                - chrono::DateTime::parse_from_rfc3339(
+                    want["started_at"].as_str().expect("start"),
+                )
                 .expect("time"))
-        .num_milliseconds();
+            .num_milliseconds();
         assert_eq!(s["ms"].as_i64(), Some(api_ms), "{name}");
     }
     // The longest step's bar is the widest: drawn to scale.
@@ -152,7 +165,12 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
         .expect("a step");
     let widest = rows
         .iter()
-        .max_by(|a, b| a["bar"].as_f64().partial_cmp(&b["bar"].as_f64()).expect("numbers"))
+        .max_by(|a, b| {
+            a["bar"]
+                .as_f64()
+                .partial_cmp(&b["bar"].as_f64())
+                .expect("numbers")
+        })
         .expect("a step");
     assert_eq!(longest["name"], widest["name"]);
     // A step opens with Enter to its evidence: the up step's compose call.
@@ -174,7 +192,11 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
             |v| v.is_string(),
         )
         .await;
-    assert!(call.as_str().is_some_and(|t| t.contains("compose/up") && t.contains("succeeded")), "{call}");
+    assert!(
+        call.as_str()
+            .is_some_and(|t| t.contains("compose/up") && t.contains("succeeded")),
+        "{call}"
+    );
     screenshot(&browser, "rollout-page").await;
 
     // The replica's page: the deployment this canary made, and what a rollback redeploys.
@@ -223,9 +245,7 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
     }
 
     let browser = Browser::start(&chromium, &driver).await;
-    browser
-        .open(&format!("{}/rollouts/{id}", daemon.url))
-        .await;
+    browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
     browser
         .wait_for(
             "the ttft_p95 chart",
@@ -235,14 +255,23 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
         .await;
     let target = browser.eval(&line("ttft_p95", "target")).await;
     let threshold = browser.eval(&line("ttft_p95", "threshold")).await;
-    let peer = browser
-        .eval(&line("ttft_p95", &format!("peer:{R1}")))
-        .await;
+    let peer = browser.eval(&line("ttft_p95", &format!("peer:{R1}"))).await;
     let points = |v: &Value, key: &str| -> Vec<Value> {
-        v[key].as_array().unwrap_or_else(|| panic!("no {key} in {v}")).clone()
+        v[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {key} in {v}"))
+            .clone()
     };
-    let (t_times, t_values, t_xy) = (points(&target, "times"), points(&target, "values"), points(&target, "points"));
-    let (h_times, h_values, h_xy) = (points(&threshold, "times"), points(&threshold, "values"), points(&threshold, "points"));
+    let (t_times, t_values, t_xy) = (
+        points(&target, "times"),
+        points(&target, "values"),
+        points(&target, "points"),
+    );
+    let (h_times, h_values, h_xy) = (
+        points(&threshold, "times"),
+        points(&threshold, "values"),
+        points(&threshold, "points"),
+    );
     assert!(t_times.len() >= 5, "a point per interval: {target}");
     assert_eq!(t_times, h_times, "the threshold is drawn at every interval");
     assert_eq!(points(&peer, "times"), t_times);
@@ -253,8 +282,14 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
             h_values[i].as_f64().expect("n"),
             peer_values[i].as_f64().expect("n"),
         );
-        assert!((hv - 1.2 * pv).abs() < 1e-9, "threshold = 1.2 × the peer: {hv} {pv}");
-        assert!(tv > hv, "interval {i}: the canary {tv} is above the threshold {hv}");
+        assert!(
+            (hv - 1.2 * pv).abs() < 1e-9,
+            "threshold = 1.2 × the peer: {hv} {pv}"
+        );
+        assert!(
+            tv > hv,
+            "interval {i}: the canary {tv} is above the threshold {hv}"
+        );
         // As drawn: same x, and the canary's y is above (smaller in SVG) the threshold's.
         assert_eq!(t_xy[i][0], h_xy[i][0], "interval {i}");
         assert!(
@@ -280,11 +315,16 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
     let warmup = browser
         .eval("const e = document.querySelector('figure[data-chart=\"ttft_p95\"] [data-shade=warmup]'); return e && Number(e.getAttribute('width'));")
         .await;
-    assert!(warmup.as_f64().is_some_and(|w| w > 0.0), "the warm-up is shaded: {warmup}");
+    assert!(
+        warmup.as_f64().is_some_and(|w| w > 0.0),
+        "the warm-up is shaded: {warmup}"
+    );
     let verdict = browser
         .eval("return document.querySelector('figure[data-chart=\"ttft_p95\"] [data-label=verdict]').textContent")
         .await;
-    let ratio = analysis["detail"]["checks"][0]["ratio"].as_f64().expect("ratio");
+    let ratio = analysis["detail"]["checks"][0]["ratio"]
+        .as_f64()
+        .expect("ratio");
     assert_eq!(
         verdict,
         Value::String(format!("FAIL · {ratio:.3}× (limit 1.2×)")),
@@ -293,7 +333,10 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
     let bars = browser
         .eval("return document.querySelectorAll('figure[data-chart=\"took_traffic\"] rect[data-bar]').length")
         .await;
-    assert!(bars.as_u64().is_some_and(|n| n >= 10), "a counter is drawn as bars: {bars}");
+    assert!(
+        bars.as_u64().is_some_and(|n| n >= 10),
+        "a counter is drawn as bars: {bars}"
+    );
     screenshot(&browser, "rollout-failed-analysis").await;
     browser.quit().await;
     daemon.stop().await;
@@ -317,9 +360,7 @@ async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
         })
         .await;
     let browser = Browser::start(&chromium, &driver).await;
-    browser
-        .open(&format!("{}/rollouts/{id}", daemon.url))
-        .await;
+    browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
     let bar = "const d = document.querySelector('details[data-step=\"health\"]'); const b = d && d.querySelector('rect.step-bar'); \
                return b && d.getAttribute('data-status') === 'running' ? {ms: Number(b.getAttribute('data-duration-ms')), width: Number(b.getAttribute('width'))} : null;";
     let first = browser
