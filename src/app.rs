@@ -141,6 +141,7 @@ impl App {
         let notifier = crate::notify::Notifier::spawn(
             self.state.engine.store().clone(),
             self.state.config.notifications.clone(),
+            self.state.config.public_url.clone(),
         );
         let header_read_timeout = self.state.config.http.header_read_timeout;
         let app = router(self.state);

@@ -50,6 +50,9 @@ pub struct ResolvedConfig {
     /// The Prometheus server `analyze` steps with `source: prometheus` query (none unless
     /// configured; a runbook that needs it is refused at start without it).
     pub prometheus: Option<PrometheusConfig>,
+    /// The daemon's address as people reach it (`https://canaryd.example.com`, no trailing
+    /// slash): the rollout pages' links in `canaryd show` and in notifications. None: no link.
+    pub public_url: Option<String>,
 }
 
 /// A Prometheus server (`prometheus:` in the config; optional).

@@ -11,6 +11,7 @@ mod host;
 mod metrics;
 mod openapi;
 mod ops;
+mod pages;
 mod release;
 mod replica;
 mod rollback;
@@ -62,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ops::router())
         .merge(openapi::router())
         .merge(dashboard::router())
+        .merge(pages::router())
         .merge(metrics::router())
         .fallback(error::route_not_found)
         .method_not_allowed_fallback(error::method_not_allowed)

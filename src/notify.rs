@@ -44,10 +44,16 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// Starts delivering the outbox of `store` to the configured webhooks.
-    pub fn spawn(store: Store, config: NotificationsConfig) -> Notifier {
+    /// Starts delivering the outbox of `store` to the configured webhooks. With the
+    /// daemon's `public_url`, each notification links its rollout's page.
+    pub fn spawn(
+        store: Store,
+        config: NotificationsConfig,
+        public_url: Option<String>,
+    ) -> Notifier {
         let webhooks = config.webhooks.clone();
-        let worker = Worker::new(store.clone(), config);
+        let mut worker = Worker::new(store.clone(), config);
+        worker.public_url = public_url;
         let alerts = storage::alert_when_waiting(store, webhooks, worker.client.clone());
         Notifier {
             alerts: tokio::spawn(alerts),
@@ -78,6 +84,8 @@ struct Worker {
     store: Store,
     config: Arc<NotificationsConfig>,
     client: reqwest::Client,
+    /// The daemon's `public_url`: notifications link the rollout's page.
+    public_url: Option<String>,
 }
 
 impl Worker {
@@ -92,6 +100,7 @@ impl Worker {
             store,
             config: Arc::new(config),
             client,
+            public_url: None,
         }
     }
 
@@ -204,8 +213,11 @@ impl Worker {
 
     /// One POST. The error never contains the URL (it may hold a token).
     async fn send(&self, webhook: &WebhookConfig, d: &DueDelivery) -> Result<(), String> {
-        let payload: serde_json::Value =
+        let mut payload: serde_json::Value =
             serde_json::from_str(&d.payload).map_err(|e| format!("corrupt payload: {e}"))?;
+        if let Some(base) = &self.public_url {
+            link_page(&mut payload, base);
+        }
         let body = match webhook.format {
             WebhookFormat::Json => payload,
             WebhookFormat::Slack => json!({"text": payload["text"]}),
@@ -225,6 +237,19 @@ impl Worker {
             Err(format!("answered {status}"))
         }
     }
+}
+
+/// Adds the rollout's page (`<public_url>/rollouts/<id>`) to a notification: `rollout.url`,
+/// and at the end of its `text`.
+fn link_page(payload: &mut serde_json::Value, base: &str) {
+    let Some(id) = payload["rollout"]["id"].as_str() else {
+        return;
+    };
+    let url = format!("{base}/rollouts/{id}");
+    if let Some(text) = payload["text"].as_str() {
+        payload["text"] = json!(format!("{text} {url}"));
+    }
+    payload["rollout"]["url"] = json!(url);
 }
 
 /// Waits for the next pass: an audit event that `wakes` (one that may have written a

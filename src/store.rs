@@ -12,6 +12,7 @@ mod health;
 mod history;
 mod outbox;
 mod owner;
+mod page;
 mod record;
 mod release;
 mod retention;

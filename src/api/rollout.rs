@@ -35,6 +35,13 @@ pub struct RolloutOut {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<crate::domain::plan::Replaces>,
     pub steps: Vec<StepOut>,
+    /// The release that started it, when one did. Only in a single rollout's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_id: Option<String>,
+    /// Its page (`<public_url>/rollouts/<id>`), when the config has a `public_url`. Only in a
+    /// single rollout's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
 }
 
 /// A rollout's error.
@@ -107,6 +114,8 @@ impl RolloutOut {
             rolled_back_by: r.rolled_back_by,
             deploy_as: r.deploy_as,
             replaces: r.replaces,
+            release_id: None,
+            page_url: None,
         }
     }
 }

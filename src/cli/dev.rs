@@ -111,6 +111,7 @@ pub fn dev_config(
         ..ComposeTuning::default()
     };
     ResolvedConfig {
+        public_url: None,
         listen,
         database,
         runbooks_dir: PathBuf::from("config/dev/runbooks"),

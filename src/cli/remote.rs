@@ -411,6 +411,9 @@ pub async fn show(id: &str, server: &ServerArgs) -> anyhow::Result<ExitCode> {
     let r = client.rollout(id).await?;
     let audit = client.get(&format!("/v1/rollouts/{id}/audit")).await?;
     out!("{}", timeline(&r))?;
+    if let Some(url) = &r.page_url {
+        out!("page: {url}")?;
+    }
     out!(
         "{}",
         audit_trail(audit["items"].as_array().map_or(&[], Vec::as_slice))

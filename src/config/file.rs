@@ -40,6 +40,8 @@ struct ConfigFile {
     notifications: Option<NotificationsFile>,
     #[serde(default)]
     prometheus: Option<PrometheusFile>,
+    #[serde(default)]
+    public_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -353,7 +355,15 @@ pub(super) fn resolve(
         Some(p) => Some(resolve_prometheus(&src, p, env)?),
         None => None,
     };
+    let public_url = match raw.public_url {
+        Some(url) => Some(
+            check_url(url.trim_end_matches('/'), true)
+                .map_err(|e| src.error(&[Key("public_url")], e))?,
+        ),
+        None => None,
+    };
     Ok(ResolvedConfig {
+        public_url,
         listen,
         database: relative(&base, &raw.database),
         runbooks_dir,

@@ -870,3 +870,19 @@ fn a_replica_may_list_former_names_that_stand_for_it_and_no_other() {
         );
     }
 }
+
+#[test]
+fn public_url_is_an_http_url_kept_without_its_trailing_slash() {
+    let config = load_text(BASE).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.public_url, None, "none by default");
+    let config = load_text(&format!("{BASE}public_url: https://canaryd.example.com/\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config.public_url.as_deref(),
+        Some("https://canaryd.example.com")
+    );
+    let err =
+        load_text(&format!("{BASE}public_url: canaryd.example.com\n")).expect_err("no scheme");
+    assert!(err.to_string().contains("public_url: "), "{err}");
+    assert!(err.to_string().contains("http:// or https://"), "{err}");
+}

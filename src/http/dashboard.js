@@ -47,6 +47,11 @@ function el(tag, attrs, ...children) {
 }
 function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function statusCell(s) { return el("span", {class: "status " + s, "data-status": s}, s); }
+// A rollout's page (/rollouts/{id}) and a replica's (/replicas/{host}/{service}).
+function rolloutPage(id) { return el("a", {href: "/rollouts/" + encodeURIComponent(id), class: "mono", "data-page-link": id}, id); }
+function replicaPage(host, service) {
+  return el("a", {href: "/replicas/" + encodeURIComponent(host) + "/" + encodeURIComponent(service), "data-replica-page": host + "/" + service}, service);
+}
 
 // ---- replicas -------------------------------------------------------------------------
 async function loadReplicas() {
@@ -59,9 +64,10 @@ async function loadReplicas() {
     // A rollout took it down and none brought it back: nothing serves from it.
     const down = r.left_down ? el("strong", {"data-left-down": "true"}, " LEFT DOWN") : "";
     return el("tr", {"data-replica": r.host + "/" + r.service, class: r.left_down ? "left-down" : ""},
-      el("td", {}, r.host), el("td", {class: "mono"}, r.service, down), el("td", {}, r.group),
+      el("td", {}, r.host), el("td", {class: "mono"}, replicaPage(r.host, r.service), down), el("td", {}, r.group),
       el("td", {class: "mono", "data-field": "tag"}, d.tag || "—"), el("td", {}, time(d.deployed_at)),
-      el("td", {}, d.source || ""), el("td", {class: "mono"}, r.active_rollout || ""),
+      el("td", {"data-field": "deployed-by"}, d.rollout_id ? rolloutPage(d.rollout_id) : (d.source || "")),
+      el("td", {class: "mono"}, r.active_rollout ? rolloutPage(r.active_rollout) : ""),
       el("td", {}, button));
   }));
   for (const r of list) if (r.active_rollout) follow(r.active_rollout);
@@ -163,7 +169,7 @@ function renderActive() {
         time(waiting.detail.deadline) + " ", button);
     }
     cards.push(el("div", {class: "card", "data-rollout": id, "data-status": r.status},
-      el("h3", {}, r.kind + " ", el("code", {}, r.id), " ", statusCell(r.status)),
+      el("h3", {}, r.kind + " ", rolloutPage(r.id), " ", statusCell(r.status)),
       approve,
       el("div", {class: "mono"}, r.host + " / " + r.service + " → " + r.tag + "  (" + r.actor + ": " + r.reason + ")"),
       r.error ? el("div", {class: "failed"}, r.error.code + ": " + r.error.message) : null,
@@ -227,11 +233,12 @@ async function loadHistory(more) {
   const page = await api("/v1/rollouts?" + q.toString());
   const rows = page.items.map(r => {
     const tr = el("tr", {"data-history": r.id, "data-status": r.status},
-      el("td", {}, time(r.created_at)), el("td", {class: "mono"}, r.id), el("td", {}, r.kind),
+      el("td", {}, time(r.created_at)), el("td", {class: "mono"}, rolloutPage(r.id)), el("td", {}, r.kind),
       el("td", {}, statusCell(r.status)), el("td", {}, r.host), el("td", {class: "mono"}, r.service),
       el("td", {class: "mono"}, r.tag), el("td", {}, r.actor), el("td", {}, r.reason),
       el("td", {class: "failed"}, r.error ? r.error.code : ""));
-    tr.addEventListener("click", () => follow(r.id));
+    // The row opens the rollout's card here; its id is a link to the rollout's page.
+    tr.addEventListener("click", ev => { if (!ev.target.closest("a")) follow(r.id); });
     return tr;
   });
   const body = document.getElementById("history");
@@ -396,8 +403,7 @@ function renderRelease(r) {
   document.getElementById("release-targets").replaceChildren(...r.targets.map(t => {
     let rollout = "";
     if (t.rollout_id) {
-      rollout = el("a", {href: "#active", class: "mono", "data-rollout-link": t.rollout_id}, t.rollout_id);
-      rollout.addEventListener("click", () => follow(t.rollout_id));
+      rollout = el("a", {href: "/rollouts/" + encodeURIComponent(t.rollout_id), class: "mono", "data-rollout-link": t.rollout_id}, t.rollout_id);
     } else if (t.state === "already_current") {
       rollout = el("span", {class: "mute", "data-field": "no-rollout"}, "none: already at " + r.tag + ", nothing sent");
     } else if (t.state === "not_started") {
@@ -516,4 +522,7 @@ for (const verb of ["pause", "resume", "abort"]) {
 wireDialog("release-", askReleaseControl, confirmReleaseControl, closeReleaseControl);
 refreshAll();
 loadHistory(false).catch(() => {});
+// `/#release=ID` (a rollout page's link) opens that release.
+const linked = /^#release=(.+)$/.exec(location.hash);
+if (linked) showRelease(decodeURIComponent(linked[1]));
 setInterval(refreshAll, REFRESH_MS);

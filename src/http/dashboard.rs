@@ -15,7 +15,7 @@ const DASHBOARD_JS: &str = include_str!("dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("dashboard.css");
 
 /// Scripts, styles and API calls from the daemon itself only; never in a frame.
-const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+pub(super) const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
                       connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
                       form-action 'none'; frame-ancestors 'none'";
 
@@ -35,7 +35,7 @@ pub(super) fn router() -> Router<AppState> {
         )
 }
 
-async fn file(content_type: &'static str, text: &'static str) -> impl IntoResponse {
+pub(super) async fn file(content_type: &'static str, text: &'static str) -> impl IntoResponse {
     (
         [
             (header::CONTENT_TYPE, content_type),

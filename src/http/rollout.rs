@@ -104,7 +104,23 @@ async fn get_rollout(
     Path(id): Path<String>,
 ) -> Result<Json<RolloutOut>, ApiError> {
     let rollout = state.engine.get(&id).await?;
-    Ok(Json(rollout_out(&state, rollout).await?))
+    let mut out = rollout_out(&state, rollout).await?;
+    // A link, not the rollout: an unreadable release row must not hide it.
+    out.release_id = state
+        .engine
+        .store()
+        .release_of_rollout(&out.id)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(rollout.id = %out.id, error = %e, "could not read the release of rollout {}", out.id);
+            None
+        });
+    out.page_url = state
+        .config
+        .public_url
+        .as_ref()
+        .map(|base| format!("{base}/rollouts/{}", out.id));
+    Ok(Json(out))
 }
 
 #[derive(Debug, Deserialize)]

@@ -91,6 +91,20 @@ async fn a_canary_twice_as_slow_as_its_peer_fails_the_analysis_with_the_numbers_
     assert_eq!(detail["replicas"][R2]["role"], "target");
     assert_eq!(detail["replicas"][R1]["role"], "peer");
     assert!(number(&detail["replicas"][R2]["window_scrapes"]) >= 2.0);
+    // Each check's value per interval, per replica, warm-up included, for the page's charts.
+    for name in ["ttft_p95", "itl_p95", "took_traffic"] {
+        for replica in [R1, R2] {
+            let points = detail["series"][name]["points"][replica]
+                .as_array()
+                .expect("a series");
+            assert!(
+                (4..=240).contains(&points.len()),
+                "{name} {replica}: {} points",
+                points.len()
+            );
+            assert!(points.iter().all(|p| p[0].is_i64()), "{points:?}");
+        }
+    }
     let rb = app
         .wait_terminal(r.rolled_back_by.as_deref().expect("rolled back"))
         .await;

@@ -18,6 +18,7 @@ use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 mod approve;
 mod doctor;
 mod left_down;
+mod pages;
 mod release;
 mod verdict;
 

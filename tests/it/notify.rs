@@ -177,8 +177,19 @@ struct NotifyingApp {
 
 impl NotifyingApp {
     async fn boot(sim: &SimHost, db: PathBuf, webhooks: Vec<WebhookConfig>) -> NotifyingApp {
+        NotifyingApp::boot_with(sim, db, webhooks, None).await
+    }
+
+    /// As `boot`, with the config's `public_url`.
+    async fn boot_with(
+        sim: &SimHost,
+        db: PathBuf,
+        webhooks: Vec<WebhookConfig>,
+        public_url: Option<&str>,
+    ) -> NotifyingApp {
         let env = sim_config().initial_env;
         let mut config = dev_config(sim, "127.0.0.1:0".parse().expect("addr"), db, env);
+        config.public_url = public_url.map(str::to_owned);
         config.notifications = NotificationsConfig {
             webhooks,
             delivery: fast_delivery(),
@@ -464,5 +475,67 @@ async fn notifications_survive_a_restart_and_an_unconfirmed_delivery_is_resent_w
         "the resend of an unconfirmed delivery carries the same Idempotency-Key: {per_key:?}"
     );
     second.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_a_public_url_notifications_and_show_link_the_rollouts_page() {
+    let receiver = Receiver::start(0, 0).await;
+    let sim = SimHost::start(sim_config()).await.expect("sim");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hooks = vec![
+        webhook(
+            "json",
+            receiver.url("json"),
+            WebhookFormat::Json,
+            &NotifyEvent::ALL,
+        ),
+        webhook(
+            "chat",
+            receiver.url("chat"),
+            WebhookFormat::Slack,
+            &NotifyEvent::ALL,
+        ),
+    ];
+    let base = "https://canaryd.example.com";
+    let app = NotifyingApp::boot_with(&sim, dir.path().join("canaryd.db"), hooks, Some(base)).await;
+    let id = app.start_canary("v0.0.452").await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r["status"], "succeeded", "{r:#}");
+    let page = format!("{base}/rollouts/{id}");
+    assert_eq!(
+        r["page_url"],
+        page.as_str(),
+        "the rollout's answer links its page"
+    );
+
+    receiver.wait_accepted("json", 2).await;
+    receiver.wait_accepted("chat", 2).await;
+    app.wait_settled().await;
+    for seen in receiver.accepted("json").values() {
+        assert_eq!(seen.body["rollout"]["url"], page.as_str(), "{}", seen.body);
+        let text = seen.body["text"].as_str().expect("text");
+        assert!(text.ends_with(&format!(" {page}")), "{text}");
+    }
+    for seen in receiver.accepted("chat").values() {
+        let text = seen.body["text"].as_str().expect("text");
+        assert!(text.ends_with(&format!(" {page}")), "{text}");
+    }
+
+    let server = app.url.clone();
+    let show = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(["show", &id])
+            .env("CANARYD_SERVER", server)
+            .env_remove("CANARYD_TOKEN")
+            .output()
+            .expect("the canaryd binary runs")
+    })
+    .await
+    .expect("join");
+    let out = String::from_utf8_lossy(&show.stdout);
+    assert!(show.status.success(), "{out}");
+    assert!(out.contains(&format!("page: {page}")), "{out}");
+    app.stop().await;
     sim.shutdown().await;
 }

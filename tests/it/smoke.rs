@@ -63,6 +63,10 @@ async fn a_canary_smoke_tests_the_new_engine_and_stores_latency_usage_and_output
     assert_eq!(d["models"], json!([MODEL]));
     assert_eq!(d["repeat"], 2);
     assert_eq!(d["identical_outputs"], 2);
+    assert_eq!(
+        d["prompt"], "Reply with the word ready.",
+        "the prompt, for the page"
+    );
     let output = d["output"].as_str().expect("an output excerpt");
     assert!(
         output.starts_with("Ready. Served by lmsysorg/sglang:glm53-v452, answer "),

@@ -33,6 +33,7 @@ use crate::store::Step;
 
 mod prometheus;
 mod scrape;
+mod series;
 
 pub(crate) use prometheus::QUERY_TIMEOUT as PROMETHEUS_QUERY_TIMEOUT;
 
@@ -83,6 +84,8 @@ struct Replica {
     scrape_errors: u64,
     window_scrapes: u64,
     last_error: Option<String>,
+    /// Each check's value per interval, warm-up included (`series.rs`).
+    series: series::Series,
 }
 
 impl Replica {
@@ -99,15 +102,23 @@ impl Replica {
             scrape_errors: 0,
             window_scrapes: 0,
             last_error: None,
+            series: series::Series::new(checks),
         }
     }
 
-    fn record(&mut self, page: Result<Page, String>, in_window: bool, checks: &[Check]) {
+    fn record(
+        &mut self,
+        at: DateTime<Utc>,
+        page: Result<Page, String>,
+        in_window: bool,
+        checks: &[Check],
+    ) {
         let page = match page {
             Ok(page) => page,
             Err(e) => {
                 self.scrape_errors += 1;
                 self.last_error = Some(e);
+                self.series.missed(at);
                 return;
             }
         };
@@ -116,6 +127,9 @@ impl Replica {
             .iter()
             .map(|c| Extract::from_page(&page, c))
             .collect();
+        if let Some(before) = &self.previous {
+            self.series.record(at, before, &current, checks);
+        }
         if in_window {
             self.window_scrapes += 1;
             for (window, now) in self.windows.iter_mut().zip(&current) {
@@ -332,6 +346,10 @@ impl StepRun<'_> {
                 "ends_at": end,
                 "replicas": replicas.iter().map(|r| (r.name.clone(), r.detail())).collect::<serde_json::Map<_, _>>(),
                 "checks": checks,
+                "series": series::detail(
+                    &spec.checks,
+                    replicas.iter().map(|r| (r.name.as_str(), &r.series)),
+                ),
             });
             merge(&mut d, restarts.detail());
             merge(&mut d, watched.detail(end));
@@ -361,7 +379,7 @@ impl StepRun<'_> {
             )
             .await;
             for (replica, page) in replicas.iter_mut().zip(pages) {
-                replica.record(page, in_window, &spec.checks);
+                replica.record(now, page, in_window, &spec.checks);
             }
             watched.observe(now);
             if let Some(lost) = self.lost_early(spec, &replicas) {

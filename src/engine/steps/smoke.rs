@@ -119,8 +119,8 @@ impl StepRun<'_> {
         let secrets = self.smoke_secrets();
         let base = replica.api_url.trim_end_matches('/');
         let token = replica.api_token.as_ref();
-        let mut detail =
-            json!({"model": spec.model, "api_url": base, "repeat": spec.repeat, "calls": []});
+        let mut detail = json!({"model": spec.model, "api_url": base, "repeat": spec.repeat,
+                                "prompt": spec.prompt, "calls": []});
 
         // The model must be served.
         let url = format!("{base}/v1/models");

@@ -36,6 +36,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         replicas: BTreeMap::new(),
     };
     ResolvedConfig {
+        public_url: None,
         listen: "127.0.0.1:0".parse().expect("addr"),
         database: dir.join("canaryd.db"),
         runbooks_dir: dir.to_path_buf(),

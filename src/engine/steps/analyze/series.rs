@@ -1,0 +1,208 @@
+//! Each check's value per interval, per replica, kept in the step's evidence (`series`) so a
+//! chart of the whole window, warm-up included, can be drawn for any past rollout.
+//!
+//! A point is the check's value over one interval: the delta between two consecutive
+//! successful scrapes of the replica (a counter's increase; a histogram's quantile, or its
+//! observations without a `quantile`). A failed scrape is a `null` point. Only the last
+//! [`MAX_POINTS`] points of each check and replica are kept. Every replica's point of an
+//! interval carries the same time (the scrapes are sent together), so peers line up.
+
+use std::collections::VecDeque;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use super::Extract;
+use crate::domain::analysis::Check;
+use crate::domain::exposition::{counter_series_delta, histogram_series_delta, quantile};
+
+/// The points kept per check and replica: a 4-minute window at a 1 s interval.
+pub(super) const MAX_POINTS: usize = 240;
+
+/// One replica's series, one per check.
+#[derive(Default)]
+pub(super) struct Series {
+    checks: Vec<VecDeque<(i64, Option<f64>)>>,
+}
+
+impl Series {
+    pub(super) fn new(checks: usize) -> Self {
+        Series {
+            checks: (0..checks).map(|_| VecDeque::new()).collect(),
+        }
+    }
+
+    /// The interval ending at `at`: its value from `before` to `now`, per check.
+    pub(super) fn record(
+        &mut self,
+        at: DateTime<Utc>,
+        before: &[Extract],
+        now: &[Extract],
+        checks: &[Check],
+    ) {
+        for ((points, check), (b, a)) in self
+            .checks
+            .iter_mut()
+            .zip(checks)
+            .zip(before.iter().zip(now))
+        {
+            let value = match (b, a) {
+                (Extract::Histogram(b), Extract::Histogram(a)) if !a.is_empty() => {
+                    let delta = histogram_series_delta(b, a);
+                    match check.quantile {
+                        Some(q) => quantile(q, &delta),
+                        None => Some(delta.count),
+                    }
+                }
+                (Extract::Counter(b), Extract::Counter(a)) if !a.is_empty() => {
+                    Some(counter_series_delta(b, a))
+                }
+                _ => None,
+            };
+            push(points, at, value);
+        }
+    }
+
+    /// A failed scrape: a gap in every check's line.
+    pub(super) fn missed(&mut self, at: DateTime<Utc>) {
+        for points in &mut self.checks {
+            push(points, at, None);
+        }
+    }
+}
+
+fn push(points: &mut VecDeque<(i64, Option<f64>)>, at: DateTime<Utc>, value: Option<f64>) {
+    if points.len() == MAX_POINTS {
+        points.pop_front();
+    }
+    points.push_back((at.timestamp_millis(), value.filter(|v| v.is_finite())));
+}
+
+/// `{"<check>": {"shape": "quantile" | "counter", "points": {"<replica>": [[unix_ms, value
+/// or null], ...]}}}`: a quantile is drawn as lines, a counter's increase as bars.
+pub(super) fn detail<'a>(
+    checks: &[Check],
+    replicas: impl Iterator<Item = (&'a str, &'a Series)> + Clone,
+) -> Value {
+    let mut out = serde_json::Map::new();
+    for (i, check) in checks.iter().enumerate() {
+        let by_replica: serde_json::Map<String, Value> = replicas
+            .clone()
+            .map(|(name, s)| {
+                let points: Vec<Value> = s.checks[i].iter().map(|(t, v)| json!([t, v])).collect();
+                (name.to_owned(), Value::Array(points))
+            })
+            .collect();
+        let shape = if check.histogram.is_some() && check.quantile.is_some() {
+            "quantile"
+        } else {
+            "counter"
+        };
+        out.insert(
+            check.name.clone(),
+            json!({"shape": shape, "points": by_replica}),
+        );
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::domain::exposition::{Histogram, SeriesKey};
+
+    fn check(name: &str, histogram: Option<&str>, quantile: Option<f64>) -> Check {
+        Check {
+            name: name.to_owned(),
+            histogram: histogram.map(str::to_owned),
+            quantile,
+            counter: histogram.is_none().then(|| "requests_total".to_owned()),
+            query: None,
+            max_ratio_to_peers: None,
+            max: None,
+            min: None,
+            min_requests: 0,
+            on_inconclusive: Default::default(),
+        }
+    }
+
+    fn counter_check() -> Check {
+        check("requests", None, None)
+    }
+
+    fn counter(v: f64) -> Extract {
+        let mut m = BTreeMap::new();
+        m.insert(SeriesKey::default(), v);
+        Extract::Counter(m)
+    }
+
+    #[test]
+    fn each_interval_is_the_delta_and_only_the_last_points_are_kept() {
+        let checks = [counter_check()];
+        let mut s = Series::new(1);
+        let t0 = Utc::now();
+        for i in 0..(MAX_POINTS as i64 + 10) {
+            let at = t0 + chrono::Duration::seconds(i);
+            s.record(
+                at,
+                &[counter(i as f64 * 3.0)],
+                &[counter((i + 1) as f64 * 3.0)],
+                &checks,
+            );
+        }
+        s.missed(t0 + chrono::Duration::seconds(1_000));
+        let d = detail(&checks, [("r2", &s)].into_iter());
+        assert_eq!(d["requests"]["shape"], "counter");
+        let points = d["requests"]["points"]["r2"].as_array().expect("points");
+        assert_eq!(points.len(), MAX_POINTS);
+        assert_eq!(points[0][1], 3.0);
+        assert_eq!(
+            points[0][0],
+            (t0 + chrono::Duration::seconds(11)).timestamp_millis()
+        );
+        assert_eq!(
+            points[MAX_POINTS - 1][1],
+            Value::Null,
+            "a missed scrape is a gap"
+        );
+    }
+
+    #[test]
+    fn a_histogram_point_is_the_quantile_of_the_interval_alone() {
+        let check = check("ttft_p50", Some("ttft"), Some(0.5));
+        let h = |fast: f64, slow: f64| {
+            let mut m = BTreeMap::new();
+            m.insert(
+                SeriesKey::default(),
+                Histogram {
+                    buckets: vec![
+                        (0.1, fast),
+                        (1.0, fast + slow),
+                        (f64::INFINITY, fast + slow),
+                    ],
+                    count: fast + slow,
+                },
+            );
+            Extract::Histogram(m)
+        };
+        let mut s = Series::new(1);
+        // 100 fast requests before; then 10 slow ones in the interval: its median is slow.
+        s.record(
+            Utc::now(),
+            &[h(100.0, 0.0)],
+            &[h(100.0, 10.0)],
+            std::slice::from_ref(&check),
+        );
+        let d = detail(&[check], [("r2", &s)].into_iter());
+        assert_eq!(d["ttft_p50"]["shape"], "quantile");
+        let v = d["ttft_p50"]["points"]["r2"][0][1]
+            .as_f64()
+            .expect("a value");
+        assert!(
+            v > 0.1,
+            "the interval's own median, not the lifetime's: {v}"
+        );
+    }
+}

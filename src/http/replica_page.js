@@ -1,0 +1,141 @@
+"use strict";
+// One replica's page (/replicas/{host}/{service}): vanilla JS, DOM calls only. Reads
+// /v1/replicas (what runs now, its active rollout) and /v1/replicas/{host}/{service}/deployments
+// (newest first) and /v1/rollouts?kind=rollback (to mark the deployments rollbacks made), shows
+// each deployment with the rollout that made it, rollbacks marked, and
+// posts /v1/rollbacks after a reason and a confirmation, naming what it would roll back to.
+const TOKEN_KEY = "canaryd.token";
+const parts = location.pathname.split("/");
+const host = decodeURIComponent(parts[2] || "");
+const service = decodeURIComponent(parts[3] || "");
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  if (token()) h["Authorization"] = "Bearer " + token();
+  return h;
+}
+function say(text, isError) {
+  const m = document.getElementById("message");
+  m.textContent = text || "";
+  m.className = isError ? "error" : "";
+}
+async function api(path, options) {
+  const res = await fetch(path, Object.assign({}, options || {}, {headers: headers((options || {}).headers)}));
+  let body = null;
+  try { body = await res.json(); } catch (e) { body = null; }
+  if (!res.ok) throw new Error(body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status);
+  return body;
+}
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined) continue;
+    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+  }
+  for (const c of children) e.append(c === null || c === undefined ? "" : c);
+  return e;
+}
+function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
+function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURIComponent(rid), class: "mono", "data-rollout-link": rid}, rid); }
+function same(a, b) {
+  return a.file === b.file && a.tag === b.tag && JSON.stringify(a.env_overrides || {}) === JSON.stringify(b.env_overrides || {});
+}
+
+// What a rollback redeploys: the newest deployment whose file, tag or env overrides differ
+// from what runs now (as the daemon chooses it).
+function priorOf(list) {
+  const now = list[0];
+  return now ? list.find(d => !same(d, now)) || null : null;
+}
+
+async function load() {
+  try {
+    const q = new URLSearchParams({kind: "rollback", host, service, limit: "100"});
+    const [replicas, list, rollbacks] = await Promise.all([
+      api("/v1/replicas"),
+      api("/v1/replicas/" + encodeURIComponent(host) + "/" + encodeURIComponent(service) + "/deployments"),
+      api("/v1/rollouts?" + q.toString()),
+    ]);
+    // A deployment a rollback made (its newest 100 rollbacks).
+    const back = new Set((rollbacks.items || []).map(x => x.id));
+    const isBack = d => back.has(d.rollout_id);
+    const r = replicas.find(x => x.host === host && x.service === service) || {};
+    const now = r.current_deployment || list[0] || null;
+    const rows = [];
+    const row = (k, ...v) => rows.push(el("dt", {}, k), el("dd", {"data-field": k}, ...v));
+    row("host", host);
+    row("group", r.group || "");
+    row("tag", el("span", {class: "mono"}, now ? now.tag : "—"));
+    row("file", el("span", {class: "mono"}, now ? now.file : ""));
+    row("deployed", now ? time(now.deployed_at) : "");
+    row("by", now && now.rollout_id ? rolloutLink(now.rollout_id) : (now ? now.source : ""));
+    if (r.active_rollout) row("active rollout", rolloutLink(r.active_rollout));
+    if (r.left_down) row("state", el("strong", {class: "failed"}, "LEFT DOWN: no container runs"));
+    document.getElementById("now").replaceChildren(...rows);
+
+    const prior = priorOf(list);
+    document.getElementById("rollback-to").replaceChildren(prior ?
+      el("span", {"data-rollback-to": prior.tag}, "A rollback redeploys ", el("code", {}, prior.tag), " (" + prior.file + ", deployed " + time(prior.deployed_at) + ").") :
+      el("span", {class: "mute", "data-rollback-to": ""}, "No earlier deployment differs from what runs: there is nothing to roll back to."));
+    document.getElementById("rollback-open").disabled = !prior;
+    rollbackTo = prior;
+
+    // Oldest first: the replica's tags over time.
+    document.getElementById("strip").replaceChildren(...list.slice().reverse().map(d =>
+      el("span", {class: isBack(d) ? "rollback" : "", title: time(d.deployed_at) + " " + d.source}, d.tag + (isBack(d) ? " ↩" : ""))));
+    document.getElementById("deployments").replaceChildren(...list.map(d => el("tr",
+      {"data-deployment": d.id, "data-rollback": isBack(d) ? "true" : "false", class: isBack(d) ? "rollback" : ""},
+      el("td", {}, time(d.deployed_at)), el("td", {class: "mono"}, d.tag), el("td", {class: "mono"}, d.file),
+      el("td", {}, isBack(d) ? el("strong", {}, "rollback") : d.rollout_id ? "canary" : d.source),
+      el("td", {}, d.rollout_id ? rolloutLink(d.rollout_id) : ""),
+      el("td", {class: "mono"}, Object.keys(d.env_overrides || {}).join(", ")))));
+    say("");
+  } catch (e) {
+    say(e.message + (token() ? "" : " — enter an API token above"), true);
+  }
+}
+
+// ---- rollback: a reason, then a confirmation ------------------------------------------------
+let rollbackTo = null;
+const byId = x => document.getElementById(x);
+function step(n) { byId("rollback-step1").hidden = n !== 1; byId("rollback-step2").hidden = n !== 2; }
+byId("rollback-open").addEventListener("click", () => {
+  byId("rollback-reason").value = "";
+  byId("rollback-result").textContent = "";
+  step(1);
+  byId("rollback-panel").hidden = false;
+  byId("rollback-reason").focus();
+});
+byId("rollback-cancel").addEventListener("click", () => { byId("rollback-panel").hidden = true; });
+byId("rollback-back").addEventListener("click", () => step(1));
+byId("rollback-submit").addEventListener("click", () => {
+  if (!byId("rollback-reason").value.trim()) { byId("rollback-result").textContent = "A reason is required."; return; }
+  byId("rollback-question").textContent = "Really roll back " + service + " on " + host + " to " +
+    (rollbackTo ? rollbackTo.tag : "its prior deployment") + "? The replica restarts; its peers keep serving.";
+  step(2);
+  byId("rollback-confirm").focus();
+});
+byId("rollback-confirm").addEventListener("click", async () => {
+  byId("rollback-confirm").disabled = true;
+  try {
+    const r = await api("/v1/rollbacks", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({host, service, reason: byId("rollback-reason").value.trim(), to_tag: null, preempt: false})});
+    byId("rollback-panel").hidden = true;
+    byId("rollback-result").replaceChildren("Rollback started: ", rolloutLink(r.id));
+    load();
+  } catch (e) {
+    byId("rollback-result").textContent = "Rollback refused: " + e.message;
+    step(1);
+  } finally {
+    byId("rollback-confirm").disabled = false;
+  }
+});
+
+document.getElementById("replica-name").textContent = host + "/" + service;
+document.getElementById("token").value = token();
+document.getElementById("token-save").addEventListener("click", () => {
+  localStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+  load();
+});
+load();

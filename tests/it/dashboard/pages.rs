@@ -1,0 +1,396 @@
+//! The rollout page (`/rollouts/{id}`) and the replica page (`/replicas/{host}/{service}`) in
+//! real headless Chromium: every step's bar with its duration and status, a failed analysis
+//! drawn with the canary's line above its threshold, a running step's bar growing while the
+//! test watches, and the dashboard's links to both pages. With `CANARYD_SCREENSHOTS=1` the
+//! pages are saved into `docs/img/` for the user docs.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
+use crate::helpers::{FAST_CANARY, HOST, R1, R2};
+
+/// The fast canary followed by a short analysis against the peer.
+fn canary_with_analysis() -> String {
+    format!(
+        "{}  - name: analysis\n    kind: analyze\n    warmup: 500ms\n    duration: 2s\n    interval: 250ms\n    checks:\n      \
+         - {{name: ttft_p95, histogram: \"sglang:time_to_first_token_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 20}}\n      \
+         - {{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}}\n",
+        FAST_CANARY.as_str()
+    )
+}
+
+/// Saves the page as `docs/img/<name>.png` when CANARYD_SCREENSHOTS=1.
+async fn screenshot(browser: &Browser, name: &str) {
+    if std::env::var("CANARYD_SCREENSHOTS").as_deref() != Ok("1") {
+        return;
+    }
+    let height = browser
+        .eval("return Math.min(document.documentElement.scrollHeight, 4000)")
+        .await
+        .as_u64()
+        .unwrap_or(1200);
+    browser
+        .call(
+            "POST",
+            &browser.at("/window/rect"),
+            Some(json!({"width": 1280, "height": height + 120})),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let png = browser.call("GET", &browser.at("/screenshot"), None).await;
+    let bytes = base64_decode(png.as_str().expect("base64 PNG"));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/img");
+    std::fs::create_dir_all(&dir).expect("docs/img");
+    std::fs::write(dir.join(format!("{name}.png")), bytes).expect("screenshot written");
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let clean: Vec<u8> = text.bytes().filter(|c| *c != b'=' && *c != b'\n').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let v: Vec<u32> = chunk.iter().map(|c| u32::from(value(*c))).collect();
+        let n = v
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, x)| n | (x << (18 - 6 * i)));
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// `[[x, y], ...]` of a drawn polyline of chart `check`.
+fn line(check: &str, name: &str) -> String {
+    format!(
+        "const e = document.querySelector('figure[data-chart=\"{check}\"] polyline[data-line=\"{name}\"]'); \
+         return e && {{points: e.getAttribute('points').split(' ').map(p => p.split(',').map(Number)), \
+                      times: e.getAttribute('data-times').split(',').map(Number), \
+                      values: e.getAttribute('data-values').split(',').map(Number)}};"
+    )
+}
+
+#[tokio::test]
+async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_status_and_is_linked() {
+    let Some((chromium, driver)) = require_browser("the rollout page test") else {
+        return;
+    };
+    let _one_browser = BROWSER_LOCK.lock().await;
+    let daemon = Daemon::start(Vec::new()).await;
+    let id = daemon.start_canary("v0.0.451", None).await;
+    let r = daemon
+        .wait_rollout(&id, None, |r| r["status"] == "succeeded")
+        .await;
+    let steps = r["steps"].as_array().expect("steps");
+
+    let browser = Browser::start(&chromium, &driver).await;
+    // From the dashboard: the history row's id links to the page.
+    browser.open(&format!("{}/", daemon.url)).await;
+    let href = browser
+        .wait_for(
+            "the history row's link",
+            &format!("const e = document.querySelector('[data-history=\"{id}\"] a[data-page-link]'); return e && e.getAttribute('href');"),
+            |v| v.is_string(),
+        )
+        .await;
+    assert_eq!(href, format!("/rollouts/{id}"));
+    // The replica row links the rollout that deployed what runs, and the replica's page.
+    let deployed_by = browser
+        .wait_for(
+            "r2's deploying rollout linked",
+            &format!("const e = document.querySelector('[data-replica=\"{HOST}/{R2}\"] [data-field=deployed-by] a'); return e && e.getAttribute('href');"),
+            |v| v.is_string(),
+        )
+        .await;
+    assert_eq!(deployed_by, format!("/rollouts/{id}"));
+    browser
+        .click(&format!("[data-history=\"{id}\"] a[data-page-link]"))
+        .await;
+
+    let shown = browser
+        .wait_for(
+            "every step on the timeline",
+            "return [...document.querySelectorAll('#timeline details[data-step]')].map(d => ({name: d.getAttribute('data-step'), status: d.getAttribute('data-status'), ms: Number(d.getAttribute('data-duration-ms')), bar: (() => { const b = d.querySelector('rect.step-bar'); return b ? Number(b.getAttribute('width')) : null; })(), label: d.querySelector('[data-label]').textContent, color: getComputedStyle(d.querySelector('[data-label]')).color}))",
+            |v| v.as_array().is_some_and(|a| a.len() == steps.len()),
+        )
+        .await;
+    assert_eq!(
+        browser.eval("return location.pathname").await,
+        format!("/rollouts/{id}"),
+        "the link is a real link"
+    );
+    for (s, want) in shown.as_array().expect("steps").iter().zip(steps) {
+        let name = want["name"].as_str().expect("name");
+        assert_eq!(s["name"], want["name"]);
+        assert_eq!(s["status"], "succeeded", "{name}: {s}");
+        let bar = s["bar"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} has no bar: {s}"));
+        assert!(bar >= 2.0, "{name}: a bar of width {bar}");
+        let label = s["label"].as_str().expect("label");
+        assert!(label.starts_with("succeeded · "), "{name}: {label}");
+        assert!(
+            label.ends_with(" ms") || label.ends_with(" s"),
+            "{name}: {label}"
+        );
+        assert_eq!(
+            s["color"], "rgb(26, 127, 55)",
+            "{name}: green as well as labelled"
+        );
+        // Its duration is the API's, to the millisecond.
+        let api_ms =
+            (chrono::DateTime::parse_from_rfc3339(want["finished_at"].as_str().expect("end"))
+                .expect("time")
+                - chrono::DateTime::parse_from_rfc3339(
+                    want["started_at"].as_str().expect("start"),
+                )
+                .expect("time"))
+            .num_milliseconds();
+        assert_eq!(s["ms"].as_i64(), Some(api_ms), "{name}");
+    }
+    // The longest step's bar is the widest: drawn to scale.
+    let rows = shown.as_array().expect("steps");
+    let longest = rows
+        .iter()
+        .max_by_key(|s| s["ms"].as_i64())
+        .expect("a step");
+    let widest = rows
+        .iter()
+        .max_by(|a, b| {
+            a["bar"]
+                .as_f64()
+                .partial_cmp(&b["bar"].as_f64())
+                .expect("numbers")
+        })
+        .expect("a step");
+    assert_eq!(longest["name"], widest["name"]);
+    // A step opens with Enter to its evidence: the up step's compose call.
+    browser
+        .eval("document.querySelector('[data-step-summary=\"up\"]').focus(); return 0")
+        .await;
+    let summary = browser.element("[data-step-summary=\"up\"]").await;
+    browser
+        .call(
+            "POST",
+            &browser.at(&format!("/element/{summary}/value")),
+            Some(json!({"text": "\u{E007}"})),
+        )
+        .await;
+    let call = browser
+        .wait_for(
+            "the up step's compose call",
+            "const e = document.querySelector('[data-evidence=\"up\"] [data-call=\"1\"]'); return e && e.textContent;",
+            |v| v.is_string(),
+        )
+        .await;
+    assert!(
+        call.as_str()
+            .is_some_and(|t| t.contains("compose/up") && t.contains("succeeded")),
+        "{call}"
+    );
+    screenshot(&browser, "rollout-page").await;
+
+    // The replica's page: the deployment this canary made, and what a rollback redeploys.
+    browser
+        .click(&format!("[data-replica-link=\"{HOST}/{R2}\"]"))
+        .await;
+    let by = browser
+        .wait_for(
+            "the replica's deployments",
+            "const e = document.querySelector('#deployments tr a[data-rollout-link]'); return e && e.getAttribute('data-rollout-link');",
+            |v| v.is_string(),
+        )
+        .await;
+    assert_eq!(by, Value::String(id.clone()));
+    assert_eq!(
+        browser
+            .eval("const e = document.querySelector('[data-rollback-to]'); return e && e.getAttribute('data-rollback-to');")
+            .await,
+        "v0.0.450",
+        "a rollback redeploys the tag before the canary"
+    );
+    screenshot(&browser, "replica-page").await;
+    browser.quit().await;
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() {
+    let Some((chromium, driver)) = require_browser("the analysis chart test") else {
+        return;
+    };
+    let _one_browser = BROWSER_LOCK.lock().await;
+    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis()).await;
+    daemon.sim.faults().set_engine_slowdown(R2, 2.0);
+    let id = daemon.start_canary("v0.0.452", None).await;
+    let r = daemon
+        .wait_rollout(&id, None, |r| r["status"] == "failed")
+        .await;
+    assert_eq!(r["error"]["code"], "analysis_failed", "{r:#}");
+    if let Some(rb) = r["rolled_back_by"].as_str() {
+        daemon
+            .wait_rollout(rb, None, |r| {
+                r["status"] != "running" && r["status"] != "pending"
+            })
+            .await;
+    }
+
+    let browser = Browser::start(&chromium, &driver).await;
+    browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
+    browser
+        .wait_for(
+            "the ttft_p95 chart",
+            "const e = document.querySelector('figure[data-chart=\"ttft_p95\"]'); return e && e.getAttribute('data-verdict');",
+            |v| v == "fail",
+        )
+        .await;
+    let target = browser.eval(&line("ttft_p95", "target")).await;
+    let threshold = browser.eval(&line("ttft_p95", "threshold")).await;
+    let peer = browser.eval(&line("ttft_p95", &format!("peer:{R1}"))).await;
+    let points = |v: &Value, key: &str| -> Vec<Value> {
+        v[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {key} in {v}"))
+            .clone()
+    };
+    let (t_times, t_values, t_xy) = (
+        points(&target, "times"),
+        points(&target, "values"),
+        points(&target, "points"),
+    );
+    let (h_times, h_values, h_xy) = (
+        points(&threshold, "times"),
+        points(&threshold, "values"),
+        points(&threshold, "points"),
+    );
+    assert!(t_times.len() >= 5, "a point per interval: {target}");
+    assert_eq!(t_times, h_times, "the threshold is drawn at every interval");
+    assert_eq!(points(&peer, "times"), t_times);
+    let peer_values = points(&peer, "values");
+    for i in 0..t_times.len() {
+        let (tv, hv, pv) = (
+            t_values[i].as_f64().expect("n"),
+            h_values[i].as_f64().expect("n"),
+            peer_values[i].as_f64().expect("n"),
+        );
+        assert!(
+            (hv - 1.2 * pv).abs() < 1e-9,
+            "threshold = 1.2 × the peer: {hv} {pv}"
+        );
+        assert!(
+            tv > hv,
+            "interval {i}: the canary {tv} is above the threshold {hv}"
+        );
+        // As drawn: same x, and the canary's y is above (smaller in SVG) the threshold's.
+        assert_eq!(t_xy[i][0], h_xy[i][0], "interval {i}");
+        assert!(
+            t_xy[i][1].as_f64() < h_xy[i][1].as_f64(),
+            "interval {i}: drawn above: {} vs {}",
+            t_xy[i][1],
+            h_xy[i][1]
+        );
+    }
+    // Its stored series are what is drawn.
+    let analysis = r["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "analysis"))
+        .expect("the analysis step");
+    let stored: Vec<Value> = analysis["detail"]["series"]["ttft_p95"]["points"][R2]
+        .as_array()
+        .expect("stored series")
+        .iter()
+        .filter(|p| !p[1].is_null())
+        .map(|p| p[1].clone())
+        .collect();
+    assert_eq!(stored, t_values, "the drawn values are the stored ones");
+    let warmup = browser
+        .eval("const e = document.querySelector('figure[data-chart=\"ttft_p95\"] [data-shade=warmup]'); return e && Number(e.getAttribute('width'));")
+        .await;
+    assert!(
+        warmup.as_f64().is_some_and(|w| w > 0.0),
+        "the warm-up is shaded: {warmup}"
+    );
+    let verdict = browser
+        .eval("return document.querySelector('figure[data-chart=\"ttft_p95\"] [data-label=verdict]').textContent")
+        .await;
+    let ratio = analysis["detail"]["checks"][0]["ratio"]
+        .as_f64()
+        .expect("ratio");
+    assert_eq!(
+        verdict,
+        Value::String(format!("FAIL · {ratio:.3}× (limit 1.2×)")),
+        "the verdict and ratio are written on the chart"
+    );
+    let bars = browser
+        .eval("return document.querySelectorAll('figure[data-chart=\"took_traffic\"] rect[data-bar]').length")
+        .await;
+    assert!(
+        bars.as_u64().is_some_and(|n| n >= 10),
+        "a counter is drawn as bars: {bars}"
+    );
+    screenshot(&browser, "rollout-failed-analysis").await;
+    browser.quit().await;
+    daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
+    let Some((chromium, driver)) = require_browser("the live timeline test") else {
+        return;
+    };
+    let _one_browser = BROWSER_LOCK.lock().await;
+    let daemon = Daemon::start(Vec::new()).await;
+    daemon.sim.faults().set_health_never(R2, true);
+    let id = daemon.start_canary("v0.0.451", None).await;
+    daemon
+        .wait_rollout(&id, None, |r| {
+            r["steps"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["name"] == "health" && s["status"] == "running")
+            })
+        })
+        .await;
+    let browser = Browser::start(&chromium, &driver).await;
+    browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
+    let bar = "const d = document.querySelector('details[data-step=\"health\"]'); const b = d && d.querySelector('rect.step-bar'); \
+               return b && d.getAttribute('data-status') === 'running' ? {ms: Number(b.getAttribute('data-duration-ms')), width: Number(b.getAttribute('width'))} : null;";
+    let first = browser
+        .wait_for("the running health step's bar", bar, |v| v.is_object())
+        .await;
+    // Bounded: up to 300 × 50 ms for the bar to grow by a second.
+    let later = browser
+        .wait_for("the bar grown by a second", bar, |v| {
+            v["ms"].as_f64().unwrap_or(0.0) >= first["ms"].as_f64().unwrap_or(0.0) + 1000.0
+        })
+        .await;
+    assert!(
+        later["width"].as_f64() > first["width"].as_f64(),
+        "the running bar is drawn longer: {first} then {later}"
+    );
+    // The engine comes up: the same page (no reload) follows the rollout to its end.
+    daemon.sim.faults().set_health_never(R2, false);
+    browser
+        .wait_for(
+            "the rollout succeeded on the page",
+            "const e = document.querySelector('#status [data-status]'); return e && e.getAttribute('data-status');",
+            |v| v == "succeeded",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('details[data-step=\"soak\"]').getAttribute('data-status')")
+            .await,
+        "succeeded"
+    );
+    browser.quit().await;
+    daemon.stop().await;
+}
