@@ -144,13 +144,17 @@ async fn main() -> anyhow::Result<()> {
     };
     let load = || async {
         let html = get(format!("/rollouts/{id}")).await?;
-        let (js, css) = tokio::try_join!(get("/rollout_page.js".into()), get("/page.css".into()))?;
+        let (common, js, css) = tokio::try_join!(
+            get("/common.js".into()),
+            get("/rollout_page.js".into()),
+            get("/page.css".into())
+        )?;
         let (hints, rollout, audit) = tokio::try_join!(
             get("/oncall_hints.json".into()),
             get(format!("/v1/rollouts/{id}")),
             get(format!("/v1/rollouts/{id}/audit")),
         )?;
-        Ok::<_, anyhow::Error>((html + js + css + hints + audit, rollout))
+        Ok::<_, anyhow::Error>((html + common + js + css + hints + audit, rollout))
     };
     let (_, rollout_bytes) = load().await?; // warm-up
     let mut samples = Vec::with_capacity(runs);

@@ -5,7 +5,6 @@
 // queries /v1/rollouts, and posts /v1/rollbacks after a reason and a confirmation. Releases:
 // /v1/releases lists them; one is shown with its targets, followed through
 // /v1/releases/{id}/events, and paused, resumed or aborted after a reason and a confirmation.
-const TOKEN_KEY = "canaryd.token";
 const REFRESH_MS = 3000;
 const followed = new Map(); // rollout id -> {data, streaming}
 let historyCursor = null;
@@ -15,37 +14,6 @@ const doctorRunning = new Set(); // hosts whose doctor runs now
 let shownRelease = null; // {id, data, streaming}
 let releaseControl = null; // {id, verb}
 
-function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
-function headers(extra) {
-  const h = Object.assign({}, extra || {});
-  if (token()) h["Authorization"] = "Bearer " + token();
-  return h;
-}
-function say(text, isError) {
-  const m = document.getElementById("message");
-  m.textContent = text || "";
-  m.className = isError ? "error" : "";
-}
-async function api(path, options) {
-  const res = await fetch(path, Object.assign({}, options || {}, {headers: headers((options || {}).headers)}));
-  let body = null;
-  try { body = await res.json(); } catch (e) { body = null; }
-  if (!res.ok) {
-    const err = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status;
-    throw new Error(err);
-  }
-  return body;
-}
-function el(tag, attrs, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === null || v === undefined) continue;
-    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
-  }
-  for (const c of children) e.append(c === null || c === undefined ? "" : c);
-  return e;
-}
-function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function statusCell(s) { return el("span", {class: "status " + s, "data-status": s}, s); }
 // A rollout's page (/rollouts/{id}) and a replica's (/replicas/{host}/{service}).
 function rolloutPage(id) { return el("a", {href: "/rollouts/" + encodeURIComponent(id), class: "mono", "data-page-link": id}, id); }
@@ -183,7 +151,6 @@ async function refreshRollout(id) {
   try { f.data = await api("/v1/rollouts/" + encodeURIComponent(id)); renderActive(); }
   catch (e) { say("rollout " + id + ": " + e.message, true); }
 }
-function terminal(r) { return r && ["succeeded", "failed", "aborted"].includes(r.status); }
 function follow(id) {
   if (followed.has(id)) return;
   followed.set(id, {data: null, streaming: false});

@@ -1,5 +1,5 @@
-//! `GET /`: the dashboard, one static HTML page with its script (`/dashboard.js`) and style
-//! (`/dashboard.css`), vanilla JavaScript with no build step. It calls the API with a token
+//! `GET /`: the dashboard, one static HTML page with its script (`/dashboard.js`, after the
+//! `/common.js` it shares with the rollout and replica pages) and style (`/dashboard.css`), vanilla JavaScript with no build step. It calls the API with a token
 //! kept in the browser's localStorage; serving it needs no token. Nothing of it is inline, so
 //! its `Content-Security-Policy` allows only the daemon's own files and no framing.
 
@@ -13,6 +13,8 @@ use super::AppState;
 const DASHBOARD_HTML: &str = include_str!("dashboard.html");
 const DASHBOARD_JS: &str = include_str!("dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("dashboard.css");
+/// What the dashboard and the rollout and replica pages share (token, API calls, DOM).
+const COMMON_JS: &str = include_str!("common.js");
 
 /// Scripts, styles and API calls from the daemon itself only; never in a frame.
 pub(super) const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
@@ -28,6 +30,10 @@ pub(super) fn router() -> Router<AppState> {
         .route(
             "/dashboard.js",
             get(|| file("text/javascript; charset=utf-8", DASHBOARD_JS)),
+        )
+        .route(
+            "/common.js",
+            get(|| file("text/javascript; charset=utf-8", COMMON_JS)),
         )
         .route(
             "/dashboard.css",

@@ -119,7 +119,8 @@ mod tests {
             assert!(!html.contains(" style="));
             assert!(!html.contains(" onclick="));
         }
-        for js in [ROLLOUT_JS, REPLICA_JS] {
+        let common = include_str!("common.js");
+        for js in [ROLLOUT_JS, REPLICA_JS, common] {
             assert!(!js.contains("innerHTML"), "DOM calls only");
             assert!(!js.contains("setAttribute(\"style\""), "no inline style");
         }

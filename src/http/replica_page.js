@@ -4,39 +4,10 @@
 // (newest first) and /v1/rollouts?kind=rollback (to mark the deployments rollbacks made), shows
 // each deployment with the rollout that made it, rollbacks marked, and
 // posts /v1/rollbacks after a reason and a confirmation, naming what it would roll back to.
-const TOKEN_KEY = "canaryd.token";
 const parts = location.pathname.split("/");
 const host = decodeURIComponent(parts[2] || "");
 const service = decodeURIComponent(parts[3] || "");
 
-function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
-function headers(extra) {
-  const h = Object.assign({}, extra || {});
-  if (token()) h["Authorization"] = "Bearer " + token();
-  return h;
-}
-function say(text, isError) {
-  const m = document.getElementById("message");
-  m.textContent = text || "";
-  m.className = isError ? "error" : "";
-}
-async function api(path, options) {
-  const res = await fetch(path, Object.assign({}, options || {}, {headers: headers((options || {}).headers)}));
-  let body = null;
-  try { body = await res.json(); } catch (e) { body = null; }
-  if (!res.ok) throw new Error(body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status);
-  return body;
-}
-function el(tag, attrs, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === null || v === undefined) continue;
-    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
-  }
-  for (const c of children) e.append(c === null || c === undefined ? "" : c);
-  return e;
-}
-function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURIComponent(rid), class: "mono", "data-rollout-link": rid}, rid); }
 function same(a, b) {
   return a.file === b.file && a.tag === b.tag && JSON.stringify(a.env_overrides || {}) === JSON.stringify(b.env_overrides || {});

@@ -6,7 +6,6 @@
 // runs. A step's evidence is drawn from its shape, never from its kind's name: a plan's
 // buckets, compose calls, stream tails, counts, matched lines, an approval, and an analysis's
 // per-interval series as one chart per check.
-const TOKEN_KEY = "canaryd.token";
 const SVG = "http://www.w3.org/2000/svg";
 const TICK_MS = 500;
 const id = decodeURIComponent(location.pathname.split("/")[2] || "");
@@ -15,40 +14,12 @@ let hints = {};
 let streaming = false;
 const opened = new Set(); // names of the steps shown open
 
-function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
-function headers(extra) {
-  const h = Object.assign({}, extra || {});
-  if (token()) h["Authorization"] = "Bearer " + token();
-  return h;
-}
-function say(text, isError) {
-  const m = document.getElementById("message");
-  m.textContent = text || "";
-  m.className = isError ? "error" : "";
-}
-async function api(path) {
-  const res = await fetch(path, {headers: headers()});
-  let body = null;
-  try { body = await res.json(); } catch (e) { body = null; }
-  if (!res.ok) throw new Error(body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status);
-  return body;
-}
-function el(tag, attrs, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === null || v === undefined) continue;
-    if (k === "class") e.className = v; else if (k.startsWith("data-") || k.startsWith("aria-")) e.setAttribute(k, v); else e[k] = v;
-  }
-  for (const c of children) e.append(c === null || c === undefined ? "" : c);
-  return e;
-}
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) e.setAttribute(k, String(v));
   for (const c of children) e.append(c);
   return e;
 }
-function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function ms(t) { return t ? Date.parse(t) : null; }
 function duration(d) {
   if (d === null || d === undefined || !isFinite(d)) return "";
@@ -62,7 +33,6 @@ function num(x) {
   if (Number.isInteger(x)) return String(x);
   return Math.abs(x) >= 100 ? x.toFixed(1) : Math.abs(x) >= 1 ? x.toFixed(3) : x.toPrecision(3);
 }
-function terminal(r) { return r && ["succeeded", "failed", "aborted"].includes(r.status); }
 function statusText(s) { return el("span", {class: "status " + s, "data-status": s}, s); }
 function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURIComponent(rid), class: "mono", "data-rollout-link": rid}, rid); }
 
