@@ -24,10 +24,11 @@ mod verdict;
 pub use verdict::{verdict_event, verdict_table};
 
 /// Where the numbers come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum AnalysisSource {
     /// Each replica's own Prometheus text page (`metrics_url`).
+    #[default]
     Engine,
     /// A PromQL query per check and replica, on the config's `prometheus:` server.
     Prometheus,
@@ -47,19 +48,21 @@ pub enum OnInconclusive {
     Ask,
 }
 
-/// An `analyze` step's settings.
+/// An `analyze` step's settings (omitted ones take `runbook::defaults`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AnalyzeSpec {
     /// Where the numbers come from.
+    #[serde(default)]
     pub source: AnalysisSource,
     /// Sampled, not judged: the window starts after it.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "default_warmup")]
     pub warmup: Duration,
     /// The judged window.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "default_duration")]
     pub duration: Duration,
     /// Time between scrapes.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "default_interval")]
     pub interval: Duration,
     /// At least one; names are unique.
     pub checks: Vec<Check>,
@@ -70,6 +73,18 @@ pub struct AnalyzeSpec {
 
 fn default_approve_timeout() -> Duration {
     crate::domain::defaults::APPROVE_TIMEOUT
+}
+
+fn default_warmup() -> Duration {
+    crate::domain::runbook::defaults::ANALYZE_WARMUP
+}
+
+fn default_duration() -> Duration {
+    crate::domain::runbook::defaults::ANALYZE_DURATION
+}
+
+fn default_interval() -> Duration {
+    crate::domain::runbook::defaults::ANALYZE_INTERVAL
 }
 
 impl AnalyzeSpec {
@@ -83,6 +98,7 @@ impl AnalyzeSpec {
 
 /// One check: a histogram quantile or a counter increase over the window, and its limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Check {
     /// Unique within the step; named in `analysis_failed`.
     pub name: String,
@@ -108,13 +124,26 @@ pub struct Check {
     /// Absolute lower bound of the target's value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<f64>,
-    /// Requests a replica must have served in the window for its value to count.
-    pub min_requests: u64,
+    /// Requests a replica must have served in the window for its value to count; see
+    /// [`Check::min_requests`] for the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
     /// What not enough data counts as.
+    #[serde(default)]
     pub on_inconclusive: OnInconclusive,
 }
 
 impl Check {
+    /// `min_requests`, or by default 1 for a histogram (a quantile needs observations) and 0
+    /// for a counter or a query.
+    pub fn min_requests(&self) -> u64 {
+        let default = match self.histogram {
+            Some(_) => crate::domain::runbook::defaults::ANALYZE_MIN_REQUESTS,
+            None => 0,
+        };
+        self.min_requests.unwrap_or(default)
+    }
+
     /// The family it reads.
     pub fn family(&self) -> &str {
         self.histogram
@@ -197,10 +226,10 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
     let mut reasons = Vec::new();
     let peer_values: Vec<f64> = peers
         .values()
-        .filter_map(|o| usable(o, check.min_requests))
+        .filter_map(|o| usable(o, check.min_requests()))
         .collect();
     let peer_median = median(&peer_values);
-    let target_value = usable(&target, check.min_requests);
+    let target_value = usable(&target, check.min_requests());
     let ratio = match (target_value, peer_median) {
         (Some(t), Some(m)) if m > 0.0 => Some(t / m),
         (Some(0.0), Some(_)) => Some(1.0),
@@ -218,7 +247,7 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
             reasons.push(format!(
                 "the target served {} requests in the window, fewer than min_requests {}",
                 target.requests.unwrap_or_default(),
-                check.min_requests
+                check.min_requests()
             ));
         }
         Some(value) => {
@@ -248,7 +277,7 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
                         inconclusive = true;
                         reasons.push(format!(
                             "no peer served min_requests {} requests in the window",
-                            check.min_requests
+                            check.min_requests()
                         ));
                     }
                 }
@@ -277,7 +306,7 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
         max_ratio_to_peers: check.max_ratio_to_peers,
         max: check.max,
         min: check.min,
-        min_requests: check.min_requests,
+        min_requests: check.min_requests(),
         on_inconclusive: check.on_inconclusive,
         reasons,
     }
@@ -365,7 +394,7 @@ mod tests {
             max_ratio_to_peers: ratio,
             max,
             min,
-            min_requests,
+            min_requests: Some(min_requests),
             on_inconclusive: OnInconclusive::Fail,
         }
     }

@@ -62,17 +62,31 @@ pub fn format_duration(d: Duration) -> String {
 pub mod serde_duration {
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
 
     /// Writes the duration as a string such as `45m`.
     pub fn serialize<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&super::format_duration(*d))
     }
 
-    /// Reads a string such as `45m`.
+    /// Reads a string such as `45m`; anything else is "expected a duration such as `5s` or
+    /// `45m`".
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
+        deserializer.deserialize_str(DurationText)
+    }
+
+    struct DurationText;
+
+    impl serde::de::Visitor<'_> for DurationText {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration such as `5s` or `45m`")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+            super::parse_duration(text).map_err(E::custom)
+        }
     }
 
     /// The same for `Option<Duration>` (`null` or absent is `None`; pair with `#[serde(default)]`).

@@ -10,8 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::unknown_keys::unknown_keys;
-use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+use crate::domain::yaml_line::{locate, read, Seg};
 
 pub mod step;
 
@@ -139,6 +138,14 @@ struct RawRunbook {
     steps: Option<Vec<serde_yaml::Value>>,
 }
 
+/// A runbook's steps alone, read when its top level has unknown keys, so that the unknown
+/// keys of its steps are reported with them.
+#[derive(Deserialize)]
+struct StepsOnly {
+    #[serde(default)]
+    steps: Vec<serde_yaml::Value>,
+}
+
 /// Parses and validates one runbook. `name` is the runbook's name (the file stem);
 /// `source_label` is what errors print as the file.
 pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, RunbookError> {
@@ -147,44 +154,68 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
         line,
         message,
     };
-    let steps_line = || locate(yaml, &[Seg::Key("steps")]);
     if yaml.trim().is_empty() {
         return Err(error(
             None,
             "empty runbook: expected `description` and `steps`".into(),
         ));
     }
-    let unknown = unknown_keys_of(yaml);
+    // Every unknown key, at the top and in the steps, is reported at once, in file order.
+    let (raw, mut unknown) = match read::<RawRunbook>(yaml) {
+        Ok(raw) => (raw, Vec::new()),
+        Err(errors) if errors.iter().all(|e| e.unknown.is_some()) => {
+            let steps = read::<StepsOnly>(yaml).map(|s| s.steps).unwrap_or_default();
+            let raw = RawRunbook {
+                description: None,
+                steps: Some(steps),
+            };
+            (
+                raw,
+                errors.into_iter().map(|e| (e.line, e.message)).collect(),
+            )
+        }
+        Err(errors) => {
+            return Err(RunbookError::all(
+                errors.into_iter().map(|e| error(e.line, e.message)),
+            ))
+        }
+    };
+    let missing = raw.steps.is_none();
+    let raw_steps = raw.steps.unwrap_or_default();
+    let mut steps: Vec<Step> = Vec::with_capacity(raw_steps.len());
+    let mut first_error = None;
+    for (index, value) in raw_steps.iter().enumerate() {
+        match step::read(yaml, index, value) {
+            Ok(step) => steps.push(step),
+            Err(errors) if errors.iter().all(|e| e.unknown) => {
+                unknown.extend(errors.into_iter().map(|e| (e.line, e.message)));
+            }
+            Err(mut errors) => {
+                first_error.get_or_insert_with(|| errors.remove(0));
+            }
+        }
+    }
     if !unknown.is_empty() {
+        unknown.sort_by_key(|(line, _)| line.unwrap_or(usize::MAX));
         return Err(RunbookError::all(
             unknown
                 .into_iter()
                 .map(|(line, message)| error(line, message)),
         ));
     }
-    let raw: RawRunbook = serde_yaml::from_str(yaml).map_err(|e| {
-        let (line, message) = describe_yaml_error(&e);
-        error(line, message)
-    })?;
-    let raw_steps = raw
-        .steps
-        .ok_or_else(|| error(Some(1), "missing field `steps`".into()))?;
-    if raw_steps.is_empty() {
-        return Err(error(
-            steps_line(),
-            "`steps` is empty: a runbook needs at least one step".into(),
-        ));
+    if let Some(e) = first_error {
+        return Err(error(e.line, e.message));
     }
-    let mut steps: Vec<Step> = Vec::with_capacity(raw_steps.len());
-    for (index, value) in raw_steps.iter().enumerate() {
-        let step = step::from_value(index, value).map_err(|e| {
-            let mut path = vec![Seg::Key("steps"), Seg::Index(index)];
-            if let Some(field) = &e.field {
-                path.push(Seg::Key(field));
-            }
-            error(locate(yaml, &path), e.message)
-        })?;
-        if let Some(first) = steps.iter().position(|s| s.name == step.name) {
+    if missing {
+        return Err(error(Some(1), "missing field `steps`".into()));
+    }
+    if steps.is_empty() {
+        let line = locate(yaml, &[Seg::Key("steps")]);
+        let message = "`steps` is empty: a runbook needs at least one step";
+        return Err(error(line, message.into()));
+    }
+    for (index, step) in steps.iter().enumerate() {
+        if let Some(first) = steps[..index].iter().position(|s| s.name == step.name) {
             let line = locate(yaml, &[Seg::Key("steps"), Seg::Index(index)]);
             let message = format!(
                 "step {} \"{}\": duplicate step name (also step {})",
@@ -194,7 +225,6 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
             );
             return Err(error(line, message));
         }
-        steps.push(step);
     }
     if let Some((index, message)) = safety_violation(&steps) {
         return Err(error(
@@ -207,26 +237,6 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
         description: raw.description.unwrap_or_default(),
         steps,
     })
-}
-
-/// Every key of the runbook that nothing takes, at the top or in a step, in file order: the
-/// line and message of each.
-fn unknown_keys_of(yaml: &str) -> Vec<(Option<usize>, String)> {
-    let mut found: Vec<(Option<usize>, String)> = unknown_keys::<RawRunbook>(yaml)
-        .into_iter()
-        .map(|k| (k.line, k.message))
-        .collect();
-    let doc: serde_yaml::Value = serde_yaml::from_str(yaml).unwrap_or_default();
-    let steps = doc.get("steps").and_then(serde_yaml::Value::as_sequence);
-    for (index, value) in steps.into_iter().flatten().enumerate() {
-        for e in step::unknown_fields(index, value) {
-            let field = e.field.as_deref().unwrap_or_default();
-            let at = [Seg::Key("steps"), Seg::Index(index), Seg::Key(field)];
-            found.push((locate(yaml, &at), e.message));
-        }
-    }
-    found.sort_by_key(|(line, _)| line.unwrap_or(usize::MAX));
-    found
 }
 
 impl RunbookError {

@@ -27,9 +27,9 @@ pub struct UnknownKey {
     pub message: String,
 }
 
-/// One step of a path, owned.
+/// One part of a path, owned.
 #[derive(Debug, Clone)]
-enum Step {
+enum Part {
     Key(String),
     Index(usize),
 }
@@ -38,9 +38,54 @@ enum Step {
 /// and when the document does not parse or fails for another reason first: the caller's own
 /// read then reports that as it always does.
 pub fn unknown_keys<T: DeserializeOwned>(source: &str) -> Vec<UnknownKey> {
-    let Ok(mut doc) = serde_yaml::from_str::<Value>(source) else {
+    let Ok(doc) = serde_yaml::from_str::<Value>(source) else {
         return Vec::new();
     };
+    let mut found: Vec<UnknownKey> = refused_keys::<T>(doc)
+        .into_iter()
+        .map(|r| UnknownKey {
+            parent: r.parent_shown(),
+            line: locate(source, &r.at(&[])),
+            key: r.key,
+            message: r.message,
+        })
+        .collect();
+    found.sort_by_key(|k| k.line.unwrap_or(usize::MAX));
+    found
+}
+
+/// A key `T` refused, found by [`refused_keys`].
+#[derive(Debug, Clone)]
+pub(crate) struct Refused {
+    /// The path of the mapping that holds the key, from the document read.
+    parent: Vec<Part>,
+    /// The key as written.
+    pub key: String,
+    /// serde's message.
+    pub message: String,
+}
+
+impl Refused {
+    /// The key's path below `prefix`, for [`locate`].
+    pub fn at<'a>(&'a self, prefix: &[Seg<'a>]) -> Vec<Seg<'a>> {
+        let mut at = prefix.to_vec();
+        at.extend(self.parent.iter().map(|s| match s {
+            Part::Key(k) => Seg::Key(k),
+            Part::Index(i) => Seg::Index(*i),
+        }));
+        at.push(Seg::Key(&self.key));
+        at
+    }
+
+    /// `hosts.gpu02`, `checks[0]`; empty when the key is at the top of the document read.
+    pub fn parent_shown(&self) -> String {
+        shown(&self.parent)
+    }
+}
+
+/// Every key of `doc` that `T` refuses as unknown, in the order serde meets them (at most
+/// [`MAX_REPORTED`]). Empty when there is none, and when `doc` fails for another reason first.
+pub(crate) fn refused_keys<T: DeserializeOwned>(mut doc: Value) -> Vec<Refused> {
     let mut found = Vec::new();
     while found.len() < MAX_REPORTED {
         let Err(err) = serde_path_to_error::deserialize::<_, T>(doc.clone()) else {
@@ -54,28 +99,18 @@ pub fn unknown_keys<T: DeserializeOwned>(source: &str) -> Vec<UnknownKey> {
             break;
         };
         // The path ends at the refused key itself.
-        if matches!(parent.last(), Some(Step::Key(k)) if *k == key) {
+        if matches!(parent.last(), Some(Part::Key(k)) if *k == key) {
             parent.pop();
         }
         if !remove(&mut doc, &parent, &key) {
             break;
         }
-        let mut at: Vec<Seg<'_>> = parent
-            .iter()
-            .map(|s| match s {
-                Step::Key(k) => Seg::Key(k),
-                Step::Index(i) => Seg::Index(*i),
-            })
-            .collect();
-        at.push(Seg::Key(&key));
-        found.push(UnknownKey {
-            parent: shown(&parent),
-            line: locate(source, &at),
+        found.push(Refused {
+            parent,
             key,
             message,
         });
     }
-    found.sort_by_key(|k| k.line.unwrap_or(usize::MAX));
     found
 }
 
@@ -87,24 +122,24 @@ fn refused_key(message: &str) -> Option<String> {
 
 /// The path serde_path_to_error gives for an unknown key (ending at the key). `None`
 /// for a path through an enum or an unknown step, which this cannot walk.
-fn path_of(path: &serde_path_to_error::Path) -> Option<Vec<Step>> {
+fn path_of(path: &serde_path_to_error::Path) -> Option<Vec<Part>> {
     use serde_path_to_error::Segment;
     path.iter()
         .map(|segment| match segment {
-            Segment::Map { key } => Some(Step::Key(key.clone())),
-            Segment::Seq { index } => Some(Step::Index(*index)),
+            Segment::Map { key } => Some(Part::Key(key.clone())),
+            Segment::Seq { index } => Some(Part::Index(*index)),
             Segment::Enum { .. } | Segment::Unknown => None,
         })
         .collect()
 }
 
 /// Removes `key` from the mapping at `parent`; whether it was there.
-fn remove(doc: &mut Value, parent: &[Step], key: &str) -> bool {
+fn remove(doc: &mut Value, parent: &[Part], key: &str) -> bool {
     let mut here = doc;
-    for step in parent {
-        let next = match (step, here) {
-            (Step::Key(k), Value::Mapping(map)) => map.get_mut(k.as_str()),
-            (Step::Index(i), Value::Sequence(items)) => items.get_mut(*i),
+    for part in parent {
+        let next = match (part, here) {
+            (Part::Key(k), Value::Mapping(map)) => map.get_mut(k.as_str()),
+            (Part::Index(i), Value::Sequence(items)) => items.get_mut(*i),
             _ => None,
         };
         match next {
@@ -113,22 +148,22 @@ fn remove(doc: &mut Value, parent: &[Step], key: &str) -> bool {
         }
     }
     match here {
-        Value::Mapping(map) => map.remove(key).is_some(),
+        Value::Mapping(map) => map.shift_remove(key).is_some(),
         _ => false,
     }
 }
 
 /// `hosts.gpu02.replicas[1]`.
-fn shown(path: &[Step]) -> String {
+fn shown(path: &[Part]) -> String {
     let mut out = String::new();
-    for step in path {
-        match step {
-            Step::Key(k) if out.is_empty() => out.push_str(k),
-            Step::Key(k) => {
+    for part in path {
+        match part {
+            Part::Key(k) if out.is_empty() => out.push_str(k),
+            Part::Key(k) => {
                 out.push('.');
                 out.push_str(k);
             }
-            Step::Index(i) => out.push_str(&format!("[{i}]")),
+            Part::Index(i) => out.push_str(&format!("[{i}]")),
         }
     }
     out

@@ -8,6 +8,89 @@
 //! best-effort locator, not a parser: when a segment cannot be found it answers the line of the
 //! deepest segment that was.
 
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use super::unknown_keys::refused_keys;
+
+/// Something wrong in a YAML document read by [`read`] or [`read_node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct YamlError {
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// Where, below the node read: `timeout`, `checks[0].name`; empty for the node itself.
+    /// For an unknown key, the mapping that holds it.
+    pub path: String,
+    /// The key the type does not take, when that is the error.
+    pub unknown: Option<String>,
+    /// serde's message, without its own ` at line N column M`.
+    pub message: String,
+}
+
+/// Reads `T` from the YAML document `source`: a syntax error, or every key `T` does not take
+/// (at once, in file order), or the first other error, each with its line.
+pub fn read<T: DeserializeOwned>(source: &str) -> Result<T, Vec<YamlError>> {
+    let doc: Value = serde_yaml::from_str(source).map_err(|e| {
+        let (line, message) = describe_yaml_error(&e);
+        vec![YamlError {
+            line,
+            path: String::new(),
+            unknown: None,
+            message,
+        }]
+    })?;
+    read_node(source, &[], doc)
+}
+
+/// Reads `T` from `node`, the part of the document `source` at `at` (a runbook's step):
+/// every key `T` does not take, in file order, or the first other error, each with its line.
+pub fn read_node<T: DeserializeOwned>(
+    source: &str,
+    at: &[Seg<'_>],
+    node: Value,
+) -> Result<T, Vec<YamlError>> {
+    let mut unknown: Vec<YamlError> = refused_keys::<T>(node.clone())
+        .into_iter()
+        .map(|r| YamlError {
+            line: locate(source, &r.at(at)),
+            path: r.parent_shown(),
+            message: r.message.clone(),
+            unknown: Some(r.key),
+        })
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        return Err(unknown);
+    }
+    serde_path_to_error::deserialize(node).map_err(|e| {
+        use serde_path_to_error::Segment;
+        let mut path = at.to_vec();
+        let mut shown = String::new();
+        for segment in e.path().iter() {
+            match segment {
+                Segment::Map { key } => {
+                    path.push(Seg::Key(key));
+                    if !shown.is_empty() {
+                        shown.push('.');
+                    }
+                    shown.push_str(key);
+                }
+                Segment::Seq { index } => {
+                    path.push(Seg::Index(*index));
+                    shown.push_str(&format!("[{index}]"));
+                }
+                Segment::Enum { .. } | Segment::Unknown => {}
+            }
+        }
+        vec![YamlError {
+            line: locate(source, &path),
+            path: shown,
+            unknown: None,
+            message: e.inner().to_string(),
+        }]
+    })
+}
+
 /// One step of a path into a YAML document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seg<'a> {

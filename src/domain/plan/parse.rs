@@ -1,51 +1,36 @@
-//! Reading a plan body (JSON or YAML) into a [`PlanSpec`], checking its shape and types only.
+//! Reading a plan body (JSON or YAML) into a [`PlanSpec`] with serde, checking its shape and
+//! types only: every refusal keeps its code and the field at fault.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::Value;
+use serde_yaml::Value as Doc;
 
 use super::{PlanError, PlanSpec, MAX_BODY_BYTES};
-use crate::domain::state::OnFailure;
-
-const FIELDS: &[&str] = &[
-    "host",
-    "file",
-    "service",
-    "tag",
-    "reason",
-    "runbook",
-    "env",
-    "require_logs",
-    "on_failure",
-    "replaces",
-];
+use crate::domain::unknown_keys::refused_keys;
+use crate::domain::yaml_line::read;
 
 /// Parses a JSON plan body. A field given twice is refused (`invalid_body`), not silently
 /// resolved to the last one.
 pub fn parse_json(body: &[u8]) -> Result<PlanSpec, PlanError> {
     check_size(body.len())?;
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+    let not_json = |e: &dyn std::fmt::Display| {
         PlanError::new(
             "invalid_body",
             None,
             format!("the plan is not valid JSON: {e}"),
         )
+    };
+    check_unique_keys(body).map_err(|e| {
+        // A key given twice in `env` is a bad override (422); elsewhere a bad body.
+        match e.split('`').nth(1).filter(|path| path.starts_with("env.")) {
+            Some(path) => PlanError::new("invalid_env", Some(path), "given twice"),
+            None => not_json(&e),
+        }
     })?;
-    if value.is_object() {
-        check_unique_keys(body).map_err(|e| {
-            // A key given twice in `env` is a bad override (422); elsewhere a bad body.
-            match e.split('`').nth(1).filter(|path| path.starts_with("env.")) {
-                Some(path) => PlanError::new("invalid_env", Some(path), "given twice"),
-                None => PlanError::new(
-                    "invalid_body",
-                    None,
-                    format!("the plan is not valid JSON: {e}"),
-                ),
-            }
-        })?;
-    }
-    let order = json_key_order(body, &value);
-    from_value(value, &order)
+    // Read as a YAML value, which keeps the keys in the body's order (serde_json sorts them).
+    let doc: Doc = serde_json::from_slice(body).map_err(|e| not_json(&e))?;
+    from_doc(doc)
 }
 
 /// The top-level keys of a JSON object in the order the body writes them (serde_json's map
@@ -66,8 +51,8 @@ pub fn json_key_order(body: &[u8], value: &Value) -> Vec<String> {
 /// Parses a YAML plan body (`Content-Type: application/yaml`, `canaryd rollout start PLAN.yaml`).
 pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
     check_size(body.len())?;
-    // Through serde_yaml's own Value first: it refuses duplicate keys.
-    let yaml: serde_yaml::Value = serde_yaml::from_str(body).map_err(|e| {
+    // Through serde_yaml's own value first: it refuses duplicate keys.
+    let doc: Doc = read(body).map_err(|errors| {
         // `curl -d @plan.yaml` sends the file with its newlines removed.
         let flattened = !body.trim().contains('\n') && body.matches(": ").count() > 1;
         let hint = if flattened {
@@ -75,27 +60,15 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
         } else {
             ""
         };
+        let e = &errors[0];
+        let at = e.line.map(|l| format!(" at line {l}")).unwrap_or_default();
         PlanError::new(
             "invalid_body",
             None,
-            format!("the plan is not valid YAML: {e}{hint}"),
+            format!("the plan is not valid YAML: {}{at}{hint}", e.message),
         )
     })?;
-    let order: Vec<String> = match &yaml {
-        serde_yaml::Value::Mapping(map) => map
-            .keys()
-            .filter_map(|k| k.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    };
-    let value = serde_json::to_value(yaml).map_err(|e| {
-        PlanError::new(
-            "invalid_body",
-            None,
-            format!("the plan is not a plain YAML mapping: {e}"),
-        )
-    })?;
-    from_value(value, &order)
+    from_doc(doc)
 }
 
 /// The keys of `keys` not in `fields`, in the order of `order` (the body's), any key `order`
@@ -191,167 +164,76 @@ fn check_size(len: usize) -> Result<(), PlanError> {
     Ok(())
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Reads the plan object; `order` is its keys in the body's order, so that every unknown key is
-/// named at once, as written.
-fn from_value(value: Value, order: &[String]) -> Result<PlanSpec, PlanError> {
-    let Value::Object(map) = value else {
+/// Reads the plan mapping: every unknown key named at once, in the body's order; an empty
+/// field (`runbook: null`) is an absent one.
+fn from_doc(mut doc: Doc) -> Result<PlanSpec, PlanError> {
+    let Doc::Mapping(map) = &mut doc else {
+        let got = match doc {
+            Doc::Null => "null",
+            Doc::Sequence(_) => "a list",
+            _ => "a single value",
+        };
         return Err(PlanError::new(
             "invalid_body",
             None,
-            format!(
-                "the plan must be an object with fields {}, got {}",
-                FIELDS.join(", "),
-                type_name(&value)
-            ),
+            format!("the plan must be an object with fields host, file, service, tag, reason, ..., got {got}"),
         ));
     };
-    let unknown = unknown_keys(order, map.keys(), FIELDS);
+    let unknown: Vec<_> = refused_keys::<PlanSpec>(Doc::Mapping(map.clone()))
+        .into_iter()
+        .filter(|r| r.parent_shown().is_empty())
+        .collect();
     if let Some(first) = unknown.first() {
-        let (s, names) = (if unknown.len() > 1 { "s" } else { "" }, unknown.join(", "));
+        let names: Vec<&str> = unknown.iter().map(|r| r.key.as_str()).collect();
+        let s = if names.len() > 1 { "s" } else { "" };
+        // serde's "unknown field `x`, expected one of `host`, ...": what it expects.
+        let expected = first.message.split_once(", ").map_or("", |(_, e)| e);
         return Err(PlanError {
             code: "unknown_field",
-            field: Some(first.clone()),
-            message: format!(
-                "{names}: unknown field{s} (expected one of: {})",
-                FIELDS.join(", ")
-            ),
+            field: Some(first.key.clone()),
+            message: format!("{}: unknown field{s} ({expected})", names.join(", ")),
         });
     }
-    let text = |field: &str, missing: Option<&'static str>| -> Result<Option<String>, PlanError> {
-        match map.get(field) {
-            None | Some(Value::Null) => match missing {
-                Some(code) => Err(PlanError::new(code, Some(field), "is required")),
-                None => Ok(None),
-            },
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(Value::Array(_)) if field == "service" => Err(PlanError::new(
-                "invalid_service",
-                Some(field),
-                "must be one replica name, not a list: a plan rolls exactly one replica",
-            )),
-            Some(other) if field == "service" => Err(PlanError::new(
-                "invalid_service",
-                Some(field),
-                format!(
-                    "must be one replica name (a string), got {}",
-                    type_name(other)
-                ),
-            )),
-            Some(other) => Err(PlanError::new(
-                "invalid_body",
-                Some(field),
-                format!(
-                    "must be a string, got {} (quote it in YAML)",
-                    type_name(other)
-                ),
-            )),
-        }
-    };
-    let env = match map.get("env") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(env)) => {
-            let mut out = BTreeMap::new();
-            for (key, value) in env {
-                let Value::String(value) = value else {
-                    return Err(PlanError::new(
-                        "invalid_env",
-                        Some(&format!("env.{key}")),
-                        format!(
-                            "value must be a string, got {} (quote it in YAML)",
-                            type_name(value)
-                        ),
-                    ));
-                };
-                out.insert(key.clone(), value.clone());
-            }
-            Some(out)
-        }
-        Some(other) => {
-            return Err(PlanError::new(
-                "invalid_body",
-                Some("env"),
-                format!(
-                    "must be an object of KEY: value strings, got {}",
-                    type_name(other)
-                ),
-            ))
-        }
-    };
-    let require_logs = match map.get("require_logs") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => {
-            let mut out = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                let Value::String(s) = item else {
-                    return Err(PlanError::new(
-                        "invalid_body",
-                        Some(&format!("require_logs[{i}]")),
-                        format!("must be a string, got {}", type_name(item)),
-                    ));
-                };
-                out.push(s.clone());
-            }
-            Some(out)
-        }
-        Some(other) => {
-            return Err(PlanError::new(
-                "invalid_body",
-                Some("require_logs"),
-                format!("must be a list of strings, got {}", type_name(other)),
-            ))
-        }
-    };
-    let on_failure = match text("on_failure", None)? {
-        None => None,
-        Some(s) => Some(s.parse::<OnFailure>().map_err(|_| {
-            PlanError::new(
-                "invalid_on_failure",
-                Some("on_failure"),
-                format!("must be `rollback` or `halt`, got \"{s}\""),
-            )
-        })?),
-    };
-    let replaces = match map.get("replaces") {
-        None | Some(Value::Null) => None,
-        Some(v @ Value::Object(_)) => Some(serde_json::from_value(v.clone()).map_err(|e| {
-            PlanError::new(
-                "invalid_body",
-                Some("replaces"),
-                format!("must be {{service, file?, tag?}} with string values: {e}"),
-            )
-        })?),
-        Some(other) => {
-            return Err(PlanError::new(
-                "invalid_body",
-                Some("replaces"),
-                format!(
-                    "must be an object {{service, file?, tag?}}, got {}",
-                    type_name(other)
-                ),
-            ))
-        }
-    };
-    Ok(PlanSpec {
-        replaces,
-        host: text("host", Some("unknown_host"))?.unwrap_or_default(),
-        file: text("file", Some("invalid_file"))?.unwrap_or_default(),
-        service: text("service", Some("invalid_service"))?.unwrap_or_default(),
-        tag: text("tag", Some("invalid_tag"))?.unwrap_or_default(),
-        reason: text("reason", Some("missing_reason"))?.unwrap_or_default(),
-        runbook: text("runbook", None)?,
-        env,
-        require_logs,
-        on_failure,
+    map.retain(|_, v| !v.is_null());
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        refusal(&path, e.into_inner().to_string())
     })
+}
+
+/// The code and field of serde's `message` about the plan's `path` (`.` for the plan itself).
+fn refusal(path: &str, message: String) -> PlanError {
+    if path == "." {
+        let missing = message.strip_prefix("missing field `");
+        return match missing.and_then(|rest| rest.split('`').next()) {
+            Some(field) => {
+                let code = match field {
+                    "host" => "unknown_host",
+                    "file" => "invalid_file",
+                    "service" => "invalid_service",
+                    "tag" => "invalid_tag",
+                    "reason" => "missing_reason",
+                    _ => "invalid_body",
+                };
+                PlanError::new(code, Some(field), "is required")
+            }
+            None => PlanError::new("invalid_body", None, message),
+        };
+    }
+    let (code, field) = match path.split(['.', '[']).next().unwrap_or_default() {
+        "service" => ("invalid_service", path),
+        "env" if path != "env" => ("invalid_env", path),
+        "on_failure" => ("invalid_on_failure", path),
+        "replaces" => ("invalid_body", "replaces"),
+        _ => ("invalid_body", path),
+    };
+    let scalar = ["integer", "floating point", "boolean"]
+        .iter()
+        .any(|t| message.starts_with(&format!("invalid type: {t}")));
+    let hint = if scalar && message.ends_with("expected a string") {
+        " (quote it in YAML)"
+    } else {
+        ""
+    };
+    PlanError::new(code, Some(field), format!("{message}{hint}"))
 }

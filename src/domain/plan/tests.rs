@@ -108,8 +108,8 @@ fn every_spec_refusal_has_its_code_and_names_the_field() {
         ("a service that is not a replica of the host", with("service", json!("nginx")), "unknown_service", "service", "\"nginx\" is not a configured replica of gpu02"),
         ("an empty service", with("service", json!("")), "invalid_service", "service", "must name one replica"),
         ("a whitespace service", with("service", json!("   ")), "invalid_service", "service", "must name one replica"),
-        ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "not a list"),
-        ("a service number", with("service", json!(2)), "invalid_service", "service", "got a number"),
+        ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "invalid type: sequence, expected a string"),
+        ("a service number", with("service", json!(2)), "invalid_service", "service", "invalid type: integer `2`, expected a string"),
         ("two services in one string", with("service", json!(format!("{R1},{R2}"))), "invalid_service", "service", "no commas or spaces"),
         ("a service with a space", with("service", json!("model r2")), "invalid_service", "service", "no commas or spaces"),
         ("a missing service", without("service"), "invalid_service", "service", "is required"),
@@ -138,15 +138,15 @@ fn every_spec_refusal_has_its_code_and_names_the_field() {
         ("an env key starting with a digit", with("env", json!({"1X": "x"})), "invalid_env", "env.1X", "key must match"),
         ("an env value with a newline", with("env", json!({"TOKEN": "a\nb"})), "invalid_env", "env.TOKEN", "newline"),
         ("an env value with a carriage return", with("env", json!({"TOKEN": "a\rb"})), "invalid_env", "env.TOKEN", "carriage return"),
-        ("an env value that is a number", with("env", json!({"N": 1})), "invalid_env", "env.N", "must be a string"),
-        ("env as a list", with("env", json!(["A=1"])), "invalid_body", "env", "object"),
+        ("an env value that is a number", with("env", json!({"N": 1})), "invalid_env", "env.N", "expected a string (quote it in YAML)"),
+        ("env as a list", with("env", json!(["A=1"])), "invalid_body", "env", "invalid type: sequence, expected a map"),
         ("an unknown runbook", with("runbook", json!("yolo")), "unknown_runbook", "runbook", "\"yolo\" is not a loaded runbook"),
         ("a missing reason", without("reason"), "missing_reason", "reason", "is required"),
         ("an empty reason", with("reason", json!("")), "missing_reason", "reason", "must say why"),
         ("a whitespace reason", with("reason", json!(" \n")), "missing_reason", "reason", "must say why"),
         ("a bad required-log regex", with("require_logs", json!(["ok", "re:("])), "invalid_pattern", "require_logs[1]", "invalid regular expression"),
         ("an empty required log", with("require_logs", json!([""])), "invalid_pattern", "require_logs[0]", "empty log pattern"),
-        ("required logs as a string", with("require_logs", json!("x")), "invalid_body", "require_logs", "list of strings"),
+        ("required logs as a string", with("require_logs", json!("x")), "invalid_body", "require_logs", "expected a sequence"),
         ("an unknown on_failure", with("on_failure", json!("retry")), "invalid_on_failure", "on_failure", "`rollback` or `halt`"),
         ("an unknown field", with("services", json!([R2])), "unknown_field", "services", "unknown field"),
         ("a force_recreate field", with("force_recreate", json!(true)), "unknown_field", "force_recreate", "expected one of"),
@@ -333,7 +333,12 @@ fn a_bad_replaces_is_refused_naming_the_field() {
             "replaces",
             "missing field `service`",
         ),
-        (json!("old"), "invalid_body", "replaces", "got a string"),
+        (
+            json!("old"),
+            "invalid_body",
+            "replaces",
+            "invalid type: string",
+        ),
     ];
     for (replaces, code, field, says) in cases {
         let mut plan = example();
@@ -382,7 +387,7 @@ fn every_unknown_key_is_named_at_once_in_the_order_written() {
     assert_eq!(err.field.as_deref(), Some("zone"));
     assert!(
         err.message
-            .starts_with("zone, tga, servce: unknown fields (expected one of: host,"),
+            .starts_with("zone, tga, servce: unknown fields (expected one of `host`,"),
         "{err}"
     );
     let yaml = "zone: 1\nhost: gpu02\ntga: v1\nservce: x\n";
@@ -393,7 +398,8 @@ fn every_unknown_key_is_named_at_once_in_the_order_written() {
     );
     let one = parse_yaml("host: gpu02\ntga: v1\n").expect_err("one unknown key");
     assert!(
-        one.message.starts_with("tga: unknown field (expected"),
+        one.message
+            .starts_with("tga: unknown field (expected one of `host`"),
         "{one}"
     );
 }

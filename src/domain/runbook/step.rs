@@ -3,17 +3,18 @@
 //! generates [`StepKind`] (a runbook step's settings), [`StepKindName`] (the stored kind) and
 //! every dispatch on the kind; the engine generates its executor dispatch from the same list.
 //!
-//! A step mapping is turned into a [`Step`] by hand rather than with serde so that every
-//! message names the step (`step 3 "down": unknown field `interval` (a `down` step takes:
-//! timeout)`) and the field, which the caller turns into a line number.
+//! A step mapping is read by serde into its kind's struct (`deny_unknown_fields`, defaults
+//! from [`super::defaults`]), then held to the kind's [`StepDef::check`]; [`read`] reads its
+//! `name` and `kind` and puts the `step 3 "down":` prefix and the line on every message.
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde_yaml::{Mapping, Value};
 
 use super::{defaults, Step};
-use crate::domain::duration::{format_duration, parse_duration};
-use crate::domain::pattern::LogPattern;
+use crate::domain::duration::format_duration;
+use crate::domain::yaml_line::{locate, read_node, Seg, YamlError};
 
 /// The one registration list of step kinds, in the order of docs/reference.md#step-kinds:
 /// `Variant => module::Type`, where `step/<module>.rs` holds `Type: StepDef`. Calls
@@ -42,19 +43,23 @@ pub(crate) use for_each_step_kind;
 
 /// What a step kind is, said once: its name, settings, defaults and checks, its budget, and
 /// how its evidence reads.
-pub(crate) trait StepDef: Sized {
+pub(crate) trait StepDef: DeserializeOwned {
     /// The kind's name as written in runbooks and stored in `step.kind` (`wait_health`).
     const NAME: &'static str;
     /// One line: what the step does.
     const DOC: &'static str;
-    /// The fields the kind takes besides `name` and `kind`.
+    /// The fields the kind takes besides `name` and `kind`, as messages list them (a test
+    /// holds them to what serde takes).
     const FIELDS: &'static [&'static str];
     /// Whether the step changes the replica: once one has started, a failed canary with
     /// `on_failure: rollback` rolls back.
     const TOUCHES_REPLICA: bool = false;
 
-    /// Reads the kind's fields (already checked against [`StepDef::FIELDS`]), with defaults.
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError>;
+    /// What serde cannot say about the fields read (a zero duration, an `interval` longer
+    /// than its window, a blank text): the field at fault and the message.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        Ok(())
+    }
 
     /// The step's budget, fixed when it starts and persisted as its deadline.
     fn budget(&self) -> Duration;
@@ -157,15 +162,16 @@ macro_rules! step_kinds {
                 }
             }
 
-            fn fields(self) -> &'static [&'static str] {
-                match self {
-                    $(Self::$variant => <$ty as StepDef>::FIELDS),+
-                }
-            }
-
-            fn parse(self, fields: &Fields<'_>) -> Result<StepKind, StepError> {
+            /// Reads the kind's fields, `node` (the step at `at` in `source` without its
+            /// `name` and `kind`).
+            fn read(
+                self,
+                source: &str,
+                at: &[Seg<'_>],
+                node: Mapping,
+            ) -> Result<StepKind, Vec<StepError>> {
                 Ok(match self {
-                    $(Self::$variant => StepKind::$variant(<$ty as StepDef>::parse(fields)?)),+
+                    $(Self::$variant => StepKind::$variant(read_kind::<$ty>(source, at, node)?)),+
                 })
             }
         }
@@ -232,23 +238,77 @@ impl<'de> serde::Deserialize<'de> for StepKindName {
 /// verification relay, perception check; never a configured replica, which the config's
 /// runbook check refuses). Safety rule 15: every compose call carries an explicit non-empty list
 /// fixed by the step.
+///
+/// It is flattened into its step, where serde knows no path: its fields' errors name them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Scope {
     /// Companion services; empty means the target.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "services"
+    )]
     pub services: Vec<String>,
     /// The reconcile: apply only what the dry run plans out of date (a subset of `services`),
     /// and skip the `up` when nothing is.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "only_out_of_date"
+    )]
     pub only_out_of_date: bool,
     /// `force_recreate: true` on the `up` and its dry run; only for services of the config's
     /// `force_recreate_allowed`.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_false",
+        deserialize_with = "force_recreate"
+    )]
     pub force_recreate: bool,
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// Reads `T`, its error naming `field`.
+fn named<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(
+    field: &str,
+    deserializer: D,
+) -> Result<T, D::Error> {
+    T::deserialize(deserializer).map_err(|e| serde::de::Error::custom(format!("`{field}`: {e}")))
+}
+
+fn services<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let services: Vec<String> = named("services", d)?;
+    if services.is_empty() {
+        return Err(serde::de::Error::custom(
+            "`services` is empty: leave it out to act on the target, or name companion services",
+        ));
+    }
+    Ok(services)
+}
+
+fn only_out_of_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    named("only_out_of_date", d)
+}
+
+fn force_recreate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    named("force_recreate", d)
+}
+
+/// A `down` step's scope: `services` only (no reconcile, no recreate).
+pub(crate) fn services_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Scope, D::Error> {
+    #[derive(serde::Deserialize)]
+    struct ServicesOnly {
+        #[serde(default, deserialize_with = "services")]
+        services: Vec<String>,
+    }
+    let ServicesOnly { services } = serde::Deserialize::deserialize(d)?;
+    Ok(Scope {
+        services,
+        ..Scope::default()
+    })
 }
 
 impl Scope {
@@ -264,6 +324,35 @@ impl Scope {
         } else {
             format!("services [{}]", self.services.join(", "))
         }
+    }
+
+    /// Compose service names, none twice; `only_out_of_date` and `force_recreate` only with
+    /// `services` (never on the target).
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        for (i, name) in self.services.iter().enumerate() {
+            if !valid_name(name) {
+                let message = format!("`services[{i}]` {name:?} is not a compose service name");
+                return Err(("services", message));
+            }
+            if self.services[..i].contains(name) {
+                return Err((
+                    "services",
+                    format!("`services[{i}]` {name:?} is listed twice"),
+                ));
+            }
+        }
+        for (field, on) in [
+            ("only_out_of_date", self.only_out_of_date),
+            ("force_recreate", self.force_recreate),
+        ] {
+            if on && self.services.is_empty() {
+                return Err((
+                    field,
+                    format!("`{field}: true` needs `services` (companion services): never on the target replica"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -289,211 +378,103 @@ pub(crate) fn shown(v: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// A step refusal: the message (already naming the step) and the field it is about.
+/// A step refusal: its line and message; `unknown` when a key the kind does not take.
 pub(crate) struct StepError {
-    pub field: Option<String>,
+    pub line: Option<usize>,
     pub message: String,
+    pub unknown: bool,
 }
 
-/// Reads the fields of one step mapping, with the step's label for messages.
-pub(crate) struct Fields<'a> {
-    map: &'a Mapping,
-    label: String,
+/// `Err((field, message))` for a duration `field` that must be longer than zero.
+pub(crate) fn positive_duration(
+    field: &'static str,
+    d: Duration,
+) -> Result<(), (&'static str, String)> {
+    if d.is_zero() {
+        return Err((field, format!("`{field}` must be longer than zero")));
+    }
+    Ok(())
 }
 
-impl Fields<'_> {
-    fn fail<T>(&self, field: &str, message: impl std::fmt::Display) -> Result<T, StepError> {
-        Err(StepError {
-            field: Some(field.to_string()),
-            message: format!("{}: {message}", self.label),
-        })
+/// `Err((field, message))` for a count `field` that must be at least 1.
+pub(crate) fn at_least_one(field: &'static str, n: u32) -> Result<(), (&'static str, String)> {
+    if n == 0 {
+        return Err((
+            field,
+            format!("`{field}` must be a whole number of at least 1, got `0`"),
+        ));
     }
+    Ok(())
+}
 
-    fn get(&self, field: &str) -> Option<&Value> {
-        self.map.get(field).filter(|v| !v.is_null())
-    }
-
-    fn duration(&self, field: &str, default: Duration) -> Result<Duration, StepError> {
-        let Some(value) = self.get(field) else {
-            return Ok(default);
-        };
-        let Some(text) = value.as_str() else {
-            return self.fail(
-                field,
-                format!(
-                    "`{field}` must be a duration such as `5s` or `45m`, got {}",
-                    show(value)
-                ),
-            );
-        };
-        match parse_duration(text) {
-            Ok(d) if d.is_zero() => self.fail(field, format!("`{field}` must be longer than zero")),
-            Ok(d) => Ok(d),
-            Err(e) => self.fail(field, format!("`{field}`: {e}")),
-        }
-    }
-
-    fn positive(&self, field: &str, default: u32) -> Result<u32, StepError> {
-        let Some(value) = self.get(field) else {
-            return Ok(default);
-        };
-        match value.as_u64().map(u32::try_from) {
-            Some(Ok(n)) if n > 0 => Ok(n),
-            _ => self.fail(
-                field,
-                format!(
-                    "`{field}` must be a whole number of at least 1, got {}",
-                    show(value)
-                ),
+/// `Err` when `interval` is longer than `limit` (the field `limit_field`).
+pub(crate) fn interval_within(
+    interval: Duration,
+    limit: Duration,
+    limit_field: &str,
+) -> Result<(), (&'static str, String)> {
+    if interval > limit {
+        return Err((
+            "interval",
+            format!(
+                "`interval` ({}) is longer than `{limit_field}` ({})",
+                format_duration(interval),
+                format_duration(limit)
             ),
-        }
+        ));
     }
+    Ok(())
+}
 
-    fn strings(&self, field: &str) -> Result<Vec<String>, StepError> {
-        let Some(value) = self.get(field) else {
-            return Ok(Vec::new());
-        };
-        let Some(items) = value.as_sequence() else {
-            return self.fail(
-                field,
-                format!("`{field}` must be a list of strings, got {}", show(value)),
-            );
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            match item.as_str() {
-                Some(text) => out.push(text.to_string()),
-                None => {
-                    return self.fail(
-                        field,
-                        format!("`{field}[{i}]` must be a string, got {}", show(item)),
-                    )
-                }
-            }
-        }
-        Ok(out)
-    }
+/// Reads a step of kind `K` from `node` (at `at` in `source`), then checks it; messages
+/// without the step's prefix.
+fn read_kind<K: StepDef>(
+    source: &str,
+    at: &[Seg<'_>],
+    mut node: Mapping,
+) -> Result<K, Vec<StepError>> {
+    // A field the kind takes, left empty (`timeout:`), takes its default.
+    node.retain(|key, value| {
+        !(value.is_null() && key.as_str().is_some_and(|k| K::FIELDS.contains(&k)))
+    });
+    let kind: K = read_node(source, at, Value::Mapping(node)).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|e| StepError {
+                line: e.line,
+                unknown: e.unknown.is_some(),
+                message: shown_error::<K>(e),
+            })
+            .collect::<Vec<_>>()
+    })?;
+    kind.check().map_err(|(field, message)| {
+        let mut path = at.to_vec();
+        path.push(Seg::Key(field));
+        vec![StepError {
+            line: locate(source, &path),
+            message,
+            unknown: false,
+        }]
+    })?;
+    Ok(kind)
+}
 
-    /// An optional compose service name.
-    fn service(&self, field: &str) -> Result<Option<String>, StepError> {
-        match self.get(field) {
-            None => Ok(None),
-            Some(Value::String(name)) if valid_name(name) => Ok(Some(name.clone())),
-            Some(other) => self.fail(
-                field,
-                format!(
-                    "`{field}` must be one compose service name, got {}",
-                    show(other)
-                ),
-            ),
+/// A serde error of a `K` step's fields, naming the field.
+fn shown_error<K: StepDef>(e: YamlError) -> String {
+    match (e.unknown, e.path.as_str()) {
+        (Some(key), "") => {
+            let takes = if K::FIELDS.is_empty() {
+                "no other fields".to_string()
+            } else {
+                K::FIELDS.join(", ")
+            };
+            format!(
+                "unknown field `{key}` (a `{}` step takes: {takes})",
+                K::NAME
+            )
         }
-    }
-
-    fn flag(&self, field: &str) -> Result<bool, StepError> {
-        match self.get(field) {
-            None => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(other) => self.fail(
-                field,
-                format!("`{field}` must be `true` or `false`, got {}", show(other)),
-            ),
-        }
-    }
-
-    /// The step's [`Scope`]: `services` (compose service names, no duplicates) and, when
-    /// `flags`, `only_out_of_date` and `force_recreate`, which need `services` (never the
-    /// target).
-    fn scope(&self, flags: bool) -> Result<Scope, StepError> {
-        let services = self.strings("services")?;
-        if self.get("services").is_some() && services.is_empty() {
-            return self.fail(
-                "services",
-                "`services` is empty: leave it out to act on the target, or name companion services",
-            );
-        }
-        for (i, name) in services.iter().enumerate() {
-            if !valid_name(name) {
-                return self.fail(
-                    "services",
-                    format!("`services[{i}]` {name:?} is not a compose service name"),
-                );
-            }
-            if services[..i].contains(name) {
-                return self.fail(
-                    "services",
-                    format!("`services[{i}]` {name:?} is listed twice"),
-                );
-            }
-        }
-        let (only_out_of_date, force_recreate) = if flags {
-            (self.flag("only_out_of_date")?, self.flag("force_recreate")?)
-        } else {
-            (false, false)
-        };
-        for (field, on) in [
-            ("only_out_of_date", only_out_of_date),
-            ("force_recreate", force_recreate),
-        ] {
-            if on && services.is_empty() {
-                return self.fail(
-                    field,
-                    format!("`{field}: true` needs `services` (companion services): never on the target replica"),
-                );
-            }
-        }
-        Ok(Scope {
-            services,
-            only_out_of_date,
-            force_recreate,
-        })
-    }
-
-    /// A required, non-blank string; `what` says what it is for.
-    fn required_text(&self, field: &str, what: &str) -> Result<String, StepError> {
-        match self.get(field) {
-            None => Err(StepError {
-                field: None,
-                message: format!("{}: missing field `{field}` ({what})", self.label),
-            }),
-            Some(Value::String(text)) if !text.trim().is_empty() => Ok(text.clone()),
-            Some(other) => self.fail(
-                field,
-                format!(
-                    "`{field}` must be a non-empty string ({what}), got {}",
-                    show(other)
-                ),
-            ),
-        }
-    }
-
-    fn patterns(&self, field: &str) -> Result<Vec<LogPattern>, StepError> {
-        let mut out = Vec::new();
-        for (i, text) in self.strings(field)?.iter().enumerate() {
-            match LogPattern::parse(text) {
-                Ok(p) => out.push(p),
-                Err(e) => return self.fail(field, format!("`{field}[{i}]`: {e}")),
-            }
-        }
-        Ok(out)
-    }
-
-    fn interval_within(
-        &self,
-        interval: Duration,
-        limit: Duration,
-        limit_field: &str,
-    ) -> Result<(), StepError> {
-        if interval > limit {
-            return self.fail(
-                "interval",
-                format!(
-                    "`interval` ({}) is longer than `{limit_field}` ({})",
-                    format_duration(interval),
-                    format_duration(limit)
-                ),
-            );
-        }
-        Ok(())
+        (_, "") => e.message,
+        (_, path) => format!("`{path}`: {}", e.message),
     }
 }
 
@@ -510,7 +491,7 @@ fn show(value: &Value) -> String {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -518,15 +499,22 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// Converts step number `index` (0-based) of a runbook.
-pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError> {
+/// Reads step number `index` (0-based) of the runbook `source`, `value`; every message names
+/// the step and has its line.
+pub(super) fn read(source: &str, index: usize, value: &Value) -> Result<Step, Vec<StepError>> {
     let number = index + 1;
-    let plain = |field: Option<&str>, message: String| StepError {
-        field: field.map(str::to_string),
-        message,
+    let at = [Seg::Key("steps"), Seg::Index(index)];
+    let fail = |field: Option<&str>, message: String| {
+        let mut path = at.to_vec();
+        path.extend(field.map(Seg::Key));
+        vec![StepError {
+            line: locate(source, &path),
+            message,
+            unknown: false,
+        }]
     };
     let Some(map) = value.as_mapping() else {
-        return Err(plain(
+        return Err(fail(
             None,
             format!(
                 "step {number}: expected a mapping such as `{{name: up, kind: up}}`, got {}",
@@ -537,7 +525,7 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
     let kind = match map.get("kind") {
         Some(Value::String(kind)) => kind.as_str(),
         Some(other) => {
-            return Err(plain(
+            return Err(fail(
                 Some("kind"),
                 format!(
                     "step {number}: `kind` must be a string, got {}",
@@ -546,7 +534,7 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
             ))
         }
         None => {
-            return Err(plain(
+            return Err(fail(
                 None,
                 format!(
                     "step {number}: missing field `kind` (one of: {})",
@@ -559,71 +547,36 @@ pub(super) fn from_value(index: usize, value: &Value) -> Result<Step, StepError>
         None | Some(Value::Null) => kind.to_string(),
         Some(Value::String(name)) if valid_name(name) => name.clone(),
         Some(other) => {
-            return Err(plain(Some("name"), format!("step {number}: `name` must be 1 to 64 letters, digits, `-`, `_` or `.`, got {}", show(other))));
+            return Err(fail(Some("name"), format!("step {number}: `name` must be 1 to 64 letters, digits, `-`, `_` or `.`, got {}", show(other))));
         }
     };
-    let fields = Fields {
-        map,
-        label: format!("step {number} \"{name}\""),
-    };
-    let kind_name = match kind.parse::<StepKindName>() {
-        Ok(kind_name) => kind_name,
-        Err(_) => {
-            return fields.fail(
-                "kind",
-                format!(
-                    "unknown kind `{kind}` (expected one of: {})",
-                    StepKind::NAMES.join(", ")
-                ),
-            )
-        }
-    };
-    if let Some(key) = map.keys().find(|k| k.as_str().is_none()) {
-        return Err(plain(
-            None,
+    let label = format!("step {number} \"{name}\"");
+    let Ok(kind_name) = kind.parse::<StepKindName>() else {
+        return Err(fail(
+            Some("kind"),
             format!(
-                "{}: field names must be strings, got {}",
-                fields.label,
-                show(key)
+                "{label}: unknown kind `{kind}` (expected one of: {})",
+                StepKind::NAMES.join(", ")
             ),
         ));
+    };
+    if let Some(key) = map.keys().find(|k| k.as_str().is_none()) {
+        return Err(fail(
+            None,
+            format!("{label}: field names must be strings, got {}", show(key)),
+        ));
     }
-    if let Some(unknown) = unknown_fields(index, value).into_iter().next() {
-        return Err(unknown);
-    }
-    let kind = kind_name.parse(&fields)?;
+    let mut fields = map.clone();
+    fields.shift_remove("name");
+    fields.shift_remove("kind");
+    let kind = kind_name.read(source, &at, fields).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|e| StepError {
+                message: format!("{label}: {}", e.message),
+                ..e
+            })
+            .collect::<Vec<_>>()
+    })?;
     Ok(Step { name, kind })
-}
-
-/// Every key of step number `index` (0-based) that its kind does not take, in file order, each
-/// a refusal of its own. Empty when the step is not a mapping of a known `kind`: `from_value`
-/// says what is wrong with it then.
-pub(super) fn unknown_fields(index: usize, value: &Value) -> Vec<StepError> {
-    let Some(map) = value.as_mapping() else {
-        return Vec::new();
-    };
-    let Some(kind) = map.get("kind").and_then(Value::as_str) else {
-        return Vec::new();
-    };
-    let Ok(kind_name) = kind.parse::<StepKindName>() else {
-        return Vec::new();
-    };
-    let name = map.get("name").and_then(Value::as_str).unwrap_or(kind);
-    let allowed = kind_name.fields();
-    let takes = if allowed.is_empty() {
-        "no other fields".to_string()
-    } else {
-        allowed.join(", ")
-    };
-    map.keys()
-        .filter_map(Value::as_str)
-        .filter(|key| *key != "name" && *key != "kind" && !allowed.contains(key))
-        .map(|key| StepError {
-            field: Some(key.to_string()),
-            message: format!(
-                "step {} \"{name}\": unknown field `{key}` (a `{kind}` step takes: {takes})",
-                index + 1
-            ),
-        })
-        .collect()
 }

@@ -159,7 +159,7 @@ fn omitted_fields_take_the_documented_defaults() {
     let runbook = parse("r", "r.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     let m = |n: u64| Duration::from_secs(n * 60);
     let expected = vec![
-        StepKind::Snapshot(Snapshot),
+        StepKind::Snapshot(Snapshot {}),
         StepKind::PeersHealthy(PeersHealthy { timeout: m(2) }),
         StepKind::Plan(Plan {
             allow: vec![],
@@ -222,7 +222,7 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
         ("an unknown kind", format!("{SAFE_HEAD}  - {{name: x, kind: reboot}}\n"), "r.yaml:5: step 4 \"x\": unknown kind `reboot` (expected one of: snapshot, peers_healthy"),
         ("a field no kind takes, in block style", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    retries: 3\n"), "r.yaml:7: step 4 \"health\": unknown field `retries` (a `wait_health` step takes: timeout, interval, consecutive)"),
         ("a field on a kind that takes none", "steps:\n  - {name: s, kind: snapshot, timeout: 1m}\n".into(), "r.yaml:2: step 1 \"s\": unknown field `timeout` (a `snapshot` step takes: no other fields)"),
-        ("a duration without a unit", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    timeout: 60\n"), "r.yaml:7: step 4 \"health\": `timeout` must be a duration such as `5s` or `45m`, got `60`"),
+        ("a duration without a unit", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    timeout: 60\n"), "r.yaml:7: step 4 \"health\": `timeout`: invalid type: integer `60`, expected a duration such as `5s` or `45m`"),
         ("a fractional duration", format!("{SAFE_HEAD}  - {{name: soak, kind: soak, duration: 0.5m}}\n"), "r.yaml:5: step 4 \"soak\": `duration`: invalid duration `0.5m`"),
         ("a day unit", format!("{SAFE_HEAD}  - {{name: soak, kind: soak, duration: 1d}}\n"), "unknown unit `d`"),
         ("a zero timeout", "steps:\n  - {name: peers, kind: peers_healthy, timeout: 0s}\n".into(), "r.yaml:2: step 1 \"peers\": `timeout` must be longer than zero"),
@@ -231,7 +231,7 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
         ("an interval longer than the timeout", "steps:\n  - {name: h, kind: wait_health, timeout: 5s, interval: 1m}\n".into(), "step 1 \"h\": `interval` (1m) is longer than `timeout` (5s)"),
         ("a bad regex", "steps:\n  - name: logs\n    kind: wait_logs\n    require:\n      - ok\n    forbid: [\"re:(\"]\n".into(), "r.yaml:6: step 1 \"logs\": `forbid[0]`: invalid regular expression in `re:(`"),
         ("an empty pattern", "steps:\n  - {name: logs, kind: wait_logs, require: [\"\"]}\n".into(), "step 1 \"logs\": `require[0]`: empty log pattern"),
-        ("patterns that are not a list", "steps:\n  - {name: logs, kind: wait_logs, require: \"x\"}\n".into(), "step 1 \"logs\": `require` must be a list of strings, got \"x\""),
+        ("patterns that are not a list", "steps:\n  - {name: logs, kind: wait_logs, require: \"x\"}\n".into(), "r.yaml:2: step 1 \"logs\": `require`: invalid type: string \"x\", expected a sequence"),
         ("a duplicate step name", format!("{SAFE_HEAD}  - {{name: plan, kind: plan}}\n"), "r.yaml:5: step 4 \"plan\": duplicate step name (also step 3)"),
         ("a missing kind", "steps:\n  - {name: x}\n".into(), "r.yaml:2: step 1: missing field `kind`"),
         ("a step that is not a mapping", "steps:\n  - snapshot\n".into(), "r.yaml:2: step 1: expected a mapping"),
@@ -244,11 +244,11 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
         ("a smoke step without a model", "steps:\n  - {name: s, kind: smoke, prompt: hi}\n".into(), "r.yaml:2: step 1 \"s\": missing field `model` (the model id the engine serves, e.g. `z-ai/glm-5.3-flash`)"),
         ("a smoke step without a prompt", "steps:\n  - name: s\n    kind: smoke\n    model: m\n".into(), "r.yaml:2: step 1 \"s\": missing field `prompt` (the message sent to the engine)"),
         ("a blank smoke prompt", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: \"  \"\n".into(), "r.yaml:5: step 1 \"s\": `prompt` must be a non-empty string (the message sent to the engine), got \"  \""),
-        ("a smoke model that is a list", "steps:\n  - {name: s, kind: smoke, model: [a], prompt: p}\n".into(), "r.yaml:2: step 1 \"s\": `model` must be a non-empty string (the model id the engine serves, e.g. `z-ai/glm-5.3-flash`), got a list"),
+        ("a smoke model that is a list", "steps:\n  - {name: s, kind: smoke, model: [a], prompt: p}\n".into(), "r.yaml:2: step 1 \"s\": `model`: invalid type: sequence, expected a string"),
         ("zero smoke repeats", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: p\n    repeat: 0\n".into(), "r.yaml:6: step 1 \"s\": `repeat` must be a whole number of at least 1, got `0`"),
-        ("negative max_tokens", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, max_tokens: -1}\n".into(), "step 1 \"s\": `max_tokens` must be a whole number of at least 1, got `-1`"),
+        ("negative max_tokens", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, max_tokens: -1}\n".into(), "step 1 \"s\": `max_tokens`: invalid value: integer `-1`, expected u32"),
         ("a bad smoke regex", "steps:\n  - name: s\n    kind: smoke\n    model: m\n    prompt: p\n    expect: [\"re:[\"]\n".into(), "r.yaml:6: step 1 \"s\": `expect[0]`: invalid regular expression in `re:[`"),
-        ("a smoke timeout without a unit", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, timeout: 120}\n".into(), "step 1 \"s\": `timeout` must be a duration such as `5s` or `45m`, got `120`"),
+        ("a smoke timeout without a unit", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, timeout: 120}\n".into(), "step 1 \"s\": `timeout`: invalid type: integer `120`, expected a duration such as `5s` or `45m`"),
         ("a field smoke does not take", "steps:\n  - {name: s, kind: smoke, model: m, prompt: p, interval: 5s}\n".into(), "step 1 \"s\": unknown field `interval` (a `smoke` step takes: model, prompt, max_tokens, expect, repeat, timeout)"),
         ("a duplicate key", "steps:\n  - {name: a, kind: snapshot, kind: up}\n".into(), "r.yaml:2: steps[0]: duplicate entry with key \"kind\""),
     ];

@@ -1,285 +1,86 @@
-//! The fields of an `analyze` step and of each of its checks.
+//! An `analyze` step: the analysis spec of `domain::analysis`, and what serde cannot say
+//! about it and its checks.
 
-use serde_yaml::Value;
-
-use super::{defaults, show, valid_name, Fields, StepError};
+use super::{interval_within, positive_duration, valid_name};
 use crate::domain::analysis::{
-    unknown_placeholder, AnalysisSource, AnalyzeSpec, Check, OnInconclusive, PLACEHOLDERS,
+    unknown_placeholder, AnalysisSource, AnalyzeSpec, Check, PLACEHOLDERS,
 };
-use crate::domain::duration::parse_duration;
 
-/// The keys a check takes.
-const CHECK_FIELDS: &[&str] = &[
-    "name",
-    "histogram",
-    "quantile",
-    "counter",
-    "query",
-    "max_ratio_to_peers",
-    "max",
-    "min",
-    "min_requests",
-    "on_inconclusive",
-];
-
-pub(super) fn parse(fields: &Fields<'_>) -> Result<AnalyzeSpec, StepError> {
-    let source = match fields.get("source").map(|v| v.as_str()) {
-        None | Some(Some("engine")) => AnalysisSource::Engine,
-        Some(Some("prometheus")) => AnalysisSource::Prometheus,
-        Some(_) => {
-            let got = fields.get("source").map(show).unwrap_or_default();
-            return fields.fail(
-                "source",
-                format!("`source` must be `engine` or `prometheus`, got {got}"),
-            );
-        }
-    };
-    let warmup = match fields.get("warmup") {
-        None => defaults::ANALYZE_WARMUP,
-        Some(Value::String(text)) => match parse_duration(text) {
-            Ok(d) => d,
-            Err(e) => return fields.fail("warmup", format!("`warmup`: {e}")),
-        },
-        Some(other) => {
-            return fields.fail(
-                "warmup",
-                format!(
-                    "`warmup` must be a duration such as `10m`, got {}",
-                    show(other)
-                ),
-            )
-        }
-    };
-    let duration = fields.duration("duration", defaults::ANALYZE_DURATION)?;
-    let interval = fields.duration("interval", defaults::ANALYZE_INTERVAL)?;
-    fields.interval_within(interval, duration, "duration")?;
-    let approve_timeout = fields.duration("approve_timeout", defaults::APPROVE_TIMEOUT)?;
-    let Some(items) = fields.get("checks").and_then(Value::as_sequence) else {
-        return fields.fail(
-            "checks",
-            "`checks` must be a non-empty list such as `[{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}]`",
-        );
-    };
-    if items.is_empty() {
-        return fields.fail(
-            "checks",
-            "`checks` is empty: an analysis needs at least one check",
-        );
+/// What is wrong with a check (named `at`, as `check "ttft_p95"`), of an analysis of `source`.
+fn check_problem(check: &Check, source: AnalysisSource) -> Option<String> {
+    let at = format!("check \"{}\"", check.name);
+    let texts = [
+        ("histogram", &check.histogram),
+        ("counter", &check.counter),
+        ("query", &check.query),
+    ];
+    if let Some((key, _)) = texts
+        .iter()
+        .find(|(_, t)| t.as_deref().is_some_and(|t| t.trim().is_empty()))
+    {
+        return Some(format!("{at}: `{key}` must be a non-empty string"));
     }
-    let mut checks: Vec<Check> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let check = check(fields, source, i, item)?;
-        if checks.iter().any(|c| c.name == check.name) {
-            return fields.fail(
-                "checks",
-                format!("`checks[{i}]`: duplicate check name \"{}\"", check.name),
-            );
-        }
-        checks.push(check);
+    let numbers = [
+        ("quantile", check.quantile),
+        ("max_ratio_to_peers", check.max_ratio_to_peers),
+        ("max", check.max),
+        ("min", check.min),
+    ];
+    if let Some((key, n)) = numbers.iter().find(|(_, n)| n.is_some_and(|n| !n.is_finite())) {
+        return Some(format!("{at}: `{key}` must be a number, got `{}`", n.unwrap_or_default()));
     }
-    Ok(AnalyzeSpec {
-        source,
-        warmup,
-        duration,
-        interval,
-        checks,
-        approve_timeout,
-    })
-}
-
-fn check(
-    fields: &Fields<'_>,
-    source: AnalysisSource,
-    i: usize,
-    item: &Value,
-) -> Result<Check, StepError> {
-    let at = format!("`checks[{i}]`");
-    let Some(map) = item.as_mapping() else {
-        return fields.fail(
-            "checks",
-            format!("{at} must be a mapping, got {}", show(item)),
-        );
-    };
-    for key in map.keys() {
-        let key = key.as_str().unwrap_or_default();
-        if !CHECK_FIELDS.contains(&key) {
-            return fields.fail(
-                "checks",
-                format!(
-                    "{at}: unknown field `{key}` (a check takes: {})",
-                    CHECK_FIELDS.join(", ")
-                ),
-            );
+    let (histogram, counter) = (&check.histogram, &check.counter);
+    if source == AnalysisSource::Prometheus {
+        let engine_only = [
+            ("histogram", histogram.is_some()),
+            ("quantile", check.quantile.is_some()),
+            ("counter", counter.is_some()),
+            ("min_requests", check.min_requests.is_some()),
+        ];
+        if let Some((key, _)) = engine_only.iter().find(|(_, given)| *given) {
+            return Some(format!("{at}: `{key}` is for `source: engine`; with `source: prometheus` a check is a PromQL `query` (put any traffic condition in it)"));
         }
-    }
-    let get = |k: &str| map.get(k).filter(|v| !v.is_null());
-    let text = |k: &str| -> Result<Option<String>, StepError> {
-        match get(k) {
-            None => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
-            Some(other) => fields.fail(
-                "checks",
-                format!(
-                    "{at}: `{k}` must be a non-empty string, got {}",
-                    show(other)
-                ),
-            ),
-        }
-    };
-    let number = |k: &str| -> Result<Option<f64>, StepError> {
-        match get(k) {
-            None => Ok(None),
-            Some(v) => match v.as_f64().filter(|n| n.is_finite()) {
-                Some(n) => Ok(Some(n)),
-                None => fields.fail(
-                    "checks",
-                    format!("{at}: `{k}` must be a number, got {}", show(v)),
-                ),
-            },
-        }
-    };
-    let name = match text("name")? {
-        Some(name) if valid_name(&name) => name,
-        Some(name) => {
-            return fields.fail(
-                "checks",
-                format!(
-                    "{at}: `name` must be 1 to 64 letters, digits, `-`, `_` or `.`, got \"{name}\""
-                ),
-            )
-        }
-        None => return fields.fail("checks", format!("{at}: missing field `name`")),
-    };
-    let at = format!("check \"{name}\"");
-    let histogram = text("histogram")?;
-    let counter = text("counter")?;
-    let quantile = number("quantile")?;
-    let query = text("query")?;
-    let prometheus = source == AnalysisSource::Prometheus;
-    if prometheus {
-        for key in ["histogram", "quantile", "counter", "min_requests"] {
-            if get(key).is_some() {
-                return fields.fail(
-                    "checks",
-                    format!("{at}: `{key}` is for `source: engine`; with `source: prometheus` a check is a PromQL `query` (put any traffic condition in it)"),
-                );
-            }
-        }
-        let Some(q) = &query else {
-            return fields.fail(
-                "checks",
-                format!("{at}: `source: prometheus` needs a PromQL `query`, e.g. 'histogram_quantile(0.95, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{{host=\"{{{{host}}}}\",container_name=\"{{{{service}}}}\"}}[{{{{window}}}}])))'"),
-            );
+        let Some(q) = &check.query else {
+            return Some(format!("{at}: `source: prometheus` needs a PromQL `query`, e.g. 'histogram_quantile(0.95, sum by (le) (rate(sglang:time_to_first_token_seconds_bucket{{host=\"{{{{host}}}}\",container_name=\"{{{{service}}}}\"}}[{{{{window}}}}])))'"));
         };
         if let Some(bad) = unknown_placeholder(q) {
-            let known: Vec<String> = PLACEHOLDERS
-                .iter()
-                .map(|p| format!("{{{{{p}}}}}"))
-                .collect();
-            return fields.fail(
-                "checks",
-                format!(
-                    "{at}: `query` has an unknown placeholder `{bad}` (known: {})",
-                    known.join(", ")
-                ),
-            );
+            let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{{{p}}}}}")).collect();
+            return Some(format!(
+                "{at}: `query` has an unknown placeholder `{bad}` (known: {})",
+                known.join(", ")
+            ));
         }
-    } else if query.is_some() {
-        return fields.fail(
-            "checks",
-            format!("{at}: `query` is for `source: prometheus`; with `source: engine` name a `histogram` (with `quantile`) or a `counter`"),
-        );
-    }
-    match (&histogram, &counter, quantile) {
-        _ if prometheus => {}
-        (Some(_), Some(_), _) | (None, None, _) => {
-            return fields.fail(
-                "checks",
-                format!("{at}: name exactly one of `histogram` (with `quantile`) or `counter`"),
-            )
-        }
-        (Some(_), None, Some(q)) if q > 0.0 && q <= 1.0 => {}
-        (Some(_), None, _) => {
-            return fields.fail(
-                "checks",
-                format!(
-                "{at}: a `histogram` check needs `quantile` between 0 (excluded) and 1, e.g. 0.95"
-            ),
-            )
-        }
-        (None, Some(_), Some(_)) => {
-            return fields.fail(
-                "checks",
-                format!("{at}: a `counter` check takes no `quantile`"),
-            )
-        }
-        (None, Some(_), None) => {}
-    }
-    let max_ratio_to_peers = number("max_ratio_to_peers")?;
-    if max_ratio_to_peers.is_some_and(|r| r <= 0.0) {
-        return fields.fail(
-            "checks",
-            format!("{at}: `max_ratio_to_peers` must be above 0"),
-        );
-    }
-    let (max, min) = (number("max")?, number("min")?);
-    if max_ratio_to_peers.is_none() && max.is_none() && min.is_none() {
-        return fields.fail(
-            "checks",
-            format!("{at}: give at least one limit: `max_ratio_to_peers`, `max` or `min`"),
-        );
-    }
-    if let (Some(max), Some(min)) = (max, min) {
-        if min > max {
-            return fields.fail(
-                "checks",
-                format!("{at}: `min` ({min}) is above `max` ({max})"),
-            );
-        }
-    }
-    let default_requests = if histogram.is_some() && !prometheus {
-        defaults::ANALYZE_MIN_REQUESTS
+    } else if check.query.is_some() {
+        return Some(format!("{at}: `query` is for `source: prometheus`; with `source: engine` name a `histogram` (with `quantile`) or a `counter`"));
     } else {
-        0
-    };
-    let min_requests = match get("min_requests") {
-        None => default_requests,
-        Some(v) => match v.as_u64() {
-            Some(n) => n,
-            None => {
-                return fields.fail(
-                    "checks",
-                    format!(
-                        "{at}: `min_requests` must be a whole number, got {}",
-                        show(v)
-                    ),
-                )
+        match (histogram, counter, check.quantile) {
+            (Some(_), Some(_), _) | (None, None, _) => {
+                return Some(format!(
+                    "{at}: name exactly one of `histogram` (with `quantile`) or `counter`"
+                ))
             }
-        },
-    };
-    let on_inconclusive = match text("on_inconclusive")?.as_deref() {
-        None | Some("fail") => OnInconclusive::Fail,
-        Some("pass") => OnInconclusive::Pass,
-        Some("ask") => OnInconclusive::Ask,
-        Some(other) => {
-            return fields.fail(
-                "checks",
-                format!("{at}: `on_inconclusive` must be `fail`, `pass` or `ask`, got \"{other}\""),
-            )
+            (Some(_), None, Some(q)) if q > 0.0 && q <= 1.0 => {}
+            (Some(_), None, _) => return Some(format!(
+                "{at}: a `histogram` check needs `quantile` between 0 (excluded) and 1, e.g. 0.95"
+            )),
+            (None, Some(_), Some(_)) => {
+                return Some(format!("{at}: a `counter` check takes no `quantile`"))
+            }
+            (None, Some(_), None) => {}
         }
-    };
-    Ok(Check {
-        name,
-        histogram,
-        quantile,
-        counter,
-        query,
-        max_ratio_to_peers,
-        max,
-        min,
-        min_requests,
-        on_inconclusive,
-    })
+    }
+    if check.max_ratio_to_peers.is_some_and(|r| r <= 0.0) {
+        return Some(format!("{at}: `max_ratio_to_peers` must be above 0"));
+    }
+    match (check.max, check.min) {
+        (None, None) if check.max_ratio_to_peers.is_none() => Some(format!(
+            "{at}: give at least one limit: `max_ratio_to_peers`, `max` or `min`"
+        )),
+        (Some(max), Some(min)) if min > max => {
+            Some(format!("{at}: `min` ({min}) is above `max` ({max})"))
+        }
+        _ => None,
+    }
 }
 
 /// The `analyze` step's settings are the analysis spec of `domain::analysis`.
@@ -298,8 +99,28 @@ impl super::StepDef for AnalyzeSpec {
         "approve_timeout",
     ];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        parse(fields)
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("duration", self.duration)?;
+        positive_duration("interval", self.interval)?;
+        interval_within(self.interval, self.duration, "duration")?;
+        positive_duration("approve_timeout", self.approve_timeout)?;
+        if self.checks.is_empty() {
+            let message = "`checks` is empty: an analysis needs at least one check";
+            return Err(("checks", message.to_string()));
+        }
+        for (i, check) in self.checks.iter().enumerate() {
+            let problem = if !valid_name(&check.name) {
+                Some(format!("`checks[{i}]`: `name` must be 1 to 64 letters, digits, `-`, `_` or `.`, got \"{}\"", check.name))
+            } else if self.checks[..i].iter().any(|c| c.name == check.name) {
+                Some(format!("`checks[{i}]`: duplicate check name \"{}\"", check.name))
+            } else {
+                check_problem(check, self.source)
+            };
+            if let Some(problem) = problem {
+                return Err(("checks", problem));
+            }
+        }
+        Ok(())
     }
 
     /// Scrapes run until warmup + duration; a last slow scrape may end past it.
@@ -388,11 +209,11 @@ mod tests {
         assert_eq!(spec.duration, Duration::from_secs(1800));
         assert_eq!(spec.interval, Duration::from_secs(30));
         assert_eq!(
-            spec.checks[0].min_requests, 1,
+            spec.checks[0].min_requests(), 1,
             "a quantile needs observations"
         );
         assert_eq!(spec.checks[0].on_inconclusive, OnInconclusive::Fail);
-        assert_eq!(spec.checks[1].min_requests, 0);
+        assert_eq!(spec.checks[1].min_requests(), 0);
         assert_eq!(spec.checks[1].on_inconclusive, OnInconclusive::Pass);
         let json = serde_json::to_value(&rb).expect("serialises");
         assert_eq!(json["steps"][0]["kind"], "analyze");
@@ -424,7 +245,7 @@ mod tests {
             "{c:?}"
         );
         assert_eq!((c.histogram.as_deref(), c.counter.as_deref()), (None, None));
-        assert_eq!(c.min_requests, 0, "no request count with a query");
+        assert_eq!(c.min_requests(), 0, "no request count with a query");
         assert_eq!(spec.checks[1].on_inconclusive, OnInconclusive::Pass);
         let json = serde_json::to_value(&rb).expect("serialises");
         assert_eq!(json["steps"][0]["source"], "prometheus");
@@ -443,8 +264,8 @@ mod tests {
             ("unknown placeholder", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, query: 'up{instance=\"{{instance}}\"}', max: 1}]}".to_owned(), "check \"t\": `query` has an unknown placeholder `{{instance}}` (known: {{host}}, {{service}}, {{window}})"),
             ("query with engine", "{name: a, kind: analyze, checks: [{name: t, query: up, max: 1}]}".to_owned(), "check \"t\": `query` is for `source: prometheus`"),
             ("no limit with prometheus", "{name: a, kind: analyze, source: prometheus, checks: [{name: t, query: up}]}".to_owned(), "give at least one limit"),
-            ("unknown source", "{name: a, kind: analyze, source: graphite, checks: [{name: t, query: up, max: 1}]}".to_owned(), "`source` must be `engine` or `prometheus`, got \"graphite\""),
-            ("no checks", "{name: a, kind: analyze}".to_owned(), "step 1 \"a\": `checks` must be a non-empty list"),
+            ("unknown source", "{name: a, kind: analyze, source: graphite, checks: [{name: t, query: up, max: 1}]}".to_owned(), "step 1 \"a\": `source`: unknown variant `graphite`, expected `engine` or `prometheus`"),
+            ("no checks", "{name: a, kind: analyze}".to_owned(), "r.yaml:2: step 1 \"a\": missing field `checks`"),
             ("empty checks", "{name: a, kind: analyze, checks: []}".to_owned(), "`checks` is empty"),
             ("unknown check field", format!("{{name: a, kind: analyze, checks: [{{name: t, {h}, max: 1, limit: 2}}]}}"), "`checks[0]`: unknown field `limit`"),
             ("no quantile", "{name: a, kind: analyze, checks: [{name: t, histogram: h, max: 1}]}".to_owned(), "check \"t\": a `histogram` check needs `quantile`"),
@@ -453,7 +274,7 @@ mod tests {
             ("no limit", format!("{{name: a, kind: analyze, checks: [{{name: t, {h}}}]}}"), "give at least one limit"),
             ("min above max", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 5, max: 1}]}".to_owned(), "`min` (5) is above `max` (1)"),
             ("duplicate check", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1}, {name: t, counter: c, min: 1}]}".to_owned(), "duplicate check name \"t\""),
-            ("bad on_inconclusive", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1, on_inconclusive: maybe}]}".to_owned(), "`on_inconclusive` must be `fail`, `pass` or `ask`, got \"maybe\""),
+            ("bad on_inconclusive", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1, on_inconclusive: maybe}]}".to_owned(), "`checks[0].on_inconclusive`: unknown variant `maybe`, expected one of `fail`, `pass`, `ask`"),
             ("interval over duration", "{name: a, kind: analyze, duration: 1s, interval: 5s, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "`interval` (5s) is longer than `duration` (1s)"),
             ("unknown step field", "{name: a, kind: analyze, timeout: 5m, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "unknown field `timeout` (a `analyze` step takes: source, warmup, duration, interval, checks, approve_timeout)"),
         ];

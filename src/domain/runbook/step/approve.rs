@@ -4,15 +4,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, Fields, StepDef, StepError};
+use super::{defaults, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Wait until an operator approves (`POST /v1/rollouts/{id}/approve`), or fail `not_approved`
 /// at the timeout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Approve {
     /// How long to wait for the approval.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
 }
 
@@ -21,10 +22,8 @@ impl StepDef for Approve {
     const DOC: &'static str = "waits until an operator approves the rollout";
     const FIELDS: &'static [&'static str] = &["timeout"];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(Approve {
-            timeout: fields.duration("timeout", defaults::APPROVE_TIMEOUT)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)
     }
 
     fn budget(&self) -> Duration {
@@ -41,4 +40,8 @@ impl StepDef for Approve {
             .as_str()
             .map(|deadline| format!("waiting for an approval until {deadline}"))
     }
+}
+
+fn timeout() -> Duration {
+    defaults::APPROVE_TIMEOUT
 }

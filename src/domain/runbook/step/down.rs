@@ -4,17 +4,18 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{compose_summary, defaults, Fields, Scope, StepDef, StepError};
+use super::{compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Scoped `compose/down` of the target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Down {
     /// Deadline for the stream.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
     /// The target, or the runbook's companion services.
-    #[serde(flatten)]
+    #[serde(flatten, deserialize_with = "super::services_only")]
     pub scope: Scope,
 }
 
@@ -24,11 +25,9 @@ impl StepDef for Down {
     const FIELDS: &'static [&'static str] = &["timeout", "services"];
     const TOUCHES_REPLICA: bool = true;
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(Down {
-            timeout: fields.duration("timeout", defaults::DOWN_TIMEOUT)?,
-            scope: fields.scope(false)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)?;
+        self.scope.check()
     }
 
     fn budget(&self) -> Duration {
@@ -38,4 +37,8 @@ impl StepDef for Down {
     fn summary(detail: &serde_json::Value) -> Option<String> {
         compose_summary(detail)
     }
+}
+
+fn timeout() -> Duration {
+    defaults::DOWN_TIMEOUT
 }

@@ -4,14 +4,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, shown, Fields, StepDef, StepError};
+use super::{defaults, shown, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Every peer's `/health` answers 200.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PeersHealthy {
     /// How long to wait for all peers.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
 }
 
@@ -20,10 +21,8 @@ impl StepDef for PeersHealthy {
     const DOC: &'static str = "every peer answers `/health` with 200";
     const FIELDS: &'static [&'static str] = &["timeout"];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(PeersHealthy {
-            timeout: fields.duration("timeout", defaults::PEERS_HEALTHY_TIMEOUT)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)
     }
 
     fn budget(&self) -> Duration {
@@ -33,4 +32,8 @@ impl StepDef for PeersHealthy {
     fn summary(detail: &serde_json::Value) -> Option<String> {
         shown(&detail["peers"]).map(|p| format!("peers healthy: {p}"))
     }
+}
+
+fn timeout() -> Duration {
+    defaults::PEERS_HEALTHY_TIMEOUT
 }

@@ -4,13 +4,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{shown, Fields, Scope, StepDef, StepError, QUICK_STEP_BUDGET};
+use super::{positive_duration, shown, Scope, StepDef, QUICK_STEP_BUDGET};
 use crate::domain::duration::serde_duration;
 
 /// `compose/up` dry run, then the plan gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Services tolerated besides the target (e.g. `model-downloader`).
+    #[serde(default)]
     pub allow: Vec<String>,
     /// The target, or the companion services of the `up` it gates (the same `services`,
     /// `only_out_of_date` and `force_recreate`, so the dry run sees the up's payload).
@@ -33,16 +35,13 @@ impl StepDef for Plan {
     const FIELDS: &'static [&'static str] =
         &["allow", "services", "only_out_of_date", "force_recreate", "timeout"];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        let allow = fields.strings("allow")?;
-        if allow.iter().any(|a| a.trim().is_empty()) {
-            return fields.fail("allow", "`allow` entries must be service names, not empty");
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.allow.iter().any(|a| a.trim().is_empty()) {
+            let message = "`allow` entries must be service names, not empty";
+            return Err(("allow", message.to_string()));
         }
-        Ok(Plan {
-            allow,
-            scope: fields.scope(true)?,
-            timeout: fields.duration("timeout", QUICK_STEP_BUDGET)?,
-        })
+        self.scope.check()?;
+        positive_duration("timeout", self.timeout)
     }
 
     fn budget(&self) -> Duration {

@@ -5,26 +5,32 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, Fields, StepDef, StepError};
+use super::{at_least_one, defaults, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
 /// A real generation through the replica's OpenAI-compatible API: the model is listed,
 /// the answer is 200 with content, matches every `expect`, and is the same `repeat` times.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Smoke {
     /// The model id `/v1/models` must list, sent in the chat request.
+    #[serde(default)]
     pub model: String,
     /// The user message.
+    #[serde(default)]
     pub prompt: String,
     /// `max_tokens` of each chat request.
+    #[serde(default = "max_tokens")]
     pub max_tokens: u32,
     /// Patterns every output must match (substring, or `re:` regex).
+    #[serde(default)]
     pub expect: Vec<LogPattern>,
     /// Chat requests sent; all outputs must be identical.
+    #[serde(default = "repeat")]
     pub repeat: u32,
     /// Deadline for all the calls together.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
 }
 
@@ -41,18 +47,22 @@ impl StepDef for Smoke {
         "timeout",
     ];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(Smoke {
-            model: fields.required_text(
-                "model",
-                "the model id the engine serves, e.g. `z-ai/glm-5.3-flash`",
-            )?,
-            prompt: fields.required_text("prompt", "the message sent to the engine")?,
-            max_tokens: fields.positive("max_tokens", defaults::SMOKE_MAX_TOKENS)?,
-            expect: fields.patterns("expect")?,
-            repeat: fields.positive("repeat", defaults::SMOKE_REPEAT)?,
-            timeout: fields.duration("timeout", defaults::SMOKE_TIMEOUT)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        for (field, text, what) in [
+            ("model", &self.model, "the model id the engine serves, e.g. `z-ai/glm-5.3-flash`"),
+            ("prompt", &self.prompt, "the message sent to the engine"),
+        ] {
+            if text.is_empty() {
+                return Err((field, format!("missing field `{field}` ({what})")));
+            }
+            if text.trim().is_empty() {
+                let message = format!("`{field}` must be a non-empty string ({what}), got \"{text}\"");
+                return Err((field, message));
+            }
+        }
+        at_least_one("max_tokens", self.max_tokens)?;
+        at_least_one("repeat", self.repeat)?;
+        positive_duration("timeout", self.timeout)
     }
 
     fn budget(&self) -> Duration {
@@ -79,4 +89,16 @@ impl StepDef for Smoke {
             d["output"].as_str().unwrap_or("")
         ))
     }
+}
+
+fn max_tokens() -> u32 {
+    defaults::SMOKE_MAX_TOKENS
+}
+
+fn repeat() -> u32 {
+    defaults::SMOKE_REPEAT
+}
+
+fn timeout() -> Duration {
+    defaults::SMOKE_TIMEOUT
 }

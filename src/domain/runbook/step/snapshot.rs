@@ -4,20 +4,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Fields, StepDef, StepError, QUICK_STEP_BUDGET};
+use super::{StepDef, QUICK_STEP_BUDGET};
 
 /// Record `GET /docker/ps` and `GET /version` of the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot;
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {}
 
 impl StepDef for Snapshot {
     const NAME: &'static str = "snapshot";
     const DOC: &'static str = "records the host's `GET /docker/ps` and `GET /version`";
     const FIELDS: &'static [&'static str] = &[];
-
-    fn parse(_: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(Snapshot)
-    }
 
     fn budget(&self) -> Duration {
         QUICK_STEP_BUDGET

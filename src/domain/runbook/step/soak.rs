@@ -4,24 +4,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, shown, Fields, StepDef, StepError};
+use super::{at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
 /// For `duration`, health may not miss `max_misses` probes in a row, no `forbid` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Soak {
     /// How long to watch.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "duration")]
     pub duration: Duration,
     /// Time between health probes and log polls.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "interval")]
     pub interval: Duration,
     /// Consecutive missed probes that fail the soak.
+    #[serde(default = "max_misses")]
     pub max_misses: u32,
     /// Lines that fail the soak at once.
+    #[serde(default)]
     pub forbid: Vec<LogPattern>,
     /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
+    #[serde(default = "max_log_failures")]
     pub max_log_failures: u32,
 }
 
@@ -37,17 +41,12 @@ impl StepDef for Soak {
         "max_log_failures",
     ];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        let duration = fields.duration("duration", defaults::SOAK_DURATION)?;
-        let interval = fields.duration("interval", defaults::SOAK_INTERVAL)?;
-        fields.interval_within(interval, duration, "duration")?;
-        Ok(Soak {
-            duration,
-            interval,
-            max_misses: fields.positive("max_misses", defaults::SOAK_MAX_MISSES)?,
-            forbid: fields.patterns("forbid")?,
-            max_log_failures: fields.positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("duration", self.duration)?;
+        positive_duration("interval", self.interval)?;
+        interval_within(self.interval, self.duration, "duration")?;
+        at_least_one("max_misses", self.max_misses)?;
+        at_least_one("max_log_failures", self.max_log_failures)
     }
 
     fn budget(&self) -> Duration {
@@ -61,4 +60,20 @@ impl StepDef for Soak {
             shown(&detail["worst_streak"])?
         ))
     }
+}
+
+fn duration() -> Duration {
+    defaults::SOAK_DURATION
+}
+
+fn interval() -> Duration {
+    defaults::SOAK_INTERVAL
+}
+
+fn max_misses() -> u32 {
+    defaults::SOAK_MAX_MISSES
+}
+
+fn max_log_failures() -> u32 {
+    defaults::MAX_LOG_FAILURES
 }

@@ -4,14 +4,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{compose_summary, defaults, Fields, Scope, StepDef, StepError};
+use super::{compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Scoped `compose/up` of the target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Up {
     /// Deadline for the stream.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
     /// The target, or the runbook's companion services.
     #[serde(flatten)]
@@ -25,11 +26,9 @@ impl StepDef for Up {
         &["timeout", "services", "only_out_of_date", "force_recreate"];
     const TOUCHES_REPLICA: bool = true;
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(Up {
-            timeout: fields.duration("timeout", defaults::UP_TIMEOUT)?,
-            scope: fields.scope(true)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)?;
+        self.scope.check()
     }
 
     fn budget(&self) -> Duration {
@@ -39,4 +38,8 @@ impl StepDef for Up {
     fn summary(detail: &serde_json::Value) -> Option<String> {
         compose_summary(detail)
     }
+}
+
+fn timeout() -> Duration {
+    defaults::UP_TIMEOUT
 }

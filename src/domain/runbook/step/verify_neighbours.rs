@@ -4,20 +4,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{shown, Fields, StepDef, StepError, QUICK_STEP_BUDGET};
+use super::{shown, StepDef, QUICK_STEP_BUDGET};
 
 /// Every other container's ID and image unchanged since `snapshot`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VerifyNeighbours;
+#[serde(deny_unknown_fields)]
+pub struct VerifyNeighbours {}
 
 impl StepDef for VerifyNeighbours {
     const NAME: &'static str = "verify_neighbours";
     const DOC: &'static str = "every other container kept the id and image it had at `snapshot`";
     const FIELDS: &'static [&'static str] = &[];
-
-    fn parse(_: &Fields<'_>) -> Result<Self, StepError> {
-        Ok(VerifyNeighbours)
-    }
 
     fn budget(&self) -> Duration {
         QUICK_STEP_BUDGET

@@ -4,19 +4,21 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, shown, Fields, StepDef, StepError};
+use super::{at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Poll `/health` until `consecutive` 200s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WaitHealth {
     /// Overall deadline.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
     /// Time between probes.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "interval")]
     pub interval: Duration,
     /// 200s in a row needed.
+    #[serde(default = "consecutive")]
     pub consecutive: u32,
 }
 
@@ -25,15 +27,11 @@ impl StepDef for WaitHealth {
     const DOC: &'static str = "polls the target's `/health` until `consecutive` 200s in a row";
     const FIELDS: &'static [&'static str] = &["timeout", "interval", "consecutive"];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        let timeout = fields.duration("timeout", defaults::WAIT_HEALTH_TIMEOUT)?;
-        let interval = fields.duration("interval", defaults::WAIT_HEALTH_INTERVAL)?;
-        fields.interval_within(interval, timeout, "timeout")?;
-        Ok(WaitHealth {
-            timeout,
-            interval,
-            consecutive: fields.positive("consecutive", defaults::WAIT_HEALTH_CONSECUTIVE)?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)?;
+        positive_duration("interval", self.interval)?;
+        interval_within(self.interval, self.timeout, "timeout")?;
+        at_least_one("consecutive", self.consecutive)
     }
 
     fn budget(&self) -> Duration {
@@ -47,4 +45,16 @@ impl StepDef for WaitHealth {
             shown(&detail["unhealthy_samples"])?
         ))
     }
+}
+
+fn timeout() -> Duration {
+    defaults::WAIT_HEALTH_TIMEOUT
+}
+
+fn interval() -> Duration {
+    defaults::WAIT_HEALTH_INTERVAL
+}
+
+fn consecutive() -> u32 {
+    defaults::WAIT_HEALTH_CONSECUTIVE
 }

@@ -4,24 +4,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, Fields, StepDef, StepError};
+use super::{at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
 /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WaitLogs {
     /// Overall deadline.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "timeout")]
     pub timeout: Duration,
     /// Time between polls.
-    #[serde(with = "serde_duration")]
+    #[serde(with = "serde_duration", default = "interval")]
     pub interval: Duration,
     /// Lines that must appear (the plan's `require_logs` are added to them).
+    #[serde(default)]
     pub require: Vec<LogPattern>,
     /// Lines that fail the step at once.
+    #[serde(default)]
     pub forbid: Vec<LogPattern>,
     /// Log fetches that may fail in a row before the step fails `logs_unavailable`.
+    #[serde(default = "max_log_failures")]
     pub max_log_failures: u32,
     /// The compose service whose logs are read (a companion such as the perception check);
     /// `None` is the rollout's target.
@@ -42,18 +46,18 @@ impl StepDef for WaitLogs {
         "service",
     ];
 
-    fn parse(fields: &Fields<'_>) -> Result<Self, StepError> {
-        let timeout = fields.duration("timeout", defaults::WAIT_LOGS_TIMEOUT)?;
-        let interval = fields.duration("interval", defaults::WAIT_LOGS_INTERVAL)?;
-        fields.interval_within(interval, timeout, "timeout")?;
-        Ok(WaitLogs {
-            timeout,
-            interval,
-            require: fields.patterns("require")?,
-            forbid: fields.patterns("forbid")?,
-            max_log_failures: fields.positive("max_log_failures", defaults::MAX_LOG_FAILURES)?,
-            service: fields.service("service")?,
-        })
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        positive_duration("timeout", self.timeout)?;
+        positive_duration("interval", self.interval)?;
+        interval_within(self.interval, self.timeout, "timeout")?;
+        at_least_one("max_log_failures", self.max_log_failures)?;
+        match &self.service {
+            Some(name) if !valid_name(name) => Err((
+                "service",
+                format!("`service` must be one compose service name, got \"{name}\""),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn budget(&self) -> Duration {
@@ -66,4 +70,16 @@ impl StepDef for WaitLogs {
             format!("seen {seen:?}")
         })
     }
+}
+
+fn timeout() -> Duration {
+    defaults::WAIT_LOGS_TIMEOUT
+}
+
+fn interval() -> Duration {
+    defaults::WAIT_LOGS_INTERVAL
+}
+
+fn max_log_failures() -> u32 {
+    defaults::MAX_LOG_FAILURES
 }
