@@ -162,6 +162,14 @@ macro_rules! step_kinds {
                 }
             }
 
+            /// The fields the kind takes, as messages list them.
+            #[cfg(test)]
+            pub(crate) fn fields(self) -> &'static [&'static str] {
+                match self {
+                    $(Self::$variant => <$ty as StepDef>::FIELDS),+
+                }
+            }
+
             /// Reads the kind's fields, `node` (the step at `at` in `source` without its
             /// `name` and `kind`).
             fn read(

@@ -658,3 +658,70 @@ owner: me
         );
     }
 }
+
+#[test]
+fn every_field_a_kind_lists_is_one_serde_takes_and_any_other_is_refused() {
+    for kind in StepKindName::ALL {
+        // A mapping is no field's value: each listed field is refused for its value only.
+        for field in kind.fields() {
+            let yaml = format!("steps:\n  - {{kind: {kind}, {field}: {{x: 1}}}}\n");
+            let err = parse("r", "r.yaml", &yaml).expect_err(field).to_string();
+            assert!(
+                !err.contains("unknown field"),
+                "{kind}.{field} is listed but serde refuses it: {err}"
+            );
+        }
+        let yaml = format!("steps:\n  - {{kind: {kind}, zzz: 1}}\n");
+        let err = parse("r", "r.yaml", &yaml).expect_err("zzz").to_string();
+        let expected =
+            format!("r.yaml:2: step 1 \"{kind}\": unknown field `zzz` (a `{kind}` step takes: ");
+        assert!(err.starts_with(&expected), "{err}");
+    }
+}
+
+#[test]
+fn unknown_keys_of_an_analysis_check_are_reported_with_the_others() {
+    let yaml = "\
+colour: x
+steps:
+  - name: analysis
+    kind: analyze
+    timeout: 5m
+    checks:
+      - {name: t, counter: c, min: 1, limit: 2}
+";
+    let err = parse("r", "r.yaml", yaml)
+        .expect_err("unknown keys")
+        .to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    let expected = [
+        "r.yaml:1: unknown field `colour`",
+        "r.yaml:5: step 1 \"analysis\": unknown field `timeout` (a `analyze` step takes: source,",
+        "r.yaml:7: step 1 \"analysis\": `checks[0]`: unknown field `limit`, expected one of `name`,",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(
+            line.starts_with(expected),
+            "got {line}\nexpected {expected}"
+        );
+    }
+}
+
+#[test]
+fn a_field_left_empty_takes_its_default_and_an_unknown_one_is_still_refused() {
+    let runbook = parse(
+        "r",
+        "r.yaml",
+        "steps:\n  - {kind: wait_health, timeout: ~}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let StepKind::WaitHealth(health) = &runbook.steps[0].kind else {
+        panic!("{:?}", runbook.steps[0].kind)
+    };
+    assert_eq!(health.timeout, defaults::WAIT_HEALTH_TIMEOUT);
+    let err = parse("r", "r.yaml", "steps:\n  - {kind: snapshot, timeout: ~}\n")
+        .expect_err("snapshot takes no timeout")
+        .to_string();
+    assert!(err.contains("unknown field `timeout`"), "{err}");
+}
