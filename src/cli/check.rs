@@ -16,7 +16,7 @@ use crate::api::ReleaseIn;
 use crate::config::ResolvedConfig;
 use crate::domain::plan::{self, PlanError};
 use crate::domain::runbook;
-use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+use crate::domain::yaml_line::{self, describe_yaml_error, locate, Seg};
 
 /// The file checked is invalid.
 pub const EXIT_CHECK_FAILED: u8 = 1;
@@ -261,10 +261,12 @@ fn plan_error_at(label: &str, text: &str, is_json: bool, e: &PlanError) -> Strin
                 .err()
                 .map(|err| (Some(err.line()), e.message.clone()))
         } else {
-            serde_yaml::from_str::<serde_yaml::Value>(text)
+            yaml_line::read::<serde_yaml::Value>(text)
                 .err()
-                .map(|err| describe_yaml_error(&err))
-                .map(|(line, m)| (line, format!("the plan is not valid YAML: {m}")))
+                .map(|errors| {
+                    let e = &errors[0];
+                    (e.line, format!("the plan is not valid YAML: {}", e.message))
+                })
         };
         if let Some((line, message)) = syntax {
             return format!("{label}:{}: {message}", line.unwrap_or(1));

@@ -186,7 +186,25 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
     let mut first_error = None;
     for (index, value) in raw_steps.iter().enumerate() {
         match step::read(yaml, index, value) {
-            Ok(step) => steps.push(step),
+            // Until the first error every step so far is in `steps`, at its index.
+            Ok(step) if first_error.is_none() => {
+                match steps.iter().position(|s| s.name == step.name) {
+                    Some(first) => {
+                        first_error = Some(step::StepError {
+                            line: locate(yaml, &[Seg::Key("steps"), Seg::Index(index)]),
+                            message: format!(
+                                "step {} \"{}\": duplicate step name (also step {})",
+                                index + 1,
+                                step.name,
+                                first + 1
+                            ),
+                            unknown: false,
+                        })
+                    }
+                    None => steps.push(step),
+                }
+            }
+            Ok(_) => {}
             Err(errors) if errors.iter().all(|e| e.unknown) => {
                 unknown.extend(errors.into_iter().map(|e| (e.line, e.message)));
             }
@@ -213,18 +231,6 @@ pub fn parse(name: &str, source_label: &str, yaml: &str) -> Result<Runbook, Runb
         let line = locate(yaml, &[Seg::Key("steps")]);
         let message = "`steps` is empty: a runbook needs at least one step";
         return Err(error(line, message.into()));
-    }
-    for (index, step) in steps.iter().enumerate() {
-        if let Some(first) = steps[..index].iter().position(|s| s.name == step.name) {
-            let line = locate(yaml, &[Seg::Key("steps"), Seg::Index(index)]);
-            let message = format!(
-                "step {} \"{}\": duplicate step name (also step {})",
-                index + 1,
-                step.name,
-                first + 1
-            );
-            return Err(error(line, message));
-        }
     }
     if let Some((index, message)) = safety_violation(&steps) {
         return Err(error(

@@ -27,9 +27,9 @@ pub struct UnknownKey {
     pub message: String,
 }
 
-/// One part of a path, owned.
+/// One step of a path, owned.
 #[derive(Debug, Clone)]
-enum Part {
+enum Step {
     Key(String),
     Index(usize),
 }
@@ -58,7 +58,7 @@ pub fn unknown_keys<T: DeserializeOwned>(source: &str) -> Vec<UnknownKey> {
 #[derive(Debug, Clone)]
 pub(crate) struct Refused {
     /// The path of the mapping that holds the key, from the document read.
-    parent: Vec<Part>,
+    parent: Vec<Step>,
     /// The key as written.
     pub key: String,
     /// serde's message.
@@ -70,8 +70,8 @@ impl Refused {
     pub fn at<'a>(&'a self, prefix: &[Seg<'a>]) -> Vec<Seg<'a>> {
         let mut at = prefix.to_vec();
         at.extend(self.parent.iter().map(|s| match s {
-            Part::Key(k) => Seg::Key(k),
-            Part::Index(i) => Seg::Index(*i),
+            Step::Key(k) => Seg::Key(k),
+            Step::Index(i) => Seg::Index(*i),
         }));
         at.push(Seg::Key(&self.key));
         at
@@ -99,7 +99,7 @@ pub(crate) fn refused_keys<T: DeserializeOwned>(mut doc: Value) -> Vec<Refused> 
             break;
         };
         // The path ends at the refused key itself.
-        if matches!(parent.last(), Some(Part::Key(k)) if *k == key) {
+        if matches!(parent.last(), Some(Step::Key(k)) if *k == key) {
             parent.pop();
         }
         if !remove(&mut doc, &parent, &key) {
@@ -122,24 +122,24 @@ fn refused_key(message: &str) -> Option<String> {
 
 /// The path serde_path_to_error gives for an unknown key (ending at the key). `None`
 /// for a path through an enum or an unknown step, which this cannot walk.
-fn path_of(path: &serde_path_to_error::Path) -> Option<Vec<Part>> {
+fn path_of(path: &serde_path_to_error::Path) -> Option<Vec<Step>> {
     use serde_path_to_error::Segment;
     path.iter()
         .map(|segment| match segment {
-            Segment::Map { key } => Some(Part::Key(key.clone())),
-            Segment::Seq { index } => Some(Part::Index(*index)),
+            Segment::Map { key } => Some(Step::Key(key.clone())),
+            Segment::Seq { index } => Some(Step::Index(*index)),
             Segment::Enum { .. } | Segment::Unknown => None,
         })
         .collect()
 }
 
 /// Removes `key` from the mapping at `parent`; whether it was there.
-fn remove(doc: &mut Value, parent: &[Part], key: &str) -> bool {
+fn remove(doc: &mut Value, parent: &[Step], key: &str) -> bool {
     let mut here = doc;
-    for part in parent {
-        let next = match (part, here) {
-            (Part::Key(k), Value::Mapping(map)) => map.get_mut(k.as_str()),
-            (Part::Index(i), Value::Sequence(items)) => items.get_mut(*i),
+    for step in parent {
+        let next = match (step, here) {
+            (Step::Key(k), Value::Mapping(map)) => map.get_mut(k.as_str()),
+            (Step::Index(i), Value::Sequence(items)) => items.get_mut(*i),
             _ => None,
         };
         match next {
@@ -154,16 +154,16 @@ fn remove(doc: &mut Value, parent: &[Part], key: &str) -> bool {
 }
 
 /// `hosts.gpu02.replicas[1]`.
-fn shown(path: &[Part]) -> String {
+fn shown(path: &[Step]) -> String {
     let mut out = String::new();
-    for part in path {
-        match part {
-            Part::Key(k) if out.is_empty() => out.push_str(k),
-            Part::Key(k) => {
+    for step in path {
+        match step {
+            Step::Key(k) if out.is_empty() => out.push_str(k),
+            Step::Key(k) => {
                 out.push('.');
                 out.push_str(k);
             }
-            Part::Index(i) => out.push_str(&format!("[{i}]")),
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
         }
     }
     out

@@ -1,4 +1,6 @@
-//! Finds the line of a key or list item in YAML source text, for error messages.
+//! How runbooks and plans are read from YAML: [`read`] (a document) and [`read_node`] (a part
+//! of one, such as a runbook's step) deserialise a type with serde and answer every error
+//! with its line; [`locate`] finds the line of a key or list item in YAML source text.
 //!
 //! `serde_yaml` reports a line for syntax and type errors, but errors found after
 //! deserialisation (a duplicate step name, a missing env var) only know a path such as

@@ -57,7 +57,7 @@ pub(crate) trait StepDef: DeserializeOwned {
 
     /// What serde cannot say about the fields read (a zero duration, an `interval` longer
     /// than its window, a blank text): the field at fault and the message.
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         Ok(())
     }
 
@@ -67,6 +67,9 @@ pub(crate) trait StepDef: DeserializeOwned {
     /// A one-line rendering of the step's evidence (`detail`); `None` when it has none.
     fn summary(detail: &serde_json::Value) -> Option<String>;
 }
+
+/// What [`StepDef::check`] answers: `Err((field, message))` for the field at fault.
+pub(crate) type Checked = Result<(), (&'static str, String)>;
 
 /// The budget of a step that should take seconds (a dry run, a snapshot): it bounds 409
 /// retries.
@@ -336,7 +339,7 @@ impl Scope {
 
     /// Compose service names, none twice; `only_out_of_date` and `force_recreate` only with
     /// `services` (never on the target).
-    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+    pub(crate) fn check(&self) -> Checked {
         for (i, name) in self.services.iter().enumerate() {
             if !valid_name(name) {
                 let message = format!("`services[{i}]` {name:?} is not a compose service name");
@@ -394,10 +397,7 @@ pub(crate) struct StepError {
 }
 
 /// `Err((field, message))` for a duration `field` that must be longer than zero.
-pub(crate) fn positive_duration(
-    field: &'static str,
-    d: Duration,
-) -> Result<(), (&'static str, String)> {
+pub(crate) fn positive_duration(field: &'static str, d: Duration) -> Checked {
     if d.is_zero() {
         return Err((field, format!("`{field}` must be longer than zero")));
     }
@@ -405,7 +405,7 @@ pub(crate) fn positive_duration(
 }
 
 /// `Err((field, message))` for a count `field` that must be at least 1.
-pub(crate) fn at_least_one(field: &'static str, n: u32) -> Result<(), (&'static str, String)> {
+pub(crate) fn at_least_one(field: &'static str, n: u32) -> Checked {
     if n == 0 {
         return Err((
             field,
@@ -416,11 +416,7 @@ pub(crate) fn at_least_one(field: &'static str, n: u32) -> Result<(), (&'static 
 }
 
 /// `Err` when `interval` is longer than `limit` (the field `limit_field`).
-pub(crate) fn interval_within(
-    interval: Duration,
-    limit: Duration,
-    limit_field: &str,
-) -> Result<(), (&'static str, String)> {
+pub(crate) fn interval_within(interval: Duration, limit: Duration, limit_field: &str) -> Checked {
     if interval > limit {
         return Err((
             "interval",

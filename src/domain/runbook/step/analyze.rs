@@ -1,7 +1,7 @@
 //! An `analyze` step: the analysis spec of `domain::analysis`, and what serde cannot say
 //! about it and its checks.
 
-use super::{interval_within, positive_duration, valid_name};
+use super::{Checked, interval_within, positive_duration, valid_name};
 use crate::domain::analysis::{
     unknown_placeholder, AnalysisSource, AnalyzeSpec, Check, PLACEHOLDERS,
 };
@@ -99,7 +99,7 @@ impl super::StepDef for AnalyzeSpec {
         "approve_timeout",
     ];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("duration", self.duration)?;
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.duration, "duration")?;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, positive_duration, StepDef};
+use super::{Checked, defaults, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Wait until an operator approves (`POST /v1/rollouts/{id}/approve`), or fail `not_approved`
@@ -22,7 +22,7 @@ impl StepDef for Approve {
     const DOC: &'static str = "waits until an operator approves the rollout";
     const FIELDS: &'static [&'static str] = &["timeout"];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)
     }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{compose_summary, defaults, positive_duration, Scope, StepDef};
+use super::{Checked, compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Scoped `compose/down` of the target.
@@ -25,7 +25,7 @@ impl StepDef for Down {
     const FIELDS: &'static [&'static str] = &["timeout", "services"];
     const TOUCHES_REPLICA: bool = true;
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)?;
         self.scope.check()
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{defaults, shown, positive_duration, StepDef};
+use super::{Checked, defaults, shown, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Every peer's `/health` answers 200.
@@ -21,7 +21,7 @@ impl StepDef for PeersHealthy {
     const DOC: &'static str = "every peer answers `/health` with 200";
     const FIELDS: &'static [&'static str] = &["timeout"];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)
     }
 

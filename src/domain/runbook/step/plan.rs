@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{positive_duration, shown, Scope, StepDef, QUICK_STEP_BUDGET};
+use super::{Checked, positive_duration, shown, Scope, StepDef, QUICK_STEP_BUDGET};
 use crate::domain::duration::serde_duration;
 
 /// `compose/up` dry run, then the plan gate.
@@ -35,7 +35,7 @@ impl StepDef for Plan {
     const FIELDS: &'static [&'static str] =
         &["allow", "services", "only_out_of_date", "force_recreate", "timeout"];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         if self.allow.iter().any(|a| a.trim().is_empty()) {
             let message = "`allow` entries must be service names, not empty";
             return Err(("allow", message.to_string()));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, defaults, positive_duration, StepDef};
+use super::{Checked, at_least_one, defaults, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
@@ -47,7 +47,7 @@ impl StepDef for Smoke {
         "timeout",
     ];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         for (field, text, what) in [
             ("model", &self.model, "the model id the engine serves, e.g. `z-ai/glm-5.3-flash`"),
             ("prompt", &self.prompt, "the message sent to the engine"),

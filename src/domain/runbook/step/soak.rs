@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
+use super::{Checked, at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
@@ -41,7 +41,7 @@ impl StepDef for Soak {
         "max_log_failures",
     ];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("duration", self.duration)?;
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.duration, "duration")?;

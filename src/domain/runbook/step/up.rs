@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{compose_summary, defaults, positive_duration, Scope, StepDef};
+use super::{Checked, compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Scoped `compose/up` of the target.
@@ -26,7 +26,7 @@ impl StepDef for Up {
         &["timeout", "services", "only_out_of_date", "force_recreate"];
     const TOUCHES_REPLICA: bool = true;
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)?;
         self.scope.check()
     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
+use super::{Checked, at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Poll `/health` until `consecutive` 200s.
@@ -27,7 +27,7 @@ impl StepDef for WaitHealth {
     const DOC: &'static str = "polls the target's `/health` until `consecutive` 200s in a row";
     const FIELDS: &'static [&'static str] = &["timeout", "interval", "consecutive"];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)?;
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.timeout, "timeout")?;

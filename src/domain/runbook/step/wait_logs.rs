@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
+use super::{Checked, at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
 use crate::domain::duration::serde_duration;
 use crate::domain::pattern::LogPattern;
 
@@ -46,7 +46,7 @@ impl StepDef for WaitLogs {
         "service",
     ];
 
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    fn check(&self) -> Checked {
         positive_duration("timeout", self.timeout)?;
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.timeout, "timeout")?;
