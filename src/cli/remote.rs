@@ -302,8 +302,11 @@ fn read_plan_file(path: &std::path::Path, text: &str) -> anyhow::Result<Value> {
         return serde_json::from_str(text)
             .with_context(|| format!("{}: not valid JSON", path.display()));
     }
-    let yaml: serde_yaml::Value = serde_yaml::from_str(text)
-        .with_context(|| format!("{}: not valid YAML", path.display()))?;
+    let yaml: serde_yaml::Value = crate::domain::yaml_line::read(text).map_err(|errors| {
+        let e = &errors[0];
+        let line = e.line.map(|l| format!(":{l}")).unwrap_or_default();
+        anyhow::anyhow!("{}{line}: not valid YAML: {}", path.display(), e.message)
+    })?;
     serde_json::to_value(yaml).with_context(|| format!("{}: not a plain mapping", path.display()))
 }
 
