@@ -67,26 +67,15 @@ pub fn read_node<T: DeserializeOwned>(
     serde_path_to_error::deserialize(node).map_err(|e| {
         use serde_path_to_error::Segment;
         let mut path = at.to_vec();
-        let mut shown = String::new();
-        for segment in e.path().iter() {
-            match segment {
-                Segment::Map { key } => {
-                    path.push(Seg::Key(key));
-                    if !shown.is_empty() {
-                        shown.push('.');
-                    }
-                    shown.push_str(key);
-                }
-                Segment::Seq { index } => {
-                    path.push(Seg::Index(*index));
-                    shown.push_str(&format!("[{index}]"));
-                }
-                Segment::Enum { .. } | Segment::Unknown => {}
-            }
-        }
+        path.extend(e.path().iter().filter_map(|segment| match segment {
+            Segment::Map { key } => Some(Seg::Key(key)),
+            Segment::Seq { index } => Some(Seg::Index(*index)),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        }));
+        let shown = e.path().to_string();
         vec![YamlError {
             line: locate(source, &path),
-            path: shown,
+            path: if shown == "." { String::new() } else { shown },
             unknown: None,
             message: e.inner().to_string(),
         }]
