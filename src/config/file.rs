@@ -16,8 +16,7 @@ use super::{
 use crate::domain::duration::parse_duration;
 use crate::domain::notification::NotifyEvent;
 use crate::domain::plan::is_env_key;
-use crate::domain::unknown_keys::unknown_keys;
-use crate::domain::yaml_line::{describe_yaml_error, locate, Seg};
+use crate::domain::yaml_line::{self, describe_yaml_error, locate, Seg};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -286,14 +285,16 @@ pub(super) fn resolve(
 ) -> Result<ResolvedConfig, ConfigError> {
     use Seg::Key;
     let src = Source { path, text };
-    let unknown = unknown_keys::<ConfigFile>(text);
-    if !unknown.is_empty() {
-        return Err(ConfigError::all(unknown.into_iter().map(|k| ConfigError {
-            file: Some(path.to_path_buf()),
-            line: k.line,
-            key: (!k.parent.is_empty()).then_some(k.parent),
-            message: k.message,
-        })));
+    // Every unknown key at once, in file order; any other error as serde_yaml words it.
+    if let Err(errors) = yaml_line::read::<ConfigFile>(text) {
+        if errors.iter().all(|e| e.unknown.is_some()) {
+            return Err(ConfigError::all(errors.into_iter().map(|e| ConfigError {
+                file: Some(path.to_path_buf()),
+                line: e.line,
+                key: (!e.path.is_empty()).then_some(e.path),
+                message: e.message,
+            })));
+        }
     }
     let raw: ConfigFile = serde_yaml::from_str(text).map_err(|e| {
         let (line, message) = describe_yaml_error(&e);

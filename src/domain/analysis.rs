@@ -48,7 +48,7 @@ pub enum OnInconclusive {
     Ask,
 }
 
-/// An `analyze` step's settings (omitted ones take `runbook::defaults`).
+/// An `analyze` step's settings (omitted ones take `domain::defaults`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnalyzeSpec {
@@ -76,15 +76,15 @@ fn default_approve_timeout() -> Duration {
 }
 
 fn default_warmup() -> Duration {
-    crate::domain::runbook::defaults::ANALYZE_WARMUP
+    crate::domain::defaults::ANALYZE_WARMUP
 }
 
 fn default_duration() -> Duration {
-    crate::domain::runbook::defaults::ANALYZE_DURATION
+    crate::domain::defaults::ANALYZE_DURATION
 }
 
 fn default_interval() -> Duration {
-    crate::domain::runbook::defaults::ANALYZE_INTERVAL
+    crate::domain::defaults::ANALYZE_INTERVAL
 }
 
 impl AnalyzeSpec {
@@ -138,7 +138,7 @@ impl Check {
     /// for a counter or a query.
     pub fn min_requests(&self) -> u64 {
         let default = match self.histogram {
-            Some(_) => crate::domain::runbook::defaults::ANALYZE_MIN_REQUESTS,
+            Some(_) => crate::domain::defaults::ANALYZE_MIN_REQUESTS,
             None => 0,
         };
         self.min_requests.unwrap_or(default)

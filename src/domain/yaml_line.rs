@@ -13,7 +13,7 @@
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
-use super::unknown_keys::refused_keys;
+use super::unknown_keys::{refused_keys, Refused, Step};
 
 /// Something wrong in a YAML document read by [`read`] or [`read_node`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub fn read_node<T: DeserializeOwned>(
     let mut unknown: Vec<YamlError> = refused_keys::<T>(node.clone())
         .into_iter()
         .map(|r| YamlError {
-            line: locate(source, &r.at(at)),
+            line: locate(source, &refused_at(&r, at)),
             path: r.parent_shown(),
             message: r.message.clone(),
             unknown: Some(r.key),
@@ -80,6 +80,17 @@ pub fn read_node<T: DeserializeOwned>(
             message: e.inner().to_string(),
         }]
     })
+}
+
+/// The path of the key `r` refused, below `prefix`, for [`locate`].
+fn refused_at<'a>(r: &'a Refused, prefix: &[Seg<'a>]) -> Vec<Seg<'a>> {
+    let mut at = prefix.to_vec();
+    at.extend(r.parent.iter().map(|s| match s {
+        Step::Key(k) => Seg::Key(k),
+        Step::Index(i) => Seg::Index(*i),
+    }));
+    at.push(Seg::Key(&r.key));
+    at
 }
 
 /// One step of a path into a YAML document.
@@ -303,6 +314,82 @@ fn find_item(lines: &[&str], block: Block, n: usize) -> Option<(usize, Block)> {
 mod tests {
     use super::Seg::{Index, Key};
     use super::*;
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Top {
+        name: String,
+        #[serde(default)]
+        hosts: BTreeMap<String, Host>,
+        #[serde(default)]
+        list: Vec<Host>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Host {
+        url: String,
+        #[serde(default)]
+        token_env: Option<String>,
+    }
+
+    #[test]
+    fn every_unknown_key_is_found_in_file_order_with_its_line_and_path() {
+        let source = "\
+colour: blue
+name: x
+hosts:
+  b:
+    url: u
+    sudo: true
+  a:
+    url: u
+    tokn: T
+list:
+  - {url: u, port: 1}
+zzz: 1
+";
+        let found = read::<Top>(source).err().expect("unknown keys");
+        let seen: Vec<(&str, &str, Option<usize>)> = found
+            .iter()
+            .map(|e| (e.path.as_str(), e.unknown.as_deref().unwrap_or("-"), e.line))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("", "colour", Some(1)),
+                ("hosts.b", "sudo", Some(6)),
+                ("hosts.a", "tokn", Some(9)),
+                ("list[0]", "port", Some(11)),
+                ("", "zzz", Some(12)),
+            ]
+        );
+        assert!(
+            found[2]
+                .message
+                .starts_with("unknown field `tokn`, expected `url` or `token_env`"),
+            "{:?}",
+            found[2]
+        );
+    }
+
+    #[test]
+    fn a_document_without_unknown_keys_reads_and_one_failing_otherwise_gives_that_error() {
+        assert!(read::<Top>("name: x\nhosts: {a: {url: u}}\n").is_ok());
+        for (source, why) in [
+            ("name: [\n", "a syntax error"),
+            ("name: [1]\n", "a type error"),
+        ] {
+            let errors = read::<Top>(source).err().expect(why);
+            assert_eq!(errors.len(), 1, "{why}: {errors:?}");
+            assert_eq!(errors[0].unknown, None, "{why}: {errors:?}");
+        }
+    }
 
     const DOC: &str = "\
 # a comment

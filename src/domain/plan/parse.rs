@@ -232,6 +232,8 @@ fn refusal(path: &str, message: String) -> PlanError {
         .any(|t| message.starts_with(&format!("invalid type: {t}")));
     let hint = if scalar && message.ends_with("expected a string") {
         " (quote it in YAML)"
+    } else if field == "service" && message.starts_with("invalid type: sequence") {
+        " (one replica name, not a list: a plan rolls exactly one replica)"
     } else {
         ""
     };

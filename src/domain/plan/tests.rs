@@ -108,7 +108,7 @@ fn every_spec_refusal_has_its_code_and_names_the_field() {
         ("a service that is not a replica of the host", with("service", json!("nginx")), "unknown_service", "service", "\"nginx\" is not a configured replica of gpu02"),
         ("an empty service", with("service", json!("")), "invalid_service", "service", "must name one replica"),
         ("a whitespace service", with("service", json!("   ")), "invalid_service", "service", "must name one replica"),
-        ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "invalid type: sequence, expected a string"),
+        ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "expected a string (one replica name, not a list: a plan rolls exactly one replica)"),
         ("a service number", with("service", json!(2)), "invalid_service", "service", "invalid type: integer `2`, expected a string"),
         ("two services in one string", with("service", json!(format!("{R1},{R2}"))), "invalid_service", "service", "no commas or spaces"),
         ("a service with a space", with("service", json!("model r2")), "invalid_service", "service", "no commas or spaces"),

@@ -725,3 +725,41 @@ fn a_field_left_empty_takes_its_default_and_an_unknown_one_is_still_refused() {
         .to_string();
     assert!(err.contains("unknown field `timeout`"), "{err}");
 }
+
+#[test]
+fn unknown_keys_are_reported_even_when_another_field_of_the_step_is_wrong() {
+    let yaml = "\
+steps:
+  - name: health
+    kind: wait_health
+    timeout: soon
+    colour: blue
+  - {name: plan, kind: plan, retries: 3}
+";
+    let err = parse("r", "r.yaml", yaml)
+        .expect_err("unknown keys")
+        .to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    let expected = [
+        "r.yaml:5: step 1 \"health\": unknown field `colour` (a `wait_health` step takes: ",
+        "r.yaml:6: step 2 \"plan\": unknown field `retries`",
+    ];
+    assert_eq!(lines.len(), expected.len(), "{err}");
+    for (line, expected) in lines.iter().zip(expected) {
+        assert!(
+            line.starts_with(expected),
+            "got {line}\nexpected {expected}\n{err}"
+        );
+    }
+    // Once the keys are fixed, the wrong value is what is left.
+    let fixed = yaml
+        .replace("    colour: blue\n", "")
+        .replace(", retries: 3", "");
+    let err = parse("r", "r.yaml", &fixed)
+        .expect_err("bad timeout")
+        .to_string();
+    assert!(
+        err.starts_with("r.yaml:4: step 1 \"health\": `timeout`"),
+        "{err}"
+    );
+}

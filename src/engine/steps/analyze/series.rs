@@ -123,7 +123,7 @@ mod tests {
             max_ratio_to_peers: None,
             max: None,
             min: None,
-            min_requests: 0,
+            min_requests: Some(0),
             on_inconclusive: Default::default(),
         }
     }
