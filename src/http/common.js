@@ -36,3 +36,28 @@ function el(tag, attrs, ...children) {
 }
 function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function terminal(r) { return r && ["succeeded", "failed", "aborted"].includes(r.status); }
+// Reads the SSE stream at `path` with fetch (EventSource cannot send Authorization). Any event
+// means "something changed": `onChange` runs after each read that brought one. `onOpen` runs
+// once the stream is open; `stop()` true cancels the read. Resolves to true when the server
+// ended the stream, false when stopped; throws when it could not be opened or broke.
+async function readEvents(path, onOpen, onChange, stop) {
+  const res = await fetch(path, {headers: headers({Accept: "text/event-stream"})});
+  if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
+  onOpen();
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    if (stop()) { reader.cancel().catch(() => {}); return false; }
+    const {value, done} = await reader.read();
+    if (done) return true;
+    buffer += decoder.decode(value, {stream: true}).replace(/\r\n/g, "\n");
+    let cut;
+    let changed = false;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      if (/^data:/m.test(buffer.slice(0, cut))) changed = true;
+      buffer = buffer.slice(cut + 2);
+    }
+    if (changed) await onChange();
+  }
+}

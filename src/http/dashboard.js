@@ -156,32 +156,14 @@ function follow(id) {
   followed.set(id, {data: null, streaming: false});
   refreshRollout(id).then(() => stream(id));
 }
-// Reads the SSE stream with fetch (EventSource cannot send Authorization). Any event means
-// "something changed": the rollout is read again. Falls back to polling if there is no stream.
+// Follows the rollout's SSE stream (common.js); falls back to polling if there is no stream.
 async function stream(id) {
   const f = followed.get(id);
   if (!f || terminal(f.data)) return;
   f.streaming = true;
   document.getElementById("live").textContent = "live";
   try {
-    const res = await fetch("/v1/rollouts/" + encodeURIComponent(id) + "/events", {headers: headers({Accept: "text/event-stream"})});
-    if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, {stream: true}).replace(/\r\n/g, "\n");
-      let cut;
-      let changed = false;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const chunk = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (/^data:/m.test(chunk)) changed = true;
-      }
-      if (changed) await refreshRollout(id);
-    }
+    await readEvents("/v1/rollouts/" + encodeURIComponent(id) + "/events", () => {}, () => refreshRollout(id), () => false);
   } catch (e) {
     document.getElementById("live").textContent = "polling";
   }
@@ -394,26 +376,10 @@ async function streamRelease(id) {
   const live = document.getElementById("release-live");
   let ended = false;
   try {
-    const res = await fetch("/v1/releases/" + encodeURIComponent(id) + "/events", {headers: headers({Accept: "text/event-stream"})});
-    if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
-    live.textContent = "live";
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      if (shownRelease !== shown) { reader.cancel().catch(() => {}); break; }
-      const {value, done} = await reader.read();
-      if (done) { ended = true; break; }
-      buffer += decoder.decode(value, {stream: true}).replace(/\r\n/g, "\n");
-      let cut;
-      let changed = false;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const chunk = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (/^data:/m.test(chunk)) changed = true;
-      }
-      if (changed) { await refreshRelease(); loadReleases().catch(() => {}); }
-    }
+    ended = await readEvents("/v1/releases/" + encodeURIComponent(id) + "/events",
+      () => { live.textContent = "live"; },
+      async () => { await refreshRelease(); loadReleases().catch(() => {}); },
+      () => shownRelease !== shown);
   } catch (e) {
     live.textContent = "polling";
   }

@@ -384,25 +384,8 @@ async function follow() {
   streaming = true;
   const live = document.getElementById("live");
   try {
-    const res = await fetch("/v1/rollouts/" + encodeURIComponent(id) + "/events", {headers: headers({Accept: "text/event-stream"})});
-    if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
-    live.textContent = "live";
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, {stream: true}).replace(/\r\n/g, "\n");
-      let cut;
-      let changed = false;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const chunk = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (/^data:/m.test(chunk)) changed = true;
-      }
-      if (changed) await refresh();
-    }
+    await readEvents("/v1/rollouts/" + encodeURIComponent(id) + "/events",
+      () => { live.textContent = "live"; }, refresh, () => false);
   } catch (e) {
     live.textContent = "polling";
   }

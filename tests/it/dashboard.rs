@@ -74,6 +74,40 @@ fn require_browser(test: &str) -> Option<(PathBuf, PathBuf)> {
     );
 }
 
+/// The fast canary followed by an analysis against the peer that judges `duration`.
+fn canary_with_analysis(duration: &str) -> String {
+    format!(
+        "{}  - name: analysis\n    kind: analyze\n    warmup: 500ms\n    duration: {duration}\n    interval: 250ms\n    checks:\n      \
+         - {{name: ttft_p95, histogram: \"sglang:time_to_first_token_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 20}}\n      \
+         - {{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}}\n",
+        FAST_CANARY.as_str()
+    )
+}
+
+/// A test's turn with the browser: the binaries found and the one-browser lock held.
+struct BrowserSlot {
+    chromium: PathBuf,
+    driver: PathBuf,
+    _one_browser: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits for the browser's turn; `None` to skip (see [`require_browser`]).
+async fn browser_slot(test: &str) -> Option<BrowserSlot> {
+    let (chromium, driver) = require_browser(test)?;
+    Some(BrowserSlot {
+        chromium,
+        driver,
+        _one_browser: BROWSER_LOCK.lock().await,
+    })
+}
+
+impl BrowserSlot {
+    /// A fresh headless Chromium session.
+    async fn browser(&self) -> Browser {
+        Browser::start(&self.chromium, &self.driver).await
+    }
+}
+
 /// A headless Chromium session through chromedriver on a loopback port.
 struct Browser {
     driver: Child,
@@ -372,10 +406,9 @@ fn step_status(id: &str, step: &str) -> String {
 
 #[tokio::test]
 async fn the_dashboard_shows_replicas_and_a_running_rollout_advancing_live() {
-    let Some((chromium, driver)) = require_browser("the dashboard test") else {
+    let Some(slot) = browser_slot("the dashboard test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(Vec::new()).await;
     daemon.sim.faults().set_health_never(R2, true);
     let id = daemon.start_canary("v0.0.451", None).await;
@@ -388,7 +421,7 @@ async fn the_dashboard_shows_replicas_and_a_running_rollout_advancing_live() {
         })
         .await;
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     let replicas = browser
         .wait_for(
@@ -468,10 +501,9 @@ async fn the_dashboard_shows_replicas_and_a_running_rollout_advancing_live() {
 
 #[tokio::test]
 async fn the_rollback_button_asks_for_a_reason_and_a_confirmation_then_starts_a_rollback() {
-    let Some((chromium, driver)) = require_browser("the dashboard rollback test") else {
+    let Some(slot) = browser_slot("the dashboard rollback test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(operator_and_oncall()).await;
     let canary = daemon.start_canary("v0.0.451", Some("alice-secret")).await;
     daemon
@@ -480,7 +512,7 @@ async fn the_rollback_button_asks_for_a_reason_and_a_confirmation_then_starts_a_
         })
         .await;
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     browser
         .wait_for(

@@ -4,16 +4,15 @@
 use canaryd::config::{ApiToken, Role, Secret};
 use serde_json::json;
 
-use super::{require_browser, step_status, Browser, Daemon, BROWSER_LOCK};
+use super::{browser_slot, step_status, Daemon};
 
 const HEALTH: &str = "kind: wait_health, timeout: 60s, interval: 50ms, consecutive: 2}\n";
 
 #[tokio::test]
 async fn the_approve_button_asks_for_a_reason_and_a_confirmation_then_the_rollout_goes_on() {
-    let Some((chromium, driver)) = require_browser("the dashboard approve test") else {
+    let Some(slot) = browser_slot("the dashboard approve test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let tokens = vec![ApiToken {
         name: "ops-alice".into(),
         role: Role::Operator,
@@ -38,7 +37,7 @@ async fn the_approve_button_asks_for_a_reason_and_a_confirmation_then_the_rollou
         })
         .await;
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     browser.type_into("#token", "alice-secret").await;
     browser.click("#token-save").await;

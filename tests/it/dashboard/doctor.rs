@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
+use super::{browser_slot, Daemon};
 use crate::helpers::HOST;
 
 fn host_row(what: &str) -> String {
@@ -14,14 +14,13 @@ fn host_row(what: &str) -> String {
 
 #[tokio::test]
 async fn the_doctor_section_shows_a_failing_host_in_red_with_its_failing_check() {
-    let Some((chromium, driver)) = require_browser("the dashboard doctor test") else {
+    let Some(slot) = browser_slot("the dashboard doctor test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(Vec::new()).await;
     daemon.sim.faults().set_legacy(true);
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     browser
         .wait_for(

@@ -4,7 +4,7 @@
 use canaryd_sim::SimOp;
 use serde_json::json;
 
-use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
+use super::{browser_slot, Daemon};
 use crate::helpers::{FILE, HOST, R2};
 
 fn r2_row(what: &str) -> String {
@@ -15,10 +15,9 @@ fn r2_row(what: &str) -> String {
 
 #[tokio::test]
 async fn a_replica_left_down_is_a_red_row_until_a_rollout_brings_it_back() {
-    let Some((chromium, driver)) = require_browser("the dashboard left-down test") else {
+    let Some(slot) = browser_slot("the dashboard left-down test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(Vec::new()).await;
     // The up fails after the down, and the canary does not roll back: r2 has no container.
     daemon.sim.faults().fail_phase(SimOp::Up, Some("up".into()));
@@ -33,7 +32,7 @@ async fn a_replica_left_down_is_a_red_row_until_a_rollout_brings_it_back() {
         .await;
     assert_eq!(done["error"]["code"], "replica_left_down", "{done}");
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     browser
         .wait_for(

@@ -8,18 +8,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
-use crate::helpers::{FAST_CANARY, HOST, R1, R2};
-
-/// The fast canary followed by a short analysis against the peer.
-fn canary_with_analysis() -> String {
-    format!(
-        "{}  - name: analysis\n    kind: analyze\n    warmup: 500ms\n    duration: 2s\n    interval: 250ms\n    checks:\n      \
-         - {{name: ttft_p95, histogram: \"sglang:time_to_first_token_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 20}}\n      \
-         - {{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}}\n",
-        FAST_CANARY.as_str()
-    )
-}
+use super::{browser_slot, canary_with_analysis, Browser, Daemon};
+use crate::helpers::{HOST, R1, R2};
 
 /// Saves the page as `docs/img/<name>.png` when CANARYD_SCREENSHOTS=1.
 async fn screenshot(browser: &Browser, name: &str) {
@@ -81,10 +71,9 @@ fn line(check: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_status_and_is_linked() {
-    let Some((chromium, driver)) = require_browser("the rollout page test") else {
+    let Some(slot) = browser_slot("the rollout page test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(Vec::new()).await;
     let id = daemon.start_canary("v0.0.451", None).await;
     let r = daemon
@@ -92,7 +81,7 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
         .await;
     let steps = r["steps"].as_array().expect("steps");
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     // From the dashboard: the history row's id links to the page.
     browser.open(&format!("{}/", daemon.url)).await;
     let href = browser
@@ -225,11 +214,10 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
 
 #[tokio::test]
 async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() {
-    let Some((chromium, driver)) = require_browser("the analysis chart test") else {
+    let Some(slot) = browser_slot("the analysis chart test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
-    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis()).await;
+    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis("2s")).await;
     daemon.sim.faults().set_engine_slowdown(R2, 2.0);
     let id = daemon.start_canary("v0.0.452", None).await;
     let r = daemon
@@ -244,7 +232,7 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
             .await;
     }
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
     browser
         .wait_for(
@@ -344,10 +332,9 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
 
 #[tokio::test]
 async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
-    let Some((chromium, driver)) = require_browser("the live timeline test") else {
+    let Some(slot) = browser_slot("the live timeline test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(Vec::new()).await;
     daemon.sim.faults().set_health_never(R2, true);
     let id = daemon.start_canary("v0.0.451", None).await;
@@ -359,7 +346,7 @@ async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
             })
         })
         .await;
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
     let bar = "const d = document.querySelector('details[data-step=\"health\"]'); const b = d && d.querySelector('rect.step-bar'); \
                return b && d.getAttribute('data-status') === 'running' ? {ms: Number(b.getAttribute('data-duration-ms')), width: Number(b.getAttribute('width'))} : null;";

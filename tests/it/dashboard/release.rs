@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{operator_and_oncall, require_browser, Browser, Daemon, BROWSER_LOCK};
+use super::{browser_slot, operator_and_oncall, Browser, Daemon};
 use crate::helpers::{FILE, HOST, R1, R2};
 
 /// Polls the release until `check` holds (bounded: 300 × 50 ms).
@@ -72,10 +72,9 @@ async fn control(browser: &Browser, daemon: &Daemon, id: &str, verb: &str, reaso
 #[tokio::test]
 async fn the_release_view_shows_the_targets_and_pauses_then_aborts_with_a_reason_and_a_confirmation(
 ) {
-    let Some((chromium, driver)) = require_browser("the dashboard release test") else {
+    let Some(slot) = browser_slot("the dashboard release test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
     let daemon = Daemon::start(operator_and_oncall()).await;
     // The canary target waits on health (60 s), so the release is held mid-way.
     daemon.sim.faults().set_health_never(R2, true);
@@ -94,7 +93,7 @@ async fn the_release_view_shows_the_targets_and_pauses_then_aborts_with_a_reason
         .expect("the canary's rollout")
         .to_owned();
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     browser.type_into("#token", "oncall-secret").await;
     browser.click("#token-save").await;

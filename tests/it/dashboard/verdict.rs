@@ -3,18 +3,8 @@
 
 use serde_json::Value;
 
-use super::{require_browser, Browser, Daemon, BROWSER_LOCK};
-use crate::helpers::{FAST_CANARY, R1, R2};
-
-/// The fast canary followed by a short analysis against the peer.
-fn canary_with_analysis() -> String {
-    format!(
-        "{}  - name: analysis\n    kind: analyze\n    warmup: 500ms\n    duration: 1500ms\n    interval: 250ms\n    checks:\n      \
-         - {{name: ttft_p95, histogram: \"sglang:time_to_first_token_seconds\", quantile: 0.95, max_ratio_to_peers: 1.2, min_requests: 20}}\n      \
-         - {{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}}\n",
-        FAST_CANARY.as_str()
-    )
-}
+use super::{browser_slot, canary_with_analysis, Daemon};
+use crate::helpers::{R1, R2};
 
 /// The text of cell `cell` of check `check`'s table in rollout `id`'s card.
 fn cell(id: &str, check: &str, cell: &str) -> String {
@@ -36,11 +26,10 @@ fn shown(v: &Value) -> String {
 
 #[tokio::test]
 async fn a_failed_analysis_shows_its_verdict_table_in_the_rollouts_detail_view() {
-    let Some((chromium, driver)) = require_browser("the dashboard verdict test") else {
+    let Some(slot) = browser_slot("the dashboard verdict test").await else {
         return;
     };
-    let _one_browser = BROWSER_LOCK.lock().await;
-    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis()).await;
+    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis("1500ms")).await;
     daemon.sim.faults().set_engine_slowdown(R2, 2.0);
     let id = daemon.start_canary("v0.0.452", None).await;
     let r = daemon
@@ -68,7 +57,7 @@ async fn a_failed_analysis_shows_its_verdict_table_in_the_rollouts_detail_view()
             .await;
     }
 
-    let browser = Browser::start(&chromium, &driver).await;
+    let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
     // The rollout's detail view: its row in the history, clicked.
     browser
