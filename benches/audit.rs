@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use canaryd::app::App;
-use canaryd::cli::{dev_config, dev_runbooks};
+use canaryd::cli::dev_runbooks;
+use canaryd::config::sim::dev_config;
 use canaryd::domain::state::{RolloutKind, RolloutStatus};
 use canaryd::store::{fmt_time, BulkSpec, RolloutFilter, Store};
 use canaryd_sim::{SimConfig, SimHost};

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use canaryd::app::App;
-use canaryd::cli::{dev_config, dev_runbooks};
+use canaryd::cli::dev_runbooks;
+use canaryd::config::sim::dev_config;
 use canaryd::store::{BulkSpec, Store};
 use canaryd_sim::{SimConfig, SimHost};
 use serde_json::{json, Value};

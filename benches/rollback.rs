@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use canaryd::app::App;
-use canaryd::cli::dev_config;
+use canaryd::config::sim::dev_config;
 use canaryd::domain::runbook::{self, Runbook};
 use canaryd::store::{BulkSpec, Store};
 use canaryd::testing::{self, Timings};

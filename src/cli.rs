@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::telemetry::LogFormat;
 
 pub use client::ApiClient;
-pub use dev::{dev_config, dev_runbooks, DEV_FILE, DEV_HOST};
+pub use dev::dev_runbooks;
 
 /// What the client commands read from the environment, shown under every `--help`.
 const CLIENT_ENV_HELP: &str = "\

@@ -22,6 +22,7 @@ use crate::domain::yaml_line::{locate, Seg};
 
 mod env_file;
 mod file;
+pub mod sim;
 mod url;
 
 /// The daemon's configuration, every path resolved and every secret loaded.

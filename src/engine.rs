@@ -3,6 +3,8 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod admission;
+#[cfg(test)]
+mod executor_tests;
 #[cfg(feature = "testing")]
 mod hooks;
 mod left_down;

@@ -25,10 +25,10 @@ pub struct RollbackRequest {
 }
 
 /// What a rollback of a replica redeploys, and the rollout it undoes.
-struct Choice {
-    target: Deployment,
+pub(super) struct Choice {
+    pub target: Deployment,
     /// The newest rollout that sent a down or up to the replica (linked both ways).
-    undoes: Option<String>,
+    pub undoes: Option<String>,
     /// What runs now under which compose service: a rollback to another name takes it down.
     running: Running,
 }
@@ -82,7 +82,7 @@ async fn running_state(
 /// The prior deployment: the newest recorded deployment whose file, tag or env overrides
 /// differ from what the replica runs (only of `to_tag` when given). Never what already runs:
 /// its dry run would plan nothing and the rollback would fail at the gate.
-async fn choose(
+pub(super) async fn choose(
     engine: &Engine,
     host: &str,
     service: &str,

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use canaryd::app::App;
-use canaryd::cli::dev_config;
+use canaryd::config::sim::dev_config;
 use canaryd::config::{ApiToken, Role, Secret};
 use canaryd::domain::runbook;
 use canaryd_sim::SimHost;

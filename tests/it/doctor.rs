@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use canaryd::app::App;
-use canaryd::cli::dev_config;
+use canaryd::config::sim::dev_config;
 use canaryd::config::Secret;
 use canaryd_sim::SimHost;
 use serde_json::{json, Value};

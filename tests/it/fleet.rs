@@ -98,10 +98,10 @@ impl Fleet {
 fn fleet_config(sims: &[(String, SimHost)], db: PathBuf) -> canaryd::config::ResolvedConfig {
     let listen = "127.0.0.1:0".parse().expect("addr");
     let env = sim_config().initial_env;
-    let mut config = canaryd::cli::dev_config(&sims[0].1, listen, db.clone(), env.clone());
+    let mut config = canaryd::config::sim::dev_config(&sims[0].1, listen, db.clone(), env.clone());
     config.hosts.clear();
     for (name, sim) in sims {
-        let one = canaryd::cli::dev_config(sim, listen, db.clone(), env.clone());
+        let one = canaryd::config::sim::dev_config(sim, listen, db.clone(), env.clone());
         let mut host = one.hosts.into_values().next().expect("one host");
         host.name = name.clone();
         config.hosts.insert(name.clone(), host);

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use canaryd::api::RolloutOut;
 use canaryd::app::App;
-use canaryd::cli::{dev_config, ApiClient};
+use canaryd::cli::ApiClient;
+use canaryd::config::sim::dev_config;
 use canaryd::config::{ApiToken, Role, Secret};
 use canaryd::domain::runbook::{self, Runbook};
 use canaryd::engine::Engine;

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use canaryd::app::App;
-use canaryd::cli::dev_config;
+use canaryd::config::sim::dev_config;
 use canaryd::config::{DeliveryTuning, NotificationsConfig, Secret, WebhookConfig, WebhookFormat};
 use canaryd::domain::notification::NotifyEvent;
 use canaryd::engine::Engine;

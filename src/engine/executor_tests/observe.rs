@@ -1,0 +1,67 @@
+//! `snapshot`, `peers_healthy` and `wait_health`: what each reads of the host and its engines,
+//! and how each ends.
+
+use super::{ended, message, Bench};
+use crate::config::sim::{R1, R2};
+
+#[tokio::test]
+async fn a_snapshot_keeps_every_container_of_the_project() {
+    let bench = Bench::new("  - {name: snap, kind: snapshot}\n").await;
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    let ps = detail["ps"].as_array().expect("ps kept");
+    for service in [R1, R2] {
+        let entry = ps.iter().find(|c| c["names"] == service);
+        assert!(
+            entry.is_some_and(|c| c["state"] == "running"),
+            "{service} missing: {detail}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn wait_health_succeeds_after_its_consecutive_200s_of_the_target() {
+    let bench = Bench::new(
+        "  - {name: health, kind: wait_health, timeout: 5s, interval: 50ms, consecutive: 2}\n",
+    )
+    .await;
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    assert_eq!(detail["streak"], 2, "{detail}");
+    assert_eq!(detail["last"]["status"], 200, "{detail}");
+}
+
+#[tokio::test]
+async fn wait_health_fails_health_timeout_when_the_target_never_turns_healthy() {
+    let bench = Bench::new(
+        "  - {name: health, kind: wait_health, timeout: 600ms, interval: 50ms, consecutive: 2}\n",
+    )
+    .await;
+    bench.sim.faults().set_health_never(R2, true);
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("health_timeout"), "{detail}");
+}
+
+#[tokio::test]
+async fn peers_healthy_fails_when_the_peer_does_not_serve_and_passes_when_it_does() {
+    let steps = "  - {name: peers, kind: peers_healthy, timeout: 600ms}\n";
+    let bench = Bench::new(steps).await;
+    bench.sim.faults().set_health_never(R1, true);
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("peers_unhealthy"), "{detail}");
+    assert!(message(&end).contains(R1), "{}", message(&end));
+    assert_eq!(detail["unhealthy"][R1]["status"], 503, "{detail}");
+
+    let bench = Bench::new(steps).await;
+    // The target's own health is no peer's: r2 down does not fail the check of r1.
+    bench.sim.faults().set_health_never(R2, true);
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+}

@@ -1,0 +1,71 @@
+//! The prior deployment a one-click rollback redeploys: never what already runs, and the
+//! rollout it undoes.
+
+use std::collections::BTreeMap;
+
+use chrono::{Duration, Utc};
+
+use super::super::{rollback, EngineError};
+use super::{ended, Bench};
+use crate::config::sim::{DEV_FILE, DEV_HOST, R2};
+use crate::domain::state::DeploymentSource;
+use crate::store::NewDeployment;
+
+const STEPS: &str = "  - {name: peers, kind: peers_healthy}\n  - {name: plan, kind: plan}\n  - {name: down, kind: down, timeout: 10s}\n  - {name: up, kind: up}\n";
+
+fn baseline(tag: &str) -> NewDeployment {
+    NewDeployment {
+        host: DEV_HOST.to_owned(),
+        service: R2.to_owned(),
+        file: DEV_FILE.to_owned(),
+        tag: tag.to_owned(),
+        env_overrides: BTreeMap::new(),
+        env_sha256: None,
+        commit: None,
+        file_sha256: None,
+        image: None,
+        source: DeploymentSource::Baseline,
+        rollout_id: None,
+        deployed_at: Utc::now() - Duration::hours(1),
+        deployed_as: None,
+    }
+}
+
+fn no_prior(result: Result<rollback::Choice, EngineError>) -> String {
+    match result {
+        Err(e @ EngineError::NoPriorDeployment { .. }) => e.to_string(),
+        Err(e) => panic!("another error: {e}"),
+        Ok(c) => panic!("chose {:?}", c.target),
+    }
+}
+
+#[tokio::test]
+async fn a_rollback_chooses_the_newest_deployment_that_differs_from_what_runs() {
+    let bench = Bench::new(STEPS).await;
+    let choose = |to_tag| rollback::choose(&bench.engine, DEV_HOST, R2, to_tag);
+
+    let none = no_prior(choose(None).await);
+    assert!(none.contains("none at all"), "{none}");
+
+    // The baseline is what runs: nothing to go back to.
+    bench
+        .store()
+        .record_baselines(&[baseline("v0.0.450")])
+        .await
+        .expect("baseline");
+    let same = no_prior(choose(None).await);
+    assert!(same.contains("is what it runs now"), "{same}");
+
+    // The canary took r2 down: it now runs what the canary put there (or nothing), so the
+    // baseline is the prior deployment and the canary the rollout undone.
+    let end = bench.run(2, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    let choice = choose(None).await.expect("a prior deployment");
+    assert_eq!(choice.target.tag, "v0.0.450");
+    assert_eq!(choice.undoes.as_deref(), Some("ro_1"));
+
+    // Asked for the canary's own tag: never what runs.
+    let own = no_prior(choose(Some("v0.0.452")).await);
+    assert!(own.contains("with tag v0.0.452"), "{own}");
+}
