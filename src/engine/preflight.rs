@@ -101,7 +101,7 @@ pub(super) async fn look(
     }
     // A step resumed after it wrote a compose attempt (a rename's dry run of the former
     // service, say) got past its look before.
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     if let Ok(attempts) = store.attempts(&run.rollout.id).await {
         if attempts.iter().any(|a| a.step_id == step.id) {
             return Ok(None);
@@ -200,7 +200,7 @@ impl Read {
 
 async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
     let mut secrets: Vec<String> = run.env.values().cloned().collect();
-    let replica = run.host.config.replicas.get(&run.rollout.service);
+    let replica = run.ctx.host.config.replicas.get(&run.rollout.service);
     secrets.extend(
         replica
             .and_then(|r| r.api_token.as_ref())
@@ -291,7 +291,7 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
         return Ok(());
     };
     let url = crate::probe::HealthUrl::new(url.to_owned());
-    let sample = run.engine.inner.prober.sample_url(&url).await;
+    let sample = run.ctx.prober.sample_url(&url).await;
     if sample.is_healthy() {
         return Ok(());
     }
@@ -308,7 +308,7 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
 /// `GET {api_url}/v1/models` of the target: 200 with a list of models.
 async fn api(run: &StepRun<'_>) -> Read {
     let service = &run.rollout.service;
-    let Some(replica) = run.host.config.replicas.get(service) else {
+    let Some(replica) = run.ctx.host.config.replicas.get(service) else {
         return Read {
             source: "engine_api",
             evidence: json!({"replica": service}),
@@ -317,9 +317,9 @@ async fn api(run: &StepRun<'_>) -> Read {
         };
     };
     let url = format!("{}/v1/models", replica.api_url.trim_end_matches('/'));
-    let time = run.engine.inner.timings.scrape_timeout;
+    let time = run.ctx.timings.scrape_timeout;
     let token = replica.api_token.as_ref();
-    let answer = run.engine.inner.engine_api.get(&url, token, time).await;
+    let answer = run.ctx.engine_api.get(&url, token, time).await;
     let cause = match answer {
         Ok(a) if a.status == 200 => match super::steps::smoke::parse_models(&a.body) {
             Ok(_) => None,

@@ -47,7 +47,7 @@ impl RestartWatch {
     /// Reads `docker ps` once; the step's failure when the target restarted.
     pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
         let at = chrono::Utc::now();
-        let target = match run.host.client.ps_service(run.rollout.target()).await {
+        let target = match run.ctx.host.client.ps_service(run.rollout.target()).await {
             Ok(target) => target,
             Err(e) => {
                 self.failed_reads += 1;

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::step_run::{abort_watch, with_timings, StepEnd, StepRun};
+use super::step_run::{abort_watch, StepEnd, StepRun};
 use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
@@ -56,7 +56,7 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
         timings.storage_retry_max,
         Box::pin(both),
     );
-    with_timings(timings, writes).await;
+    writes.await;
 }
 
 /// Drives until a drive ends without error: `storage_tries` drives at most,

@@ -12,12 +12,15 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{merged_env, Engine, HostRuntime};
+use super::{merged_env, Checkpoint, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
-use crate::config::EngineTuning;
+use crate::config::{ComposeTuning, EngineTuning};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::rollout::Ended;
-use crate::store::{Rollout, Step};
+use crate::probe::engine_api::EngineApi;
+use crate::probe::prometheus::Prometheus;
+use crate::probe::HealthProber;
+use crate::store::{Rollout, Step, Store};
 
 /// How a step ended.
 #[derive(Debug)]
@@ -72,11 +75,43 @@ pub(crate) trait Execute {
     fn carry(_run: &mut StepRun<'_>, _step: &Step, _detail: &serde_json::Value) {}
 }
 
+/// What a step executor uses, and nothing else: the store, the rollout's host (its
+/// compose-manager client and replicas), the engines' probes and API client, Prometheus, and
+/// the timings.
+pub(crate) struct StepCtx<'a> {
+    pub store: &'a Store,
+    pub host: &'a HostRuntime,
+    pub prober: &'a HealthProber,
+    pub engine_api: &'a EngineApi,
+    pub prometheus: Option<&'a Prometheus>,
+    pub compose: &'a ComposeTuning,
+    pub timings: EngineTuning,
+    #[cfg(feature = "testing")]
+    hooks: &'a super::hooks::Hooks,
+}
+
+impl StepCtx<'_> {
+    /// A crash-matrix checkpoint (feature `testing`); nothing in the shipped binary.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn checkpoint(&self, rollout_id: &str, point: Checkpoint<'_>) {
+        self.hooks.checkpoint(rollout_id, point).await;
+    }
+
+    /// A crash-matrix checkpoint (feature `testing`); nothing in the shipped binary.
+    #[cfg(not(feature = "testing"))]
+    pub(crate) async fn checkpoint(&self, _rollout_id: &str, _point: Checkpoint<'_>) {}
+
+    /// Poll interval for waits without one of their own: a tenth of the time left, between
+    /// `engine.poll_min` and `engine.poll_max` (50 ms and 1 s by default).
+    pub(crate) fn poll_interval(&self, deadline: DateTime<Utc>) -> Duration {
+        poll_interval(deadline, &self.timings)
+    }
+}
+
 /// State carried from step to step within one rollout (rebuilt from SQLite on resume).
 pub(crate) struct StepRun<'a> {
-    pub engine: &'a Engine,
+    pub ctx: StepCtx<'a>,
     pub rollout: Rollout,
-    pub host: &'a HostRuntime,
     pub env: BTreeMap<String, String>,
     /// `docker ps` as the snapshot step saw it.
     pub snapshot: Option<Vec<PsEntry>>,
@@ -105,10 +140,21 @@ impl<'a> StepRun<'a> {
     pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Result<Self, super::EngineError> {
         let host = engine.host(&rollout.host)?;
         let env = merged_env(&host.config, &rollout.env_overrides);
-        Ok(Self {
-            engine,
-            rollout: rollout.clone(),
+        let inner = &engine.inner;
+        let ctx = StepCtx {
+            store: &inner.store,
             host,
+            prober: &inner.prober,
+            engine_api: &inner.engine_api,
+            prometheus: inner.prometheus.as_ref(),
+            compose: &inner.tuning,
+            timings: inner.timings,
+            #[cfg(feature = "testing")]
+            hooks: &inner.hooks,
+        };
+        Ok(Self {
+            ctx,
+            rollout: rollout.clone(),
             env,
             snapshot: None,
             settle_checked: std::sync::atomic::AtomicBool::new(false),
@@ -123,7 +169,8 @@ impl<'a> StepRun<'a> {
 impl StepRun<'_> {
     /// A replica's health URL, when configured.
     pub(super) fn health_url(&self, service: &str) -> Option<&str> {
-        self.host
+        self.ctx
+            .host
             .config
             .replicas
             .get(service)
@@ -153,7 +200,7 @@ impl StepRun<'_> {
             service: service.to_owned(),
             tail: 500,
         };
-        self.host.client.logs(&req).await
+        self.ctx.host.client.logs(&req).await
     }
 }
 
@@ -162,28 +209,10 @@ pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
     c.is_service(service)
 }
 
-tokio::task_local! {
-    /// The engine's timings (`engine:` in the config) inside a rollout's task, for the helpers
-    /// executors call without the engine at hand (`poll_interval`, `Progress`): so their
-    /// signatures, and the executors, stay as they are.
-    static TIMINGS: EngineTuning;
-}
-
-/// Runs a rollout's task with the engine's timings (`runner::run`).
-pub(crate) async fn with_timings<F: Future>(timings: EngineTuning, f: F) -> F::Output {
-    TIMINGS.scope(timings, f).await
-}
-
-/// The timings of the rollout task running this; the defaults outside one (unit tests).
-fn timings() -> EngineTuning {
-    TIMINGS.try_with(|t| *t).unwrap_or_default()
-}
-
 /// Poll interval for waits without one of their own: a tenth of the time left, between
 /// `engine.poll_min` and `engine.poll_max` (50 ms and 1 s by default).
-pub(crate) fn poll_interval(deadline: DateTime<Utc>) -> Duration {
+pub(crate) fn poll_interval(deadline: DateTime<Utc>, t: &EngineTuning) -> Duration {
     let left = (deadline - Utc::now()).to_std().unwrap_or_default();
-    let t = timings();
     (left / 10).clamp(t.poll_min, t.poll_max)
 }
 
@@ -368,8 +397,9 @@ impl Rhythm {
 /// `save_changes` saves less often still while only a wait's counters move (a soak at a 5 s
 /// interval would otherwise write at every probe): such a save waits `QUIET_SAVES` ×
 /// `progress_every`, and any other change is saved at the usual rhythm.
-#[derive(Default)]
 pub(super) struct Progress {
+    /// `engine.progress_every`.
+    every: Duration,
     last: Option<std::time::Instant>,
     /// What `save_changes` last saved, without its counters.
     saved: Option<serde_json::Value>,
@@ -379,6 +409,15 @@ pub(super) struct Progress {
 pub(super) const QUIET_SAVES: u32 = 6;
 
 impl Progress {
+    /// Saves at most once per `every` (`engine.progress_every`).
+    pub(super) fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            saved: None,
+        }
+    }
+
     /// Like `save`, but when `detail` differs from the last save only in its `counters` (top
     /// level keys, e.g. a soak's `probes`), it is saved only once `QUIET_SAVES` ×
     /// `progress_every` have passed. Nothing but the counters' freshness is lost: the final
@@ -392,7 +431,7 @@ impl Progress {
         counters: &[&str],
     ) {
         let state = without(detail, counters);
-        if !self.due(std::time::Instant::now(), timings().progress_every, &state) {
+        if !self.due(std::time::Instant::now(), self.every, &state) {
             return;
         }
         self.saved = Some(state);
@@ -421,8 +460,7 @@ impl Progress {
         step_id: &str,
         detail: &serde_json::Value,
     ) {
-        let every = timings().progress_every;
-        if self.last.is_some_and(|t| t.elapsed() < every) {
+        if self.last.is_some_and(|t| t.elapsed() < self.every) {
             return;
         }
         self.last = Some(std::time::Instant::now());
@@ -513,7 +551,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let healthy = serde_json::json!({"misses_in_a_row": 0, "last": {"status": 200}});
         let missed = serde_json::json!({"misses_in_a_row": 1, "last": {"status": 503}});
-        let mut p = Progress::default();
+        let mut p = Progress::new(every);
         // The first probe is always saved.
         assert!(p.due(t0, every, &healthy));
         p.last = Some(t0);
@@ -532,8 +570,8 @@ mod tests {
         assert_ne!(without(&a, &["probes"]), without(&b, &[]));
     }
 
-    #[tokio::test]
-    async fn the_wait_helpers_read_the_timings_of_their_rollout_task() {
+    #[test]
+    fn the_poll_interval_is_a_tenth_of_the_time_left_within_the_engines_bounds() {
         let timings = EngineTuning {
             poll_min: Duration::from_secs(2),
             poll_max: Duration::from_secs(3),
@@ -541,12 +579,11 @@ mod tests {
         };
         let now = Utc::now();
         let far = now + chrono::Duration::hours(1);
-        let (low, high) =
-            with_timings(timings, async { (poll_interval(now), poll_interval(far)) }).await;
+        let (low, high) = (poll_interval(now, &timings), poll_interval(far, &timings));
         assert_eq!((low, high), (timings.poll_min, timings.poll_max));
-        // Outside a rollout task: the defaults, 50 ms to 1 s.
-        assert_eq!(poll_interval(now), Duration::from_millis(50));
-        assert_eq!(poll_interval(far), Duration::from_secs(1));
+        let defaults = EngineTuning::default();
+        assert_eq!(poll_interval(now, &defaults), Duration::from_millis(50));
+        assert_eq!(poll_interval(far, &defaults), Duration::from_secs(1));
     }
 
     #[test]

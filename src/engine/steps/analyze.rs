@@ -251,7 +251,7 @@ impl StepRun<'_> {
         families: &[&str],
         with_target: bool,
     ) -> Vec<(serde_json::Value, Result<(), String>)> {
-        let config = &self.host.config;
+        let config = &self.ctx.host.config;
         let service = &self.rollout.service;
         let target = config.replicas.get(service).filter(|_| with_target);
         let peers = config.peers(service).into_iter().filter_map(|p| {
@@ -263,7 +263,7 @@ impl StepRun<'_> {
             .into_iter()
             .chain(peers)
             .collect();
-        let timeout = self.engine.inner.timings.scrape_timeout;
+        let timeout = self.ctx.timings.scrape_timeout;
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .no_proxy()
@@ -299,7 +299,7 @@ impl StepRun<'_> {
         if spec.source == AnalysisSource::Prometheus {
             return self.analyze_prometheus(step, spec, abort).await;
         }
-        let config = &self.host.config;
+        let config = &self.ctx.host.config;
         let Some(target) = config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
             return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));
@@ -324,7 +324,7 @@ impl StepRun<'_> {
         // client, for `https://` ones, goes straight to the engine as those do, and keeps no
         // idle connection: a pooled connection keeps the read buffer a ~200 KiB page grew,
         // per replica, between scrapes (hundreds of MiB for a fleet of canaries).
-        let scrape_timeout = spec.interval.min(self.engine.inner.timings.scrape_timeout);
+        let scrape_timeout = spec.interval.min(self.ctx.timings.scrape_timeout);
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .no_proxy()
@@ -335,7 +335,7 @@ impl StepRun<'_> {
         let step = &step;
         let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
         let mut restarts = RestartWatch::resuming(&step.detail);
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.ctx.timings.progress_every);
         let detail = |replicas: &[Replica],
                       restarts: &RestartWatch,
                       watched: &Watched,
@@ -395,7 +395,7 @@ impl StepRun<'_> {
             }
             progress
                 .save(
-                    &self.engine.inner.store,
+                    &self.ctx.store,
                     &step.id,
                     &detail(&replicas, &restarts, &watched, None),
                 )

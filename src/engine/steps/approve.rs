@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::Approve;
-use crate::engine::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{pause, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -30,7 +30,7 @@ pub(crate) async fn wait(
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Waited {
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     detail[crate::store::AWAITING_APPROVAL] = json!(true);
     detail["deadline"] = json!(deadline);
     if let Err(e) = store
@@ -52,7 +52,12 @@ pub(crate) async fn wait(
         if Utc::now() >= deadline {
             return Waited::TimedOut;
         }
-        if pause(poll_interval(deadline).min(Duration::from_secs(1)), abort).await {
+        if pause(
+            run.ctx.poll_interval(deadline).min(Duration::from_secs(1)),
+            abort,
+        )
+        .await
+        {
             return Waited::Aborted;
         }
     }

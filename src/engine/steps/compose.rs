@@ -18,9 +18,7 @@ use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
 use crate::domain::runbook::step::{Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
-use crate::engine::step_run::{
-    is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun,
-};
+use crate::engine::step_run::{is_service, pause, Execute, Running, StepEnd, StepRun};
 use crate::engine::Checkpoint;
 use crate::store::Step;
 
@@ -58,7 +56,7 @@ fn compose_request(
     };
     let services = if scope.is_companion() {
         let names = services.unwrap_or(&scope.services).to_vec();
-        let host = &run.host.config;
+        let host = &run.ctx.host.config;
         if let Some(replica) = names
             .iter()
             .find(|s| *s == run.rollout.target() || host.is_replica_name(s))
@@ -72,7 +70,7 @@ fn compose_request(
         Services::one(run.rollout.target())
     };
     let force_recreate = if scope.force_recreate {
-        let allowed = &run.engine.inner.tuning.force_recreate_allowed;
+        let allowed = &run.ctx.compose.force_recreate_allowed;
         Some(ForceRecreate::allowed(&services, allowed).map_err(|e| refuse(e.to_string()))?)
     } else {
         None
@@ -99,7 +97,7 @@ async fn plan(
         Ok(req) => req,
         Err(end) => return end,
     };
-    let client = &run.host.client;
+    let client = &run.ctx.host.client;
     match client.supports_dry_run().await {
         Ok(true) => {}
         Ok(false) => {
@@ -242,7 +240,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, St
     if let (Some(file), Some(tag)) = (&replaces.file, &replaces.tag) {
         return Ok((file.clone(), tag.clone()));
     }
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     let recorded = store
         .deployment_named(&run.rollout.host, &run.rollout.service, old)
         .await
@@ -287,7 +285,7 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         env: run.env.clone(),
         force_recreate: None,
     };
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     let down_sent = match store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts
             .iter()
@@ -322,7 +320,7 @@ async fn materialize(
     at: &mut Running<'_>,
     req: &ComposeRequest,
 ) -> Result<serde_json::Value, StepEnd> {
-    let client = &run.host.client;
+    let client = &run.ctx.host.client;
     if client.supports_dry_run().await != Ok(true) {
         let msg = "compose-manager does not answer the dry_run probe: the former service's file cannot be put back without a deploy; nothing sent";
         return Err(StepEnd::failed(
@@ -444,7 +442,7 @@ async fn scoped(
     which: Scoped,
     req: ComposeRequest,
 ) -> StepEnd {
-    let client = &run.host.client;
+    let client = &run.ctx.host.client;
     let endpoint = match which {
         Scoped::Down => "compose/down",
         Scoped::Up => "compose/up",
@@ -520,14 +518,14 @@ where
             match value.outcome {
                 StreamOutcome::Succeeded => {
                     finish(run, &attempt, AttemptOutcome::Succeeded, detail.clone()).await;
-                    run.engine
+                    run.ctx
                         .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
                     StepEnd::Succeeded(detail)
                 }
                 StreamOutcome::Failed { exit_code } => {
                     finish(run, &attempt, AttemptOutcome::Failed, detail.clone()).await;
-                    run.engine
+                    run.ctx
                         .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
                     let msg = format!(
@@ -574,8 +572,8 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, ComposeError>>,
 {
-    let store = &run.engine.inner.store;
-    let tuning = &run.engine.inner.tuning;
+    let store = &run.ctx.store;
+    let tuning = &run.ctx.compose;
     let mut backoff = tuning.busy_retry_initial;
     loop {
         if *abort.borrow() {
@@ -596,7 +594,7 @@ where
                 }
             }
         };
-        run.engine
+        run.ctx
             .checkpoint(&run.rollout.id, Checkpoint::AttemptWritten(&step.name))
             .await;
         // The attempt write may have waited on the database: an abort that came meanwhile
@@ -655,7 +653,7 @@ async fn tag_resolved(run: &StepRun<'_>) -> bool {
     if run.rollout.kind == RolloutKind::Rollback {
         return true;
     }
-    match run.engine.inner.store.attempts(&run.rollout.id).await {
+    match run.ctx.store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts
             .iter()
             .any(|a| a.outcome.is_some_and(AttemptOutcome::reached_the_stream)),
@@ -674,7 +672,7 @@ fn is_ambiguous(e: &ComposeError) -> bool {
 /// A dry run caught mid-call by a restart had no side effect; its attempt is closed as
 /// `unknown` and the dry run is simply sent again.
 async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     let Ok(attempts) = store.attempts(&run.rollout.id).await else {
         return;
     };
@@ -696,7 +694,7 @@ async fn reconcile_previous_attempt(
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Option<StepEnd> {
-    let store = &run.engine.inner.store;
+    let store = &run.ctx.store;
     let attempts = match store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts,
         // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
@@ -749,7 +747,7 @@ async fn outcome_unknown(
     detail: serde_json::Value,
     abort: &mut watch::Receiver<bool>,
 ) -> StepEnd {
-    let client = &run.host.client;
+    let client = &run.ctx.host.client;
     let started = Utc::now();
     let limit = deadline.max(started + chrono::Duration::seconds(30));
     let settle = settle(run, watched, limit, abort).await;
@@ -822,8 +820,8 @@ async fn settle(
     limit: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Settle {
-    let client = &run.host.client;
-    let interval = run.engine.inner.tuning.settle_interval;
+    let client = &run.ctx.host.client;
+    let interval = run.ctx.compose.settle_interval;
     let mut out = Settle::default();
     // Each watched service's (id, image, state), and since when they have been seen unchanged.
     type Seen = Vec<Option<(String, String, String)>>;
@@ -867,7 +865,7 @@ async fn settle(
         }
         let wait = match &last {
             Some(_) => interval,
-            None => poll_interval(limit).min(Duration::from_millis(500)),
+            None => run.ctx.poll_interval(limit).min(Duration::from_millis(500)),
         };
         if pause(wait, abort).await {
             out.aborted = true;
@@ -892,7 +890,7 @@ async fn settle_before_first_call(
     if run.rollout.kind != RolloutKind::Rollback {
         return None;
     }
-    let attempts = run.engine.inner.store.attempts(of).await.ok();
+    let attempts = run.ctx.store.attempts(of).await.ok();
     let unknown = attempts.is_none_or(|attempts| {
         attempts.iter().any(|a| {
             matches!(a.endpoint.as_str(), "compose/up" | "compose/down")
@@ -927,7 +925,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
     else {
         return StepEnd::Succeeded(detail);
     };
-    let version = match run.host.client.version().await {
+    let version = match run.ctx.host.client.version().await {
         Ok(v) => v,
         Err(e) => {
             return StepEnd::failed(
@@ -939,7 +937,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
     };
     let current = version
         .projects
-        .get(&run.host.config.project)
+        .get(&run.ctx.host.config.project)
         .and_then(|p| p.current.clone());
     let (got_commit, got_sha) = match &current {
         Some(c) => (c.commit.clone(), c.file_sha256.clone()),
@@ -995,8 +993,7 @@ async fn finish(
     detail: serde_json::Value,
 ) {
     if let Err(e) = run
-        .engine
-        .inner
+        .ctx
         .store
         .finish_attempt(attempt, outcome, &detail, Utc::now())
         .await

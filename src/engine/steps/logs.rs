@@ -225,7 +225,7 @@ impl StepRun<'_> {
     ) -> StepEnd {
         let mut watch = LogWatch::new(spec.require, spec.forbid);
         let mut reads = LogReads::new(spec.max_log_failures);
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.ctx.timings.progress_every);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();
@@ -261,7 +261,7 @@ impl StepRun<'_> {
                 return StepEnd::failed(ErrorCode::LogsTimeout, msg, detail);
             }
             progress
-                .save(&self.engine.inner.store, &step.id, &self.mask_json(&detail))
+                .save(&self.ctx.store, &step.id, &self.mask_json(&detail))
                 .await;
             if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
@@ -298,7 +298,7 @@ impl StepRun<'_> {
         let mut watch = LogWatch::new(Vec::new(), spec.forbid);
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.ctx.timings.progress_every);
         let mut restarts = crate::engine::restart::RestartWatch::resuming(&step.detail);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
@@ -306,7 +306,7 @@ impl StepRun<'_> {
             if let Some(restarted) = restarts.check(self).await {
                 return restarted;
             }
-            let sample = self.engine.inner.prober.sample_url(&url).await;
+            let sample = self.ctx.prober.sample_url(&url).await;
             watched.observe(Utc::now());
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };
@@ -336,7 +336,7 @@ impl StepRun<'_> {
             }
             progress
                 .save_changes(
-                    &self.engine.inner.store,
+                    &self.ctx.store,
                     &step.id,
                     &detail,
                     || self.mask_json(&detail),

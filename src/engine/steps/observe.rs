@@ -12,8 +12,7 @@ use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
 use crate::engine::step_run::{
-    is_service, pause, pause_until_next_probe, poll_interval, Execute, Progress, Rhythm, Running,
-    StepEnd, StepRun,
+    is_service, pause, pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
 };
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
@@ -54,7 +53,7 @@ impl Execute for WaitHealth {
 
 impl StepRun<'_> {
     async fn snapshot_host(&mut self) -> StepEnd {
-        let client = &self.host.client;
+        let client = &self.ctx.host.client;
         let ps = match client.ps().await {
             Ok(ps) => ps,
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
@@ -73,17 +72,17 @@ impl StepRun<'_> {
     /// sibling (the second replica of a release) must not take as its baseline the version
     /// the first one just deployed.
     async fn record_baselines(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
-        let store = &self.engine.inner.store;
+        let store = &self.ctx.store;
         let current = version
             .projects
-            .get(&self.host.config.project)
+            .get(&self.ctx.host.config.project)
             .and_then(|p| p.current.clone());
         let Some(current) = current else { return };
         let Some(tag) = current.tag.clone() else {
             return;
         };
-        let mut baselines = Vec::with_capacity(self.host.config.replicas.len());
-        for (service, replica) in &self.host.config.replicas {
+        let mut baselines = Vec::with_capacity(self.ctx.host.config.replicas.len());
+        for (service, replica) in &self.ctx.host.config.replicas {
             // The name the replica runs under now: its key, or a former name (`aliases`).
             let running = std::iter::once(service)
                 .chain(&replica.aliases)
@@ -120,6 +119,7 @@ impl StepRun<'_> {
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
         let peers: Vec<String> = self
+            .ctx
             .host
             .config
             .peers(&self.rollout.service)
@@ -134,12 +134,12 @@ impl StepRun<'_> {
             );
             return StepEnd::failed(ErrorCode::NoPeers, msg, json!({"peers": []}));
         }
-        let interval = poll_interval(deadline);
+        let interval = self.ctx.poll_interval(deadline);
         loop {
             let mut unhealthy = BTreeMap::new();
             for peer in &peers {
                 let sample = match self.health_url(peer) {
-                    Some(url) => self.engine.inner.prober.sample(url).await,
+                    Some(url) => self.ctx.prober.sample(url).await,
                     None => HealthSample {
                         status: None,
                         error: Some("no health_url configured".into()),
@@ -175,7 +175,7 @@ impl StepRun<'_> {
                 json!({}),
             );
         };
-        let now = match self.host.client.ps().await {
+        let now = match self.ctx.host.client.ps().await {
             Ok(ps) => ps,
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
         };
@@ -221,11 +221,11 @@ impl StepRun<'_> {
             Err(end) => return end,
         };
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.ctx.timings.progress_every);
         let mut rhythm = Rhythm::new(interval);
         loop {
             rhythm.begin();
-            let sample = self.engine.inner.prober.sample_url(&url).await;
+            let sample = self.ctx.prober.sample_url(&url).await;
             if sample.is_healthy() {
                 ok += 1;
                 streak += 1;
@@ -243,9 +243,7 @@ impl StepRun<'_> {
                 );
                 return StepEnd::failed(ErrorCode::HealthTimeout, msg, detail);
             }
-            progress
-                .save(&self.engine.inner.store, &step.id, &detail)
-                .await;
+            progress.save(&self.ctx.store, &step.id, &detail).await;
             if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
             }

@@ -98,7 +98,7 @@ impl StepRun<'_> {
     /// Values masked in stored text: the host's merged env map and the API token.
     fn smoke_secrets(&self) -> Vec<String> {
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
-        if let Some(replica) = self.host.config.replicas.get(&self.rollout.service) {
+        if let Some(replica) = self.ctx.host.config.replicas.get(&self.rollout.service) {
             if let Some(token) = &replica.api_token {
                 secrets.push(token.expose().to_owned());
             }
@@ -112,7 +112,7 @@ impl StepRun<'_> {
         spec: &Smoke,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
-        let Some(replica) = self.host.config.replicas.get(&self.rollout.service) else {
+        let Some(replica) = self.ctx.host.config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
             return StepEnd::failed(ErrorCode::ReplicaNotConfigured, msg, json!({}));
         };
@@ -124,7 +124,7 @@ impl StepRun<'_> {
 
         // The model must be served.
         let url = format!("{base}/v1/models");
-        let api = &self.engine.inner.engine_api;
+        let api = &self.ctx.engine_api;
         let answer = match self
             .call(
                 deadline,

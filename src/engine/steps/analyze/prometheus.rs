@@ -84,7 +84,7 @@ impl StepRun<'_> {
     /// Every query the step evaluates: each check's for the target (the compose service it
     /// runs under) and, with `max_ratio_to_peers`, for each peer (by its slot).
     fn queries(&self, spec: &AnalyzeSpec) -> Vec<Query> {
-        let config = &self.host.config;
+        let config = &self.ctx.host.config;
         let target = self.rollout.target();
         let peers = config.peers(&self.rollout.service);
         let mut queries = Vec::new();
@@ -113,7 +113,7 @@ impl StepRun<'_> {
         &self,
         spec: &AnalyzeSpec,
     ) -> Vec<(serde_json::Value, Result<(), String>)> {
-        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
+        let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
             return vec![(json!({}), Err(msg.to_owned()))];
         };
@@ -141,13 +141,13 @@ impl StepRun<'_> {
         spec: &AnalyzeSpec,
         abort: &mut watch::Receiver<bool>,
     ) -> StepEnd {
-        let Some(prom) = self.engine.inner.prometheus.as_ref() else {
+        let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
             return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
         };
         // The compose service the target runs under; its peers by its slot.
         let target = self.rollout.target();
-        let peers = self.host.config.peers(&self.rollout.service);
+        let peers = self.ctx.host.config.peers(&self.rollout.service);
         let queries = self.queries(spec);
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;
@@ -176,7 +176,7 @@ impl StepRun<'_> {
                 .collect()
         };
         let mut restarts = RestartWatch::resuming(&step.detail);
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(self.ctx.timings.progress_every);
         loop {
             if let Some(StepEnd::Failed {
                 code,
@@ -199,7 +199,7 @@ impl StepRun<'_> {
             }
             progress
                 .save(
-                    &self.engine.inner.store,
+                    &self.ctx.store,
                     &step.id,
                     &detail(&restarts, &watched, pending()),
                 )
