@@ -11,7 +11,7 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::step_run::{abort_watch, StepEnd, StepRun};
+use super::step_run::{StepEnd, StepRun};
 use super::steps::timeout_of;
 use super::Engine;
 use crate::config::sim::{dev_config, DEV_FILE, DEV_HOST, R2};
@@ -95,7 +95,6 @@ impl Bench {
         let rollout = self.rollout().await;
         let mut run = StepRun::new(&self.engine, &rollout).expect("host configured");
         let token = CancellationToken::new();
-        let (mut watch, feed) = abort_watch(token.clone());
         let fire = async {
             match abort {
                 Some(after) => {
@@ -104,16 +103,14 @@ impl Bench {
                 }
                 None => std::future::pending::<()>().await,
             }
+            std::future::pending::<()>().await
         };
         // Bounded: every step here has a budget of seconds.
-        let execute = tokio::time::timeout(
-            Duration::from_secs(30),
-            run.execute(&step, kind, &mut watch),
-        );
+        let execute =
+            tokio::time::timeout(Duration::from_secs(30), run.execute(&step, kind, &token));
         tokio::select! {
             end = execute => end.expect("the step ends within its budget"),
-            _ = feed => unreachable!("the abort feed never ends"),
-            _ = async { fire.await; std::future::pending::<()>().await } => unreachable!(),
+            () = fire => unreachable!("never ends"),
         }
     }
 }

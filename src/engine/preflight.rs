@@ -101,7 +101,7 @@ pub(super) async fn look(
     }
     // A step resumed after it wrote a compose attempt (a rename's dry run of the former
     // service, say) got past its look before.
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     if let Ok(attempts) = store.attempts(&run.rollout.id).await {
         if attempts.iter().any(|a| a.step_id == step.id) {
             return Ok(None);

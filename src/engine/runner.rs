@@ -5,11 +5,10 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::step_run::{abort_watch, StepEnd, StepRun};
+use super::step_run::{StepEnd, StepRun};
 use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
@@ -26,10 +25,8 @@ use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 /// resumed from SQLite as after a restart, a few times with backoff, before giving up until
 /// next start.
 ///
-/// `abort` is the rollout's abort signal (cancelled by an abort request or a shutdown); the
-/// executors read it as a watch channel, fed by it alongside the drives.
+/// `abort` is the rollout's abort signal (cancelled by an abort request or a shutdown).
 pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
-    let (abort, feed) = abort_watch(abort);
     let drive_once = || {
         let span = tracing::info_span!(
             "rollout",
@@ -44,10 +41,7 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
     let timings = engine.inner.timings;
     let drives = retry_storage_errors(id, &timings, || engine.is_stopping(), drive_once);
     let both = async {
-        tokio::select! {
-            _ = drives => {}
-            () = feed => {}
-        }
+        drives.await;
     };
     // Boxed: each scope around it would otherwise hold a copy of the whole future.
     let writes = crate::store::for_rollout(
@@ -93,7 +87,7 @@ where
 async fn drive(
     engine: &Engine,
     id: &str,
-    mut abort: watch::Receiver<bool>,
+    abort: CancellationToken,
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
     let mut rollout = engine.get(id).await?;
@@ -105,7 +99,7 @@ async fn drive(
     let admitted = if rollout.kind == RolloutKind::Canary {
         tokio::select! {
             admitted = engine.inner.start_gate.admit() => Some(admitted),
-            _ = abort.wait_for(|aborted| *aborted) => None,
+            _ = abort.cancelled() => None,
         }
     } else {
         None
@@ -175,7 +169,7 @@ async fn drive(
         // A step started with the previous one's end was started where no abort was
         // requested: one came since only if the rollout's abort signal says so.
         let abort_requested = match &pre_started {
-            Some(_) => *abort.borrow() && rollout_abort_requested(engine, id).await?,
+            Some(_) => abort.is_cancelled() && rollout_abort_requested(engine, id).await?,
             None => rollout_abort_requested(engine, id).await?,
         };
         let spec = runbook.steps.get(step.position as usize);
@@ -219,7 +213,7 @@ async fn drive(
         let end = match super::preflight::look(run, runbook, &step, &spec.kind).await {
             Err(unavailable) => unavailable,
             Ok(signals) => {
-                let end = run.execute(&step, &spec.kind, &mut abort);
+                let end = run.execute(&step, &spec.kind, &abort);
                 super::preflight::with_evidence(end.instrument(span).await, signals)
             }
         };

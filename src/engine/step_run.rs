@@ -4,12 +4,10 @@
 //! inside `engine/` point one way.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{merged_env, Checkpoint, Engine, HostRuntime};
@@ -61,7 +59,7 @@ impl StepEnd {
 pub(crate) struct Running<'s> {
     pub step: &'s Step,
     pub deadline: DateTime<Utc>,
-    pub abort: &'s mut watch::Receiver<bool>,
+    pub abort: &'s CancellationToken,
 }
 
 /// How the engine runs one step kind (`crate::domain::runbook::step`): implemented next to
@@ -216,26 +214,9 @@ pub(crate) fn poll_interval(deadline: DateTime<Utc>, t: &EngineTuning) -> Durati
     (left / 10).clamp(t.poll_min, t.poll_max)
 }
 
-/// The rollout's abort signal as executors read it: a watch channel that turns `true` once
-/// `token` is cancelled, and the future that feeds it (it never ends: run it alongside the
-/// rollout, in the same task, so stopping the task stops it too). A watch rather than the
-/// token itself keeps the executors' `abort: &mut watch::Receiver<bool>` unchanged.
-pub(crate) fn abort_watch(
-    token: CancellationToken,
-) -> (watch::Receiver<bool>, impl Future<Output = ()>) {
-    let (tx, rx) = watch::channel(false);
-    let feed = async move {
-        token.cancelled().await;
-        let _ = tx.send(true);
-        // The sender lives as long as the drives: `pause` takes a gone sender for no abort.
-        std::future::pending::<()>().await;
-    };
-    (rx, feed)
-}
-
 /// Sleeps for `d`, or less if an abort arrives; true when aborted. A pause of 500 ms or more
 /// ends on the next point of the wake grid ([`on_grid`]), never before `d`.
-pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
+pub(crate) async fn pause(d: Duration, abort: &CancellationToken) -> bool {
     pause_on_grid(d, abort).await
 }
 
@@ -246,7 +227,7 @@ pub(crate) async fn pause(d: Duration, abort: &mut watch::Receiver<bool>) -> boo
 pub(crate) async fn pause_until_next_probe(
     rhythm: &mut Rhythm,
     end: Option<DateTime<Utc>>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> bool {
     let end_in = end.map(|end| end - Utc::now());
     let (d, cut) = rhythm.next_pause(std::time::Instant::now(), end_in);
@@ -257,24 +238,18 @@ pub(crate) async fn pause_until_next_probe(
     }
 }
 
-async fn pause_on_grid(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
+async fn pause_on_grid(d: Duration, abort: &CancellationToken) -> bool {
     static BASE: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let now = tokio::time::Instant::now();
     let d = on_grid(now.duration_since(*BASE.get_or_init(|| now)), d);
     pause_exactly(d, abort).await
 }
 
-async fn pause_exactly(d: Duration, abort: &mut watch::Receiver<bool>) -> bool {
-    if *abort.borrow() {
-        return true;
-    }
-    let wake = tokio::time::Instant::now() + d;
+async fn pause_exactly(d: Duration, abort: &CancellationToken) -> bool {
     tokio::select! {
-        _ = tokio::time::sleep_until(wake) => *abort.borrow(),
-        changed = abort.changed() => match changed {
-            Ok(()) => *abort.borrow(),
-            Err(_) => { tokio::time::sleep_until(wake).await; false }
-        },
+        biased;
+        _ = abort.cancelled() => true,
+        _ = tokio::time::sleep(d) => abort.is_cancelled(),
     }
 }
 

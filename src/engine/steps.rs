@@ -12,7 +12,7 @@ pub(crate) mod observe;
 pub(crate) mod smoke;
 
 use chrono::Utc;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::step_run::{Execute, Running, StepEnd, StepRun};
 use crate::domain::runbook::step::for_each_step_kind;
@@ -32,7 +32,7 @@ macro_rules! executor_dispatch {
                 &mut self,
                 step: &Step,
                 kind: &StepKind,
-                abort: &mut watch::Receiver<bool>,
+                abort: &CancellationToken,
             ) -> StepEnd {
                 let deadline = step
                     .deadline_at

@@ -120,7 +120,7 @@ impl StepRun<'_> {
         if step.deadline_at.is_some_and(|d| d >= deadline) {
             return;
         }
-        let store = &self.ctx.store;
+        let store = self.ctx.store;
         match store.extend_step_deadline(&step.id, deadline).await {
             Ok(()) => tracing::info!(
                 rollout.id = %step.rollout_id,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::analysis::{
     judge, lost_early, AnalysisSource, AnalyzeSpec, Check, CheckVerdict, Observed,
@@ -294,7 +294,7 @@ impl StepRun<'_> {
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         if spec.source == AnalysisSource::Prometheus {
             return self.analyze_prometheus(step, spec, abort).await;
@@ -395,7 +395,7 @@ impl StepRun<'_> {
             }
             progress
                 .save(
-                    &self.ctx.store,
+                    self.ctx.store,
                     &step.id,
                     &detail(&replicas, &restarts, &watched, None),
                 )
@@ -445,7 +445,7 @@ impl StepRun<'_> {
         spec: &AnalyzeSpec,
         verdicts: &[CheckVerdict],
         mut d: serde_json::Value,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         if verdicts.iter().any(|v| v.fails_step) {
             let msg = format!("analysis failed: {}", failures(verdicts));

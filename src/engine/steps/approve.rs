@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::Approve;
@@ -28,9 +28,9 @@ pub(crate) async fn wait(
     step: &Step,
     mut detail: serde_json::Value,
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> Waited {
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     detail[crate::store::AWAITING_APPROVAL] = json!(true);
     detail["deadline"] = json!(deadline);
     if let Err(e) = store

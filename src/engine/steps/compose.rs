@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::compose::{
     ComposeError, ComposeRequest, ForceRecreate, Services, StreamOutcome, StreamResult,
@@ -90,7 +90,7 @@ async fn plan(
     step: &Step,
     spec: &Plan,
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> StepEnd {
     let allow = spec.allow.as_slice();
     let req = match compose_request(run, &spec.scope, None) {
@@ -240,7 +240,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, St
     if let (Some(file), Some(tag)) = (&replaces.file, &replaces.tag) {
         return Ok((file.clone(), tag.clone()));
     }
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     let recorded = store
         .deployment_named(&run.rollout.host, &run.rollout.service, old)
         .await
@@ -285,7 +285,7 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         env: run.env.clone(),
         force_recreate: None,
     };
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     let down_sent = match store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts
             .iter()
@@ -473,7 +473,7 @@ async fn mutate<F, Fut>(
     endpoint: &str,
     watched: &[String],
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
     send: F,
 ) -> StepEnd
 where
@@ -565,18 +565,18 @@ async fn call<T, F, Fut>(
     endpoint: &str,
     touches: bool,
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
     send: F,
 ) -> Call<T>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, ComposeError>>,
 {
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     let tuning = &run.ctx.compose;
     let mut backoff = tuning.busy_retry_initial;
     loop {
-        if *abort.borrow() {
+        if abort.is_cancelled() {
             return Call::Aborted;
         }
         let touch = touches && !run.touched.load(std::sync::atomic::Ordering::Relaxed);
@@ -599,7 +599,7 @@ where
             .await;
         // The attempt write may have waited on the database: an abort that came meanwhile
         // still stops the call (an abort acts before the next side effect).
-        if *abort.borrow() {
+        if abort.is_cancelled() {
             finish(
                 run,
                 &attempt,
@@ -672,7 +672,7 @@ fn is_ambiguous(e: &ComposeError) -> bool {
 /// A dry run caught mid-call by a restart had no side effect; its attempt is closed as
 /// `unknown` and the dry run is simply sent again.
 async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     let Ok(attempts) = store.attempts(&run.rollout.id).await else {
         return;
     };
@@ -692,9 +692,9 @@ async fn reconcile_previous_attempt(
     endpoint: &str,
     watched: &[String],
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> Option<StepEnd> {
-    let store = &run.ctx.store;
+    let store = run.ctx.store;
     let attempts = match store.attempts(&run.rollout.id).await {
         Ok(attempts) => attempts,
         // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
@@ -745,7 +745,7 @@ async fn outcome_unknown(
     watched: &[String],
     deadline: DateTime<Utc>,
     detail: serde_json::Value,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> StepEnd {
     let client = &run.ctx.host.client;
     let started = Utc::now();
@@ -818,7 +818,7 @@ async fn settle(
     run: &StepRun<'_>,
     watched: &[String],
     limit: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> Settle {
     let client = &run.ctx.host.client;
     let interval = run.ctx.compose.settle_interval;
@@ -880,7 +880,7 @@ async fn settle(
 async fn settle_before_first_call(
     run: &StepRun<'_>,
     deadline: DateTime<Utc>,
-    abort: &mut watch::Receiver<bool>,
+    abort: &CancellationToken,
 ) -> Option<StepEnd> {
     use std::sync::atomic::Ordering;
     if run.settle_checked.swap(true, Ordering::Relaxed) {

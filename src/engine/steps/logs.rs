@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
@@ -221,7 +221,7 @@ impl StepRun<'_> {
         step: &Step,
         deadline: DateTime<Utc>,
         spec: LogWait,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         let mut watch = LogWatch::new(spec.require, spec.forbid);
         let mut reads = LogReads::new(spec.max_log_failures);
@@ -261,7 +261,7 @@ impl StepRun<'_> {
                 return StepEnd::failed(ErrorCode::LogsTimeout, msg, detail);
             }
             progress
-                .save(&self.ctx.store, &step.id, &self.mask_json(&detail))
+                .save(self.ctx.store, &step.id, &self.mask_json(&detail))
                 .await;
             if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
@@ -279,7 +279,7 @@ impl StepRun<'_> {
         window: Duration,
         max_misses: u32,
         spec: LogWait,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         let url = match self.target_health_url() {
             Ok(url) => url,
@@ -336,7 +336,7 @@ impl StepRun<'_> {
             }
             progress
                 .save_changes(
-                    &self.ctx.store,
+                    self.ctx.store,
                     &step.id,
                     &detail,
                     || self.mask_json(&detail),

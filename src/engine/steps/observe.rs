@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
@@ -72,7 +72,7 @@ impl StepRun<'_> {
     /// sibling (the second replica of a release) must not take as its baseline the version
     /// the first one just deployed.
     async fn record_baselines(&self, ps: &[PsEntry], version: &crate::compose::VersionInfo) {
-        let store = &self.ctx.store;
+        let store = self.ctx.store;
         let current = version
             .projects
             .get(&self.ctx.host.config.project)
@@ -113,11 +113,7 @@ impl StepRun<'_> {
         }
     }
 
-    async fn peers_healthy(
-        &self,
-        deadline: DateTime<Utc>,
-        abort: &mut watch::Receiver<bool>,
-    ) -> StepEnd {
+    async fn peers_healthy(&self, deadline: DateTime<Utc>, abort: &CancellationToken) -> StepEnd {
         let peers: Vec<String> = self
             .ctx
             .host
@@ -214,7 +210,7 @@ impl StepRun<'_> {
         deadline: DateTime<Utc>,
         interval: Duration,
         consecutive: u32,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         let url = match self.target_health_url() {
             Ok(url) => url,
@@ -243,7 +239,7 @@ impl StepRun<'_> {
                 );
                 return StepEnd::failed(ErrorCode::HealthTimeout, msg, detail);
             }
-            progress.save(&self.ctx.store, &step.id, &detail).await;
+            progress.save(self.ctx.store, &step.id, &detail).await;
             if pause_until_next_probe(&mut rhythm, None, abort).await {
                 return StepEnd::Aborted(detail);
             }

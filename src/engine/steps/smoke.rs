@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
@@ -81,13 +81,6 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Resolves once an abort is signalled (never, if the sender is gone).
-async fn aborted(abort: &mut watch::Receiver<bool>) {
-    if abort.wait_for(|a| *a).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// How one call went, before judging its body.
 enum Call {
     Answer(ApiAnswer),
@@ -110,7 +103,7 @@ impl StepRun<'_> {
         &self,
         deadline: DateTime<Utc>,
         spec: &Smoke,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         let Some(replica) = self.ctx.host.config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
@@ -237,7 +230,7 @@ impl StepRun<'_> {
     async fn call<F, Fut>(
         &self,
         deadline: DateTime<Utc>,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
         detail: &Value,
         secrets: &[String],
         what: &str,
@@ -258,7 +251,7 @@ impl StepRun<'_> {
         }
         let result = tokio::select! {
             result = send(left) => result,
-            () = aborted(abort) => return Call::Failed(StepEnd::Aborted(detail.clone())),
+            () = abort.cancelled() => return Call::Failed(StepEnd::Aborted(detail.clone())),
         };
         match result {
             Ok(answer) => Call::Answer(answer),

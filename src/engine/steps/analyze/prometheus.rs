@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::next_wait;
 use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
@@ -139,7 +139,7 @@ impl StepRun<'_> {
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
-        abort: &mut watch::Receiver<bool>,
+        abort: &CancellationToken,
     ) -> StepEnd {
         let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
@@ -199,7 +199,7 @@ impl StepRun<'_> {
             }
             progress
                 .save(
-                    &self.ctx.store,
+                    self.ctx.store,
                     &step.id,
                     &detail(&restarts, &watched, pending()),
                 )
