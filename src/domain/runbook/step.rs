@@ -64,8 +64,19 @@ pub(crate) trait StepDef: DeserializeOwned {
     /// The step's budget, fixed when it starts and persisted as its deadline.
     fn budget(&self) -> Duration;
 
-    /// A one-line rendering of the step's evidence (`detail`); `None` when it has none.
-    fn summary(detail: &serde_json::Value) -> Option<String>;
+    /// The step's evidence: what its executor stores as the step's `detail` (the runner adds
+    /// `error` and `target_logs` around it, preflight `signals`), read back by the summary
+    /// and the carry-over between steps.
+    type Evidence: serde::Serialize + serde::de::DeserializeOwned;
+
+    /// A one-line rendering of the step's evidence; `None` when it has none.
+    fn summary(evidence: &Self::Evidence) -> Option<String>;
+}
+
+/// A step's stored `detail` read as kind `K`'s evidence; `None` when it does not read as one
+/// (a step that failed before it gathered any).
+pub(crate) fn evidence<K: StepDef>(detail: &serde_json::Value) -> Option<K::Evidence> {
+    serde::Deserialize::deserialize(detail).ok()
 }
 
 /// What [`StepDef::check`] answers: `Err((field, message))` for the field at fault.
@@ -161,7 +172,9 @@ macro_rules! step_kinds {
             /// A one-line rendering of a step's evidence; `None` when it has none.
             pub fn summary(self, detail: &serde_json::Value) -> Option<String> {
                 match self {
-                    $(Self::$variant => <$ty as StepDef>::summary(detail)),+
+                    $(Self::$variant => {
+                        <$ty as StepDef>::summary(&evidence::<$ty>(detail)?)
+                    })+
                 }
             }
 

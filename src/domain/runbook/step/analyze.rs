@@ -130,6 +130,8 @@ impl super::StepDef for AnalyzeSpec {
         scrapes + if self.may_ask() { self.approve_timeout } else { std::time::Duration::ZERO }
     }
 
+    type Evidence = serde_json::Value;
+
     /// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
     fn summary(d: &serde_json::Value) -> Option<String> {
         let number =

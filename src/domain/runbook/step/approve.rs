@@ -30,6 +30,8 @@ impl StepDef for Approve {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     /// `approved by alice: "latency looks fine"`, or `waiting for an approval until …`.
     fn summary(detail: &serde_json::Value) -> Option<String> {
         if let Some(by) = detail["approved_by"].as_str() {

@@ -34,6 +34,8 @@ impl StepDef for Down {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         compose_summary(detail)
     }

@@ -29,6 +29,8 @@ impl StepDef for PeersHealthy {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         shown(&detail["peers"]).map(|p| format!("peers healthy: {p}"))
     }

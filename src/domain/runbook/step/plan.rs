@@ -48,6 +48,8 @@ impl StepDef for Plan {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         let p = &detail["plan"];
         Some(format!(

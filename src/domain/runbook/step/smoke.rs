@@ -69,6 +69,8 @@ impl StepDef for Smoke {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     /// `model z-ai/glm-5.3-flash ok, 2 identical outputs, up to 120 ms, 11 tokens: "Ready. …"`.
     fn summary(d: &serde_json::Value) -> Option<String> {
         d.get("model")?;

@@ -20,6 +20,8 @@ impl StepDef for Snapshot {
         QUICK_STEP_BUDGET
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         detail["ps"]
             .as_array()

@@ -53,6 +53,8 @@ impl StepDef for Soak {
         self.duration
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         Some(format!(
             "{} probes, worst miss streak {}",

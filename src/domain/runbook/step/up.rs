@@ -35,6 +35,8 @@ impl StepDef for Up {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         compose_summary(detail)
     }

@@ -20,6 +20,8 @@ impl StepDef for VerifyNeighbours {
         QUICK_STEP_BUDGET
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         shown(&detail["checked"]).map(|n| format!("{n} neighbours unchanged"))
     }

@@ -38,6 +38,8 @@ impl StepDef for WaitHealth {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         Some(format!(
             "{} healthy / {} unhealthy samples",

@@ -64,6 +64,8 @@ impl StepDef for WaitLogs {
         self.timeout
     }
 
+    type Evidence = serde_json::Value;
+
     fn summary(detail: &serde_json::Value) -> Option<String> {
         detail["seen"].as_array().map(|seen| {
             let seen: Vec<&str> = seen.iter().filter_map(|x| x["pattern"].as_str()).collect();
