@@ -72,6 +72,12 @@ pub(crate) trait Execute {
     fn carry(_run: &mut StepRun<'_>, _step: &Step, _detail: &serde_json::Value) {}
 }
 
+/// A step's evidence as stored in its `detail` (the executors build their kind's typed
+/// evidence, `crate::domain::runbook::step`, and hand it on as JSON).
+pub(crate) fn stored<E: serde::Serialize>(evidence: &E) -> serde_json::Value {
+    serde_json::to_value(evidence).unwrap_or_else(|_| json!({}))
+}
+
 /// State carried from step to step within one rollout (rebuilt from SQLite on resume).
 pub(crate) struct StepRun<'a> {
     pub engine: &'a Engine,

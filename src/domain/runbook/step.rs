@@ -82,6 +82,40 @@ pub(crate) fn evidence<K: StepDef>(detail: &serde_json::Value) -> Option<K::Evid
 /// What [`StepDef::check`] answers: `Err((field, message))` for the field at fault.
 pub(crate) type Checked = Result<(), (&'static str, String)>;
 
+/// Test support: stored evidence reads as its kind's type and writes back unchanged.
+#[cfg(test)]
+pub(crate) mod evidence_tests {
+    use super::{evidence, StepDef, StepKindName};
+
+    /// `base` with `more`'s keys added (both JSON objects).
+    pub(crate) fn merged(base: &serde_json::Value, more: serde_json::Value) -> serde_json::Value {
+        let mut d = base.clone();
+        if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), more) {
+            d.extend(more);
+        }
+        d
+    }
+
+    /// Each `(detail, summary)`: `detail` (evidence as the executors store it) reads as `K`'s
+    /// evidence and serialises back to the same JSON (or, for `{}`, the start of a step whose
+    /// evidence has required keys, does not read), and the summary is `summary`.
+    pub(crate) fn same_json_and_summary<K: StepDef>(cases: &[(serde_json::Value, Option<&str>)]) {
+        let kind: StepKindName = K::NAME.parse().expect("a registered kind");
+        for (stored, summary) in cases {
+            match evidence::<K>(stored) {
+                Some(typed) => assert_eq!(
+                    &serde_json::to_value(&typed).expect("serialises"),
+                    stored,
+                    "{} evidence written back",
+                    K::NAME
+                ),
+                None => assert_eq!(stored, &serde_json::json!({}), "{} reads {stored}", K::NAME),
+            }
+            assert_eq!(kind.summary(stored).as_deref(), *summary, "{stored}");
+        }
+    }
+}
+
 /// The budget of a step that should take seconds (a dry run, a snapshot): it bounds 409
 /// retries.
 pub(crate) const QUICK_STEP_BUDGET: Duration = Duration::from_secs(300);
