@@ -10,8 +10,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::approve::ApproveEvidence;
 use crate::domain::runbook::step::Approve;
-use crate::engine::step_run::{pause, poll_interval, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{stored, pause, poll_interval, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -60,11 +61,12 @@ pub(crate) async fn wait(
 
 /// The evidence of an approval, merged into a step's detail.
 pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> serde_json::Value {
-    json!({
-        "approved_by": approval.actor,
-        "reason": approval.reason,
-        "approved_at": approval.at,
-        "waited_s": (approval.at - waited_since).num_seconds().max(0),
+    stored(&ApproveEvidence {
+        approved_by: Some(approval.actor.clone()),
+        reason: Some(approval.reason.clone()),
+        approved_at: Some(approval.at),
+        waited_s: Some((approval.at - waited_since).num_seconds().max(0)),
+        ..ApproveEvidence::default()
     })
 }
 
@@ -73,7 +75,10 @@ impl Execute for Approve {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let step = at.step;
         let since = step.started_at.unwrap_or_else(Utc::now);
-        let base = json!({"waiting_since": since});
+        let base = stored(&ApproveEvidence {
+            waiting_since: Some(since),
+            ..ApproveEvidence::default()
+        });
         match wait(run, step, base.clone(), at.deadline, at.abort).await {
             Waited::Approved(a) => StepEnd::Succeeded(evidence(&a, since)),
             Waited::TimedOut => StepEnd::failed(
