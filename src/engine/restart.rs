@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::step_run::{StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::soak::RestartEvidence;
 use crate::domain::uptime::{judge_restart, ContainerRead};
 
 /// What a watching step knows about the target's container.
@@ -68,8 +69,9 @@ impl RestartWatch {
             current.as_ref(),
         );
         if let Err(why) = verdict {
-            let mut detail = self.detail();
-            detail["restart"]["now"] = json!(current);
+            let mut evidence = self.evidence();
+            evidence.now = Some(current);
+            let detail = json!({ "restart": evidence });
             let msg = format!("{}: {why}", run.rollout.service);
             return Some(StepEnd::failed(ErrorCode::EngineRestarted, msg, detail));
         }
@@ -82,12 +84,18 @@ impl RestartWatch {
 
     /// The evidence: the first and last reads, and how many reads failed.
     pub(super) fn detail(&self) -> serde_json::Value {
-        json!({"restart": {
-            "first": self.baseline,
-            "last": self.previous,
-            "ps_reads": self.reads,
-            "ps_read_errors": self.failed_reads,
-            "last_ps_error": self.last_error,
-        }})
+        json!({ "restart": self.evidence() })
+    }
+
+    /// The reads, typed (`restart` in the step's evidence).
+    pub(super) fn evidence(&self) -> RestartEvidence {
+        RestartEvidence {
+            first: self.baseline.clone(),
+            last: self.previous.clone(),
+            ps_reads: self.reads,
+            ps_read_errors: self.failed_reads,
+            last_ps_error: self.last_error.clone(),
+            now: None,
+        }
     }
 }

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 
-use super::step_run::StepRun;
+use super::step_run::{stored, StepRun};
+use crate::domain::runbook::step::soak::{ResumedWatch, WatchedEvidence};
 use crate::store::Step;
 
 /// The evidence key of the observed time.
@@ -97,18 +97,25 @@ impl Watched {
     /// drive `resumed` (what was unobserved, what was observed before, until when it watches)
     /// and `reobserved_ms`. `observed_ms` and `reobserved_ms` move at every observation.
     pub(super) fn detail(&self, end: DateTime<Utc>) -> serde_json::Value {
+        stored(&self.evidence(end))
+    }
+
+    /// [`Watched::detail`], typed.
+    pub(super) fn evidence(&self, end: DateTime<Utc>) -> WatchedEvidence {
         let observed = (self.before + self.reobserved()).min(self.window);
-        let mut d = json!({ OBSERVED: observed.num_milliseconds() });
-        if self.resumed {
-            d["resumed"] = json!({
-                "observed_before_ms": self.before.num_milliseconds(),
-                "unobserved_ms": self.unobserved().num_milliseconds(),
-                "watch_from": self.from,
-                "watch_until": end,
-            });
-            d["reobserved_ms"] = json!(self.reobserved().num_milliseconds());
+        let resumed = self.resumed.then(|| ResumedWatch {
+            observed_before_ms: self.before.num_milliseconds(),
+            unobserved_ms: self.unobserved().num_milliseconds(),
+            watch_from: self.from,
+            watch_until: end,
+        });
+        WatchedEvidence {
+            observed_ms: observed.num_milliseconds(),
+            reobserved_ms: resumed
+                .is_some()
+                .then(|| self.reobserved().num_milliseconds()),
+            resumed,
         }
-        d
     }
 }
 
@@ -146,6 +153,8 @@ pub(super) fn merge(d: &mut serde_json::Value, more: serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -82,6 +82,16 @@ pub(crate) fn evidence<K: StepDef>(detail: &serde_json::Value) -> Option<K::Evid
 /// What [`StepDef::check`] answers: `Err((field, message))` for the field at fault.
 pub(crate) type Checked = Result<(), (&'static str, String)>;
 
+/// For an evidence key written `null` as well as left out: `Some` of its value when present
+/// (with `#[serde(default)]`, absent is `None`), so `null` is written back as `null`.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// Test support: stored evidence reads as its kind's type and writes back unchanged.
 #[cfg(test)]
 pub(crate) mod evidence_tests {
