@@ -425,25 +425,8 @@ impl Scope {
 }
 
 /// `12 stream lines`: the evidence of a compose call (`down`, `up`).
-pub(crate) fn compose_summary(detail: &serde_json::Value) -> Option<String> {
-    shown(&detail["lines"]).map(|n| format!("{n} stream lines"))
-}
-
-/// A JSON value as shown to a person: strings without quotes, lists as `a, b`; `None` for a
-/// missing value, so a summary is left out rather than showing `null`.
-pub(crate) fn shown(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Array(items) => Some(
-            items
-                .iter()
-                .map(|i| shown(i).unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        other => Some(other.to_string()),
-    }
+pub(crate) fn compose_summary(evidence: &up::ComposeEvidence) -> Option<String> {
+    evidence.lines.map(|n| format!("{n} stream lines"))
 }
 
 /// A step refusal: its line and message; `unknown` when a key the kind does not take.

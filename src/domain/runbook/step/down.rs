@@ -34,10 +34,10 @@ impl StepDef for Down {
         self.timeout
     }
 
-    type Evidence = serde_json::Value;
+    type Evidence = super::up::ComposeEvidence;
 
-    fn summary(detail: &serde_json::Value) -> Option<String> {
-        compose_summary(detail)
+    fn summary(evidence: &super::up::ComposeEvidence) -> Option<String> {
+        compose_summary(evidence)
     }
 }
 
