@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 
 use crate::api::{RolloutOut, StepOut};
 use crate::domain::analysis::verdict_table;
+use crate::domain::error_code::StepFailure;
 use crate::domain::runbook::StepKindName;
 
 /// `1m05s`, `850ms`.
@@ -33,11 +34,11 @@ pub fn evidence(s: &StepOut) -> String {
         return String::new();
     }
     let d = &s.detail;
-    if let Some(e) = d.get("error") {
+    if let Some(e) = StepFailure::of(d) {
         return format!(
             "{}: {}",
-            e["code"].as_str().unwrap_or("error"),
-            e["message"].as_str().unwrap_or("")
+            e.code.as_deref().unwrap_or("error"),
+            e.message.as_deref().unwrap_or("")
         );
     }
     // The kind's own rendering (`domain::runbook::step`); a kind this build does not know
