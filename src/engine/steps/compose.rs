@@ -21,8 +21,8 @@ use crate::domain::runbook::step::plan::{PlanEvidence, PlannedChanges};
 use crate::domain::runbook::step::up::{ComposeEvidence, Replaced};
 use crate::domain::runbook::step::{evidence, Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
-use crate::engine::step_run::{stored, 
-    is_service, pause, poll_interval, Execute, Running, StepEnd, StepRun,
+use crate::engine::step_run::{
+    is_service, pause, poll_interval, stored, Execute, Running, StepEnd, StepRun,
 };
 use crate::engine::Checkpoint;
 use crate::store::Step;

@@ -19,8 +19,8 @@ use crate::domain::runbook::step::verify_neighbours::{
 use crate::domain::runbook::step::wait_health::WaitHealthEvidence;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
 use crate::engine::step_run::{
-    is_service, pause, pause_until_next_probe, poll_interval, stored, Execute, Progress, Rhythm, Running,
-    StepEnd, StepRun,
+    is_service, pause, pause_until_next_probe, poll_interval, stored, Execute, Progress, Rhythm,
+    Running, StepEnd, StepRun,
 };
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
