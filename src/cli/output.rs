@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::api::{RolloutOut, StepOut};
-use crate::domain::analysis::verdict_table;
 use crate::domain::error_code::StepFailure;
+use crate::domain::runbook::step::{evidence as evidence_of, Analyze};
 use crate::domain::runbook::StepKindName;
 
 /// `1m05s`, `850ms`.
@@ -50,6 +50,15 @@ pub fn evidence(s: &StepOut) -> String {
         .unwrap_or_default()
 }
 
+/// The verdict of an `analyze` step, one small table per check; `None` for another kind or
+/// before the step judged.
+fn verdict_table(s: &StepOut) -> Option<String> {
+    let kind = s.kind.parse::<StepKindName>().ok()?;
+    (kind == StepKindName::Analyze)
+        .then(|| evidence_of::<Analyze>(&s.detail))??
+        .verdict_table()
+}
+
 /// A progress line for a step.
 pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> String {
     let mut line = format!(
@@ -71,7 +80,7 @@ pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> Strin
         if !ev.is_empty() {
             line.push_str(&format!("  {ev}"));
         }
-        line.extend(verdict_table(&s.detail).map(|t| format!("\n{t}")));
+        line.extend(verdict_table(s).map(|t| format!("\n{t}")));
     }
     line
 }
@@ -105,7 +114,7 @@ pub fn timeline(r: &RolloutOut) -> String {
             step_duration(s, now),
             evidence(s)
         ));
-        out.extend(verdict_table(&s.detail).map(|t| format!("{t}\n")));
+        out.extend(verdict_table(s).map(|t| format!("{t}\n")));
     }
     out
 }

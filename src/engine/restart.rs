@@ -4,12 +4,23 @@
 //! probes still watch the engine). A step resumed after a restart holds the target to the
 //! container its saved evidence names: one replaced while the daemon was down fails it.
 
-use serde_json::json;
-
 use super::step_run::{StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::soak::RestartEvidence;
 use crate::domain::uptime::{judge_restart, ContainerRead};
+
+/// The target restarted under a watching step: why, and the reads (`now`, the one that saw it).
+pub(super) struct Restarted {
+    pub message: String,
+    pub reads: RestartEvidence,
+}
+
+impl Restarted {
+    /// The step's failure, `evidence` its detail.
+    pub(super) fn failed(self, evidence: serde_json::Value) -> StepEnd {
+        StepEnd::failed(ErrorCode::EngineRestarted, self.message, evidence)
+    }
+}
 
 /// What a watching step knows about the target's container.
 #[derive(Debug, Default)]
@@ -45,8 +56,8 @@ impl RestartWatch {
             .or(self.saved.as_deref())
     }
 
-    /// Reads `docker ps` once; the step's failure when the target restarted.
-    pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
+    /// Reads `docker ps` once; what it saw when the target restarted.
+    pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<Restarted> {
         let at = chrono::Utc::now();
         let target = match run.host.client.ps_service(run.rollout.target()).await {
             Ok(target) => target,
@@ -69,11 +80,10 @@ impl RestartWatch {
             current.as_ref(),
         );
         if let Err(why) = verdict {
-            let mut evidence = self.evidence();
-            evidence.now = Some(current);
-            let detail = json!({ "restart": evidence });
-            let msg = format!("{}: {why}", run.rollout.service);
-            return Some(StepEnd::failed(ErrorCode::EngineRestarted, msg, detail));
+            let mut reads = self.evidence();
+            reads.now = Some(current);
+            let message = format!("{}: {why}", run.rollout.service);
+            return Some(Restarted { message, reads });
         }
         if self.baseline.is_none() {
             self.baseline.clone_from(&current);
@@ -82,12 +92,8 @@ impl RestartWatch {
         None
     }
 
-    /// The evidence: the first and last reads, and how many reads failed.
-    pub(super) fn detail(&self) -> serde_json::Value {
-        json!({ "restart": self.evidence() })
-    }
-
-    /// The reads, typed (`restart` in the step's evidence).
+    /// The evidence: the first and last reads, and how many reads failed (`restart` in the
+    /// step's evidence).
     pub(super) fn evidence(&self) -> RestartEvidence {
         RestartEvidence {
             first: self.baseline.clone(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::step_run::{stored, StepRun};
+use super::step_run::StepRun;
 use crate::domain::runbook::step::soak::{ResumedWatch, WatchedEvidence};
 use crate::store::Step;
 
@@ -96,11 +96,6 @@ impl Watched {
     /// The evidence: `observed_ms` (over every drive, at most the window), and for a resumed
     /// drive `resumed` (what was unobserved, what was observed before, until when it watches)
     /// and `reobserved_ms`. `observed_ms` and `reobserved_ms` move at every observation.
-    pub(super) fn detail(&self, end: DateTime<Utc>) -> serde_json::Value {
-        stored(&self.evidence(end))
-    }
-
-    /// [`Watched::detail`], typed.
     pub(super) fn evidence(&self, end: DateTime<Utc>) -> WatchedEvidence {
         let observed = (self.before + self.reobserved()).min(self.window);
         let resumed = self.resumed.then(|| ResumedWatch {
@@ -143,13 +138,6 @@ impl StepRun<'_> {
 
 /// The evidence keys that move at every observation (`Progress::save_changes`' counters).
 pub(super) const COUNTERS: [&str; 2] = [OBSERVED, "reobserved_ms"];
-
-/// Extends `d`'s top-level keys with `more`'s.
-pub(super) fn merge(d: &mut serde_json::Value, more: serde_json::Value) {
-    if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), more) {
-        d.extend(more);
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -194,28 +182,27 @@ mod tests {
             Duration::from_secs(6),
             t0 + s(10),
         );
-        assert_eq!(w.detail(t0 + s(14))[OBSERVED], 2_000, "nothing yet");
+        assert_eq!(w.evidence(t0 + s(14)).observed_ms, 2_000, "nothing yet");
         w.observe(t0 + s(11));
         w.observe(t0 + s(10)); // out of order: the latest counts
-        let d = w.detail(t0 + s(14));
-        assert_eq!(
-            (d[OBSERVED].clone(), d["reobserved_ms"].clone()),
-            (json!(3_000), json!(1_000))
-        );
-        assert_eq!(d["resumed"]["unobserved_ms"], 4_000);
-        assert_eq!(d["resumed"]["observed_before_ms"], 2_000);
+        let d = w.evidence(t0 + s(14));
+        assert_eq!((d.observed_ms, d.reobserved_ms), (3_000, Some(1_000)));
+        let resumed = d.resumed.expect("a resumed drive");
+        assert_eq!(resumed.unobserved_ms, 4_000);
+        assert_eq!(resumed.observed_before_ms, 2_000);
         w.observe(t0 + s(15));
-        let d = w.detail(t0 + s(14));
-        assert_eq!(
-            (d[OBSERVED].clone(), d["reobserved_ms"].clone()),
-            (json!(6_000), json!(5_000))
-        );
+        let d = w.evidence(t0 + s(14));
+        assert_eq!((d.observed_ms, d.reobserved_ms), (6_000, Some(5_000)));
         // A first drive's window starts where the window does (an analysis's warmup end).
         let mut w = Watched::new(&json!({}), false, t0 + s(2), Duration::from_secs(6), t0);
         w.observe(t0 + s(1));
-        assert_eq!(w.detail(t0)[OBSERVED], 0, "the warmup is not the window");
+        assert_eq!(
+            w.evidence(t0).observed_ms,
+            0,
+            "the warmup is not the window"
+        );
         w.observe(t0 + s(5));
-        assert_eq!(w.detail(t0)[OBSERVED], 3_000);
-        assert!(w.detail(t0).get("resumed").is_none());
+        assert_eq!(w.evidence(t0).observed_ms, 3_000);
+        assert!(w.evidence(t0).resumed.is_none());
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::approve::ApproveEvidence;
 use crate::domain::runbook::step::Approve;
-use crate::engine::step_run::{stored, pause, poll_interval, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{pause, poll_interval, stored, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -60,14 +60,14 @@ pub(crate) async fn wait(
 }
 
 /// The evidence of an approval, merged into a step's detail.
-pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> serde_json::Value {
-    stored(&ApproveEvidence {
+pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> ApproveEvidence {
+    ApproveEvidence {
         approved_by: Some(approval.actor.clone()),
         reason: Some(approval.reason.clone()),
         approved_at: Some(approval.at),
         waited_s: Some((approval.at - waited_since).num_seconds().max(0)),
         ..ApproveEvidence::default()
-    })
+    }
 }
 
 impl Execute for Approve {
@@ -80,7 +80,7 @@ impl Execute for Approve {
             ..ApproveEvidence::default()
         });
         match wait(run, step, base.clone(), at.deadline, at.abort).await {
-            Waited::Approved(a) => StepEnd::Succeeded(evidence(&a, since)),
+            Waited::Approved(a) => StepEnd::Succeeded(stored(&evidence(&a, since))),
             Waited::TimedOut => StepEnd::failed(
                 ErrorCode::NotApproved,
                 format!(

@@ -315,7 +315,11 @@ impl StepRun<'_> {
         loop {
             rhythm.begin();
             if let Some(restarted) = restarts.check(self).await {
-                return restarted;
+                let evidence = SoakEvidence {
+                    restart: Some(restarted.reads.clone()),
+                    ..SoakEvidence::default()
+                };
+                return restarted.failed(stored(&evidence));
             }
             let sample = self.engine.inner.prober.sample_url(&url).await;
             watched.observe(Utc::now());
