@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Checked, at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
 use crate::domain::duration::serde_duration;
-use crate::domain::log_watch::SeenLine;
-use crate::domain::pattern::LogPattern;
+use crate::domain::pattern::{LogPattern, SeenLine};
 
 /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
