@@ -36,14 +36,11 @@ pub(super) struct RestartWatch {
 }
 
 impl RestartWatch {
-    /// A watch for a step whose saved evidence (`detail`, empty for a new step) may name the
-    /// container an earlier drive saw first (`container_id`, or `restart.first.id`).
-    pub(super) fn resuming(detail: &serde_json::Value) -> Self {
-        let saved = detail["container_id"]
-            .as_str()
-            .or_else(|| detail["restart"]["first"]["id"].as_str());
+    /// A watch for a step whose saved evidence may name the container an earlier drive saw
+    /// first (`saved`; `None` for a new step).
+    pub(super) fn resuming(saved: Option<String>) -> Self {
         Self {
-            saved: saved.map(str::to_owned),
+            saved,
             ..Self::default()
         }
     }

@@ -34,17 +34,17 @@ pub(super) struct Watched {
 
 impl Watched {
     /// The coverage of a step's window (`window` long from `window_start`: a soak's start, an
-    /// analysis's end of warmup) for a drive beginning `now`; `resumed` reads what the earlier
-    /// drives saved in `saved` (the step's detail as stored).
+    /// analysis's end of warmup) for a drive beginning `now`; `resumed` counts what the earlier
+    /// drives saved as observed (`saved`, `observed_ms` of the step's stored evidence).
     pub(super) fn new(
-        saved: &serde_json::Value,
+        saved: Option<i64>,
         resumed: bool,
         window_start: DateTime<Utc>,
         window: Duration,
         now: DateTime<Utc>,
     ) -> Self {
         let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
-        let saved = saved[OBSERVED].as_i64().unwrap_or(0);
+        let saved = saved.unwrap_or(0);
         let before = if resumed {
             chrono::Duration::try_milliseconds(saved)
                 .unwrap_or_default()
@@ -141,8 +141,6 @@ pub(super) const COUNTERS: [&str; 2] = [OBSERVED, "reobserved_ms"];
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
@@ -163,8 +161,7 @@ mod tests {
             (true, Some(i64::MIN), 10, 6_000, 16),
         ];
         for (resumed, saved, begins, unobserved, ends) in table {
-            let detail = saved.map_or(json!({}), |ms| json!({ OBSERVED: ms }));
-            let w = Watched::new(&detail, resumed, t0, six, t0 + s(begins));
+            let w = Watched::new(saved, resumed, t0, six, t0 + s(begins));
             let what = format!("{resumed} {saved:?} {begins}");
             assert_eq!(w.unobserved().num_milliseconds(), unobserved, "{what}");
             assert_eq!(w.end(t0 + s(6)), t0 + s(ends), "{what}");
@@ -175,13 +172,7 @@ mod tests {
     fn observed_time_adds_this_drive_to_the_saved_and_never_exceeds_the_window() {
         let t0 = Utc::now();
         let s = chrono::Duration::seconds;
-        let mut w = Watched::new(
-            &json!({ OBSERVED: 2_000 }),
-            true,
-            t0,
-            Duration::from_secs(6),
-            t0 + s(10),
-        );
+        let mut w = Watched::new(Some(2_000), true, t0, Duration::from_secs(6), t0 + s(10));
         assert_eq!(w.evidence(t0 + s(14)).observed_ms, 2_000, "nothing yet");
         w.observe(t0 + s(11));
         w.observe(t0 + s(10)); // out of order: the latest counts
@@ -194,7 +185,7 @@ mod tests {
         let d = w.evidence(t0 + s(14));
         assert_eq!((d.observed_ms, d.reobserved_ms), (6_000, Some(5_000)));
         // A first drive's window starts where the window does (an analysis's warmup end).
-        let mut w = Watched::new(&json!({}), false, t0 + s(2), Duration::from_secs(6), t0);
+        let mut w = Watched::new(None, false, t0 + s(2), Duration::from_secs(6), t0);
         w.observe(t0 + s(1));
         assert_eq!(
             w.evidence(t0).observed_ms,

@@ -27,6 +27,7 @@ use crate::domain::exposition::{
     Page, SeriesKey,
 };
 use crate::domain::runbook::step::analyze::{AnalyzeEvidence, AnalyzedReplica, Role, Scrapes};
+use crate::domain::runbook::step::{evidence, Analyze};
 use crate::engine::restart::RestartWatch;
 use crate::engine::step_run::{pause, stored, Execute, Progress, Running, StepEnd, StepRun};
 use crate::engine::watched::Watched;
@@ -341,7 +342,7 @@ impl StepRun<'_> {
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;
         let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
-        let mut restarts = RestartWatch::resuming(&step.detail);
+        let mut restarts = RestartWatch::resuming(saved_container(step));
         let mut progress = Progress::default();
         let evidence = |replicas: &[Replica],
                         restarts: &RestartWatch,
@@ -427,7 +428,14 @@ impl StepRun<'_> {
         let started = step.started_at.unwrap_or(now);
         let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
         let planned = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
-        let watched = Watched::new(&step.detail, self.resumed, warm_end, spec.duration, now);
+        let saved = evidence::<Analyze>(&step.detail).and_then(|e| e.watched);
+        let watched = Watched::new(
+            saved.map(|w| w.observed_ms),
+            self.resumed,
+            warm_end,
+            spec.duration,
+            now,
+        );
         let end = watched.end(planned);
         let mut step = step.clone();
         if let Some(deadline) = step.deadline_at.filter(|_| end > planned) {
@@ -499,6 +507,13 @@ impl StepRun<'_> {
             })
         })
     }
+}
+
+/// The container an earlier drive of the step held the target to: the first read of its saved
+/// evidence (`restart.first`).
+fn saved_container(step: &Step) -> Option<String> {
+    let saved = evidence::<Analyze>(&step.detail)?;
+    saved.restart?.first.map(|read| read.id)
 }
 
 /// Until the next scrape: an interval, but never past the warmup's end (so the window's

@@ -26,7 +26,7 @@ use crate::domain::runbook::step::soak::{SoakEvidence, SoakProbes};
 use crate::domain::runbook::step::wait_logs::{
     ForbiddenLine, LogReadError, LogReadsEvidence, WaitLogsEvidence,
 };
-use crate::domain::runbook::step::{Soak, WaitLogs};
+use crate::domain::runbook::step::{evidence, Soak, WaitLogs};
 use crate::engine::step_run::{
     pause_until_next_probe, stored, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
 };
@@ -297,8 +297,11 @@ impl StepRun<'_> {
             Err(end) => return end,
         };
         let now = Utc::now();
+        // What earlier drives of the step saved: the part of the window watched, the container
+        // the target is held to (`container_id`, or the first read of a restart's evidence).
+        let saved = evidence::<Soak>(&step.detail).unwrap_or_default();
         let mut watched = Watched::new(
-            &step.detail,
+            saved.watched.as_ref().map(|w| w.observed_ms),
             self.resumed,
             step.started_at.unwrap_or(now),
             window,
@@ -310,7 +313,11 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::default();
-        let mut restarts = crate::engine::restart::RestartWatch::resuming(&step.detail);
+        let saved_container = saved.probes.and_then(|p| p.container_id).or_else(|| {
+            let first = saved.restart.and_then(|r| r.first);
+            first.map(|read| read.id)
+        });
+        let mut restarts = crate::engine::restart::RestartWatch::resuming(saved_container);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();

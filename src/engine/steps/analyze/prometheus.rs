@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::watch;
 
-use super::next_wait;
+use super::{next_wait, saved_container};
 use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
@@ -189,7 +189,7 @@ impl StepRun<'_> {
                 .map(|q| evidence(q, &spec.checks[q.check].name, None))
                 .collect()
         };
-        let mut restarts = RestartWatch::resuming(&step.detail);
+        let mut restarts = RestartWatch::resuming(saved_container(step));
         let mut progress = Progress::default();
         loop {
             if let Some(restarted) = restarts.check(self).await {
