@@ -478,7 +478,12 @@ impl StepRun<'_> {
         let deadline = step
             .deadline_at
             .map_or(asked_at + wait, |d| d.min(asked_at + wait));
-        match crate::engine::steps::approve::wait(self, step, stored(&e), deadline, abort).await {
+        let waiting = stored(&AnalyzeEvidence {
+            awaiting_approval: Some(true),
+            deadline: Some(deadline),
+            ..e.clone()
+        });
+        match crate::engine::steps::approve::wait(self, step, &waiting, deadline, abort).await {
             crate::engine::steps::approve::Waited::Approved(a) => {
                 e.approval = Some(crate::engine::steps::approve::evidence(&a, asked_at));
                 StepEnd::Succeeded(stored(&e))

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::domain::error_code::ErrorCode;
@@ -22,20 +21,18 @@ pub(crate) enum Waited {
     Aborted,
 }
 
-/// Marks `step` as waiting (its evidence is `detail` plus `awaiting_approval` and the
+/// Marks `step` as waiting (`waiting`: its evidence, which says `awaiting_approval` and the
 /// deadline), then polls for an approval until `deadline` or an abort.
 pub(crate) async fn wait(
     run: &StepRun<'_>,
     step: &Step,
-    mut detail: serde_json::Value,
+    waiting: &serde_json::Value,
     deadline: DateTime<Utc>,
     abort: &mut watch::Receiver<bool>,
 ) -> Waited {
     let store = &run.engine.inner.store;
-    detail[crate::store::AWAITING_APPROVAL] = json!(true);
-    detail["deadline"] = json!(deadline);
     if let Err(e) = store
-        .request_approval(&step.rollout_id, &step.id, &step.name, &detail, Utc::now())
+        .request_approval(&step.rollout_id, &step.id, &step.name, waiting, Utc::now())
         .await
     {
         // The wait goes on: an approval is still read back below, and a store that stays
@@ -75,11 +72,17 @@ impl Execute for Approve {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let step = at.step;
         let since = step.started_at.unwrap_or_else(Utc::now);
-        let base = stored(&ApproveEvidence {
+        let base = ApproveEvidence {
             waiting_since: Some(since),
             ..ApproveEvidence::default()
-        });
-        match wait(run, step, base.clone(), at.deadline, at.abort).await {
+        };
+        let waiting = ApproveEvidence {
+            awaiting_approval: Some(true),
+            deadline: Some(at.deadline),
+            ..base.clone()
+        };
+        let base = stored(&base);
+        match wait(run, step, &stored(&waiting), at.deadline, at.abort).await {
             Waited::Approved(a) => StepEnd::Succeeded(stored(&evidence(&a, since))),
             Waited::TimedOut => StepEnd::failed(
                 ErrorCode::NotApproved,
