@@ -73,6 +73,10 @@ pub struct ApproveEvidence {
     pub waited_s: Option<i64>,
 }
 
+fn timeout() -> Duration {
+    defaults::APPROVE_TIMEOUT
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -102,8 +106,4 @@ mod tests {
             ),
         ]);
     }
-}
-
-fn timeout() -> Duration {
-    defaults::APPROVE_TIMEOUT
 }

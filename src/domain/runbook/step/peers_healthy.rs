@@ -50,6 +50,10 @@ pub struct PeersHealthyEvidence {
     pub unhealthy: Option<BTreeMap<String, serde_json::Value>>,
 }
 
+fn timeout() -> Duration {
+    defaults::PEERS_HEALTHY_TIMEOUT
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -70,8 +74,4 @@ mod tests {
             (json!({"unhealthy": {"r1": {"error": "refused", "status": null}}}), None),
         ]);
     }
-}
-
-fn timeout() -> Duration {
-    defaults::PEERS_HEALTHY_TIMEOUT
 }

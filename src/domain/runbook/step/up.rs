@@ -94,6 +94,10 @@ pub struct Replaced {
     pub tag: String,
 }
 
+fn timeout() -> Duration {
+    defaults::UP_TIMEOUT
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -152,8 +156,4 @@ mod tests {
         same_json_and_summary::<Up>(&cases);
         same_json_and_summary::<Down>(&cases);
     }
-}
-
-fn timeout() -> Duration {
-    defaults::UP_TIMEOUT
 }

@@ -119,6 +119,18 @@ pub struct ForbiddenLine {
     pub line: String,
 }
 
+fn timeout() -> Duration {
+    defaults::WAIT_LOGS_TIMEOUT
+}
+
+fn interval() -> Duration {
+    defaults::WAIT_LOGS_INTERVAL
+}
+
+fn max_log_failures() -> u32 {
+    defaults::MAX_LOG_FAILURES
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -152,16 +164,4 @@ mod tests {
             ),
         ]);
     }
-}
-
-fn timeout() -> Duration {
-    defaults::WAIT_LOGS_TIMEOUT
-}
-
-fn interval() -> Duration {
-    defaults::WAIT_LOGS_INTERVAL
-}
-
-fn max_log_failures() -> u32 {
-    defaults::MAX_LOG_FAILURES
 }
