@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::api::{RolloutOut, StepOut};
-use crate::domain::analysis::verdict_table;
+use crate::domain::error_code::StepFailure;
+use crate::domain::runbook::step::{evidence as evidence_of, Analyze};
 use crate::domain::runbook::StepKindName;
 
 /// `1m05s`, `850ms`.
@@ -33,11 +34,11 @@ pub fn evidence(s: &StepOut) -> String {
         return String::new();
     }
     let d = &s.detail;
-    if let Some(e) = d.get("error") {
+    if let Some(e) = StepFailure::of(d) {
         return format!(
             "{}: {}",
-            e["code"].as_str().unwrap_or("error"),
-            e["message"].as_str().unwrap_or("")
+            e.code.as_deref().unwrap_or("error"),
+            e.message.as_deref().unwrap_or("")
         );
     }
     // The kind's own rendering (`domain::runbook::step`); a kind this build does not know
@@ -47,6 +48,15 @@ pub fn evidence(s: &StepOut) -> String {
         .ok()
         .and_then(|kind| kind.summary(d))
         .unwrap_or_default()
+}
+
+/// The verdict of an `analyze` step, one small table per check; `None` for another kind or
+/// before the step judged.
+fn verdict_table(s: &StepOut) -> Option<String> {
+    let kind = s.kind.parse::<StepKindName>().ok()?;
+    (kind == StepKindName::Analyze)
+        .then(|| evidence_of::<Analyze>(&s.detail))??
+        .verdict_table()
 }
 
 /// A progress line for a step.
@@ -70,7 +80,7 @@ pub fn step_line(rollout: &RolloutOut, s: &StepOut, now: DateTime<Utc>) -> Strin
         if !ev.is_empty() {
             line.push_str(&format!("  {ev}"));
         }
-        line.extend(verdict_table(&s.detail).map(|t| format!("\n{t}")));
+        line.extend(verdict_table(s).map(|t| format!("\n{t}")));
     }
     line
 }
@@ -104,7 +114,7 @@ pub fn timeline(r: &RolloutOut) -> String {
             step_duration(s, now),
             evidence(s)
         ));
-        out.extend(verdict_table(&s.detail).map(|t| format!("{t}\n")));
+        out.extend(verdict_table(s).map(|t| format!("{t}\n")));
     }
     out
 }

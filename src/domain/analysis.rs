@@ -154,7 +154,7 @@ impl Check {
 }
 
 /// What a window gave for one replica and one check.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Observed {
     /// The quantile or the counter increase; `None` without data (no successful scrape in
     /// the window, no such family on the page, no observation).
@@ -166,7 +166,7 @@ pub struct Observed {
 }
 
 /// The outcome of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Pass,
@@ -174,31 +174,58 @@ pub enum Verdict {
     Inconclusive,
 }
 
-/// One check's verdict with every number it used (stored as the step's evidence).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+impl Verdict {
+    /// `pass`, `fail` or `inconclusive`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// One check's verdict with every number it used (stored as the step's evidence, in
+/// `checks`). Read back, every key but `name` and `verdict` may be missing: a verdict stored
+/// by an older build still reads, with what it has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckVerdict {
     pub name: String,
     pub verdict: Verdict,
     /// Whether the step fails because of this check (a failure, or an inconclusive verdict
     /// with `on_inconclusive: fail`).
+    #[serde(default)]
     pub fails_step: bool,
     /// Whether this check leaves the decision to an operator (inconclusive, with
     /// `on_inconclusive: ask`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub asks: bool,
+    #[serde(default)]
     pub target: Observed,
+    #[serde(default)]
     pub peers: BTreeMap<String, Observed>,
     /// Median of the peers whose value counts (`None` when none does).
+    #[serde(default)]
     pub peer_median: Option<f64>,
     /// Target ÷ peer median.
+    #[serde(default)]
     pub ratio: Option<f64>,
+    #[serde(default)]
     pub max_ratio_to_peers: Option<f64>,
+    #[serde(default)]
     pub max: Option<f64>,
+    #[serde(default)]
     pub min: Option<f64>,
+    #[serde(default)]
     pub min_requests: u64,
+    #[serde(default)]
     pub on_inconclusive: OnInconclusive,
     /// Why it is not a pass, in words (empty for a pass).
+    #[serde(default)]
     pub reasons: Vec<String>,
+    /// `source: prometheus`: the query sent for each replica, by replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<BTreeMap<String, String>>,
 }
 
 /// The median (mean of the middle two for an even count); `None` when empty.
@@ -309,6 +336,7 @@ pub fn judge(check: &Check, target: Observed, peers: BTreeMap<String, Observed>)
         min_requests: check.min_requests(),
         on_inconclusive: check.on_inconclusive,
         reasons,
+        queries: None,
     }
 }
 

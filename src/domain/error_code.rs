@@ -141,6 +141,31 @@ impl PartialEq<&str> for ErrorCode {
     }
 }
 
+/// How a step failed, as the runner adds it to any kind's evidence (`error` in the step's
+/// `detail`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct StepFailure {
+    /// The step code ([`ErrorCode`]).
+    #[serde(default)]
+    pub code: Option<String>,
+    /// What happened.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl StepFailure {
+    /// The failure a step's stored `detail` carries, if it failed.
+    pub fn of(detail: &serde_json::Value) -> Option<StepFailure> {
+        #[derive(serde::Deserialize)]
+        struct Failed {
+            error: Option<StepFailure>,
+        }
+        <Failed as serde::Deserialize>::deserialize(detail)
+            .ok()?
+            .error
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ErrorCode;

@@ -13,7 +13,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::pattern::LogPattern;
+use crate::domain::pattern::{LogPattern, SeenLine};
 
 /// Reported lines are cut to this many bytes, to keep step evidence small.
 pub const MAX_LINE_BYTES: usize = 1000;
@@ -34,17 +34,6 @@ pub enum LogVerdict {
         /// The offending line (prefix stripped, cut to `MAX_LINE_BYTES`).
         line: String,
     },
-}
-
-/// A required pattern and the line that first satisfied it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SeenLine {
-    /// The required pattern as written.
-    pub pattern: String,
-    /// The matching line (prefix stripped, cut to `MAX_LINE_BYTES`).
-    pub line: String,
-    /// When the poll that first showed it was made.
-    pub first_seen_at: DateTime<Utc>,
 }
 
 /// Required and forbidden patterns, and what has been seen of them so far.

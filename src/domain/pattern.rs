@@ -6,8 +6,20 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Utc};
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A required pattern and the line that first satisfied it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenLine {
+    /// The required pattern as written.
+    pub pattern: String,
+    /// The matching line (prefix stripped, cut to `log_watch::MAX_LINE_BYTES`).
+    pub line: String,
+    /// When the poll that first showed it was made.
+    pub first_seen_at: DateTime<Utc>,
+}
 
 /// The prefix that marks a pattern as a regular expression.
 pub const REGEX_PREFIX: &str = "re:";

@@ -4,11 +4,23 @@
 //! probes still watch the engine). A step resumed after a restart holds the target to the
 //! container its saved evidence names: one replaced while the daemon was down fails it.
 
-use serde_json::json;
-
 use super::step_run::{StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::soak::RestartEvidence;
 use crate::domain::uptime::{judge_restart, ContainerRead};
+
+/// The target restarted under a watching step: why, and the reads (`now`, the one that saw it).
+pub(super) struct Restarted {
+    pub message: String,
+    pub reads: RestartEvidence,
+}
+
+impl Restarted {
+    /// The step's failure, `evidence` its detail.
+    pub(super) fn failed(self, evidence: serde_json::Value) -> StepEnd {
+        StepEnd::failed(ErrorCode::EngineRestarted, self.message, evidence)
+    }
+}
 
 /// What a watching step knows about the target's container.
 #[derive(Debug, Default)]
@@ -24,14 +36,11 @@ pub(super) struct RestartWatch {
 }
 
 impl RestartWatch {
-    /// A watch for a step whose saved evidence (`detail`, empty for a new step) may name the
-    /// container an earlier drive saw first (`container_id`, or `restart.first.id`).
-    pub(super) fn resuming(detail: &serde_json::Value) -> Self {
-        let saved = detail["container_id"]
-            .as_str()
-            .or_else(|| detail["restart"]["first"]["id"].as_str());
+    /// A watch for a step whose saved evidence may name the container an earlier drive saw
+    /// first (`saved`; `None` for a new step).
+    pub(super) fn resuming(saved: Option<String>) -> Self {
         Self {
-            saved: saved.map(str::to_owned),
+            saved,
             ..Self::default()
         }
     }
@@ -44,8 +53,8 @@ impl RestartWatch {
             .or(self.saved.as_deref())
     }
 
-    /// Reads `docker ps` once; the step's failure when the target restarted.
-    pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<StepEnd> {
+    /// Reads `docker ps` once; what it saw when the target restarted.
+    pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<Restarted> {
         let at = chrono::Utc::now();
         let target = match run.ctx.host.client.ps_service(run.rollout.target()).await {
             Ok(target) => target,
@@ -68,10 +77,10 @@ impl RestartWatch {
             current.as_ref(),
         );
         if let Err(why) = verdict {
-            let mut detail = self.detail();
-            detail["restart"]["now"] = json!(current);
-            let msg = format!("{}: {why}", run.rollout.service);
-            return Some(StepEnd::failed(ErrorCode::EngineRestarted, msg, detail));
+            let mut reads = self.evidence();
+            reads.now = Some(current);
+            let message = format!("{}: {why}", run.rollout.service);
+            return Some(Restarted { message, reads });
         }
         if self.baseline.is_none() {
             self.baseline.clone_from(&current);
@@ -80,14 +89,16 @@ impl RestartWatch {
         None
     }
 
-    /// The evidence: the first and last reads, and how many reads failed.
-    pub(super) fn detail(&self) -> serde_json::Value {
-        json!({"restart": {
-            "first": self.baseline,
-            "last": self.previous,
-            "ps_reads": self.reads,
-            "ps_read_errors": self.failed_reads,
-            "last_ps_error": self.last_error,
-        }})
+    /// The evidence: the first and last reads, and how many reads failed (`restart` in the
+    /// step's evidence).
+    pub(super) fn evidence(&self) -> RestartEvidence {
+        RestartEvidence {
+            first: self.baseline.clone(),
+            last: self.previous.clone(),
+            ps_reads: self.reads,
+            ps_read_errors: self.failed_reads,
+            last_ps_error: self.last_error.clone(),
+            now: None,
+        }
     }
 }

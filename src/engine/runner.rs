@@ -12,7 +12,7 @@ use super::step_run::{StepEnd, StepRun};
 use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
-use crate::domain::error_code::ErrorCode;
+use crate::domain::error_code::{ErrorCode, StepFailure};
 use crate::domain::rollout::{self, After, Ended, Next, Turn, TurnFacts};
 use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutKind, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
@@ -145,12 +145,11 @@ async fn drive(
                 // The step's failure was written but not its rollout's (a restart or a
                 // storage error in between).
                 let step = &db_steps[i];
-                let error = &step.detail["error"];
-                let code = error["code"]
-                    .as_str()
-                    .unwrap_or(ErrorCode::StepFailed.as_str())
-                    .to_owned();
-                let message = error["message"].as_str().unwrap_or("failed").to_owned();
+                let error = StepFailure::of(&step.detail).unwrap_or_default();
+                let code = error
+                    .code
+                    .unwrap_or_else(|| ErrorCode::StepFailed.as_str().to_owned());
+                let message = error.message.unwrap_or_else(|| "failed".to_owned());
                 let detail = step.detail.clone();
                 return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail)
                     .await;
@@ -529,7 +528,11 @@ fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_js
             m
         }
     };
-    detail.insert("error".into(), json!({"code": code, "message": message}));
+    let failure = StepFailure {
+        code: Some(code.to_owned()),
+        message: Some(message.to_owned()),
+    };
+    detail.insert("error".into(), super::step_run::stored(&failure));
     serde_json::Value::Object(detail)
 }
 

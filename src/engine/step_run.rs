@@ -106,6 +106,12 @@ impl StepCtx<'_> {
     }
 }
 
+/// A step's evidence as stored in its `detail` (the executors build their kind's typed
+/// evidence, `crate::domain::runbook::step`, and hand it on as JSON).
+pub(crate) fn stored<E: serde::Serialize>(evidence: &E) -> serde_json::Value {
+    serde_json::to_value(evidence).unwrap_or_else(|_| json!({}))
+}
+
 /// State carried from step to step within one rollout (rebuilt from SQLite on resume).
 pub(crate) struct StepRun<'a> {
     pub ctx: StepCtx<'a>,

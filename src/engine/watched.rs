@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 
 use super::step_run::StepRun;
+use crate::domain::runbook::step::soak::{ResumedWatch, WatchedEvidence};
 use crate::store::Step;
 
 /// The evidence key of the observed time.
@@ -34,17 +34,17 @@ pub(super) struct Watched {
 
 impl Watched {
     /// The coverage of a step's window (`window` long from `window_start`: a soak's start, an
-    /// analysis's end of warmup) for a drive beginning `now`; `resumed` reads what the earlier
-    /// drives saved in `saved` (the step's detail as stored).
+    /// analysis's end of warmup) for a drive beginning `now`; `resumed` counts what the earlier
+    /// drives saved as observed (`saved`, `observed_ms` of the step's stored evidence).
     pub(super) fn new(
-        saved: &serde_json::Value,
+        saved: Option<i64>,
         resumed: bool,
         window_start: DateTime<Utc>,
         window: Duration,
         now: DateTime<Utc>,
     ) -> Self {
         let window = chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
-        let saved = saved[OBSERVED].as_i64().unwrap_or(0);
+        let saved = saved.unwrap_or(0);
         let before = if resumed {
             chrono::Duration::try_milliseconds(saved)
                 .unwrap_or_default()
@@ -96,19 +96,21 @@ impl Watched {
     /// The evidence: `observed_ms` (over every drive, at most the window), and for a resumed
     /// drive `resumed` (what was unobserved, what was observed before, until when it watches)
     /// and `reobserved_ms`. `observed_ms` and `reobserved_ms` move at every observation.
-    pub(super) fn detail(&self, end: DateTime<Utc>) -> serde_json::Value {
+    pub(super) fn evidence(&self, end: DateTime<Utc>) -> WatchedEvidence {
         let observed = (self.before + self.reobserved()).min(self.window);
-        let mut d = json!({ OBSERVED: observed.num_milliseconds() });
-        if self.resumed {
-            d["resumed"] = json!({
-                "observed_before_ms": self.before.num_milliseconds(),
-                "unobserved_ms": self.unobserved().num_milliseconds(),
-                "watch_from": self.from,
-                "watch_until": end,
-            });
-            d["reobserved_ms"] = json!(self.reobserved().num_milliseconds());
+        let resumed = self.resumed.then(|| ResumedWatch {
+            observed_before_ms: self.before.num_milliseconds(),
+            unobserved_ms: self.unobserved().num_milliseconds(),
+            watch_from: self.from,
+            watch_until: end,
+        });
+        WatchedEvidence {
+            observed_ms: observed.num_milliseconds(),
+            reobserved_ms: resumed
+                .is_some()
+                .then(|| self.reobserved().num_milliseconds()),
+            resumed,
         }
-        d
     }
 }
 
@@ -137,13 +139,6 @@ impl StepRun<'_> {
 /// The evidence keys that move at every observation (`Progress::save_changes`' counters).
 pub(super) const COUNTERS: [&str; 2] = [OBSERVED, "reobserved_ms"];
 
-/// Extends `d`'s top-level keys with `more`'s.
-pub(super) fn merge(d: &mut serde_json::Value, more: serde_json::Value) {
-    if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), more) {
-        d.extend(more);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,8 +161,7 @@ mod tests {
             (true, Some(i64::MIN), 10, 6_000, 16),
         ];
         for (resumed, saved, begins, unobserved, ends) in table {
-            let detail = saved.map_or(json!({}), |ms| json!({ OBSERVED: ms }));
-            let w = Watched::new(&detail, resumed, t0, six, t0 + s(begins));
+            let w = Watched::new(saved, resumed, t0, six, t0 + s(begins));
             let what = format!("{resumed} {saved:?} {begins}");
             assert_eq!(w.unobserved().num_milliseconds(), unobserved, "{what}");
             assert_eq!(w.end(t0 + s(6)), t0 + s(ends), "{what}");
@@ -178,35 +172,28 @@ mod tests {
     fn observed_time_adds_this_drive_to_the_saved_and_never_exceeds_the_window() {
         let t0 = Utc::now();
         let s = chrono::Duration::seconds;
-        let mut w = Watched::new(
-            &json!({ OBSERVED: 2_000 }),
-            true,
-            t0,
-            Duration::from_secs(6),
-            t0 + s(10),
-        );
-        assert_eq!(w.detail(t0 + s(14))[OBSERVED], 2_000, "nothing yet");
+        let mut w = Watched::new(Some(2_000), true, t0, Duration::from_secs(6), t0 + s(10));
+        assert_eq!(w.evidence(t0 + s(14)).observed_ms, 2_000, "nothing yet");
         w.observe(t0 + s(11));
         w.observe(t0 + s(10)); // out of order: the latest counts
-        let d = w.detail(t0 + s(14));
-        assert_eq!(
-            (d[OBSERVED].clone(), d["reobserved_ms"].clone()),
-            (json!(3_000), json!(1_000))
-        );
-        assert_eq!(d["resumed"]["unobserved_ms"], 4_000);
-        assert_eq!(d["resumed"]["observed_before_ms"], 2_000);
+        let d = w.evidence(t0 + s(14));
+        assert_eq!((d.observed_ms, d.reobserved_ms), (3_000, Some(1_000)));
+        let resumed = d.resumed.expect("a resumed drive");
+        assert_eq!(resumed.unobserved_ms, 4_000);
+        assert_eq!(resumed.observed_before_ms, 2_000);
         w.observe(t0 + s(15));
-        let d = w.detail(t0 + s(14));
-        assert_eq!(
-            (d[OBSERVED].clone(), d["reobserved_ms"].clone()),
-            (json!(6_000), json!(5_000))
-        );
+        let d = w.evidence(t0 + s(14));
+        assert_eq!((d.observed_ms, d.reobserved_ms), (6_000, Some(5_000)));
         // A first drive's window starts where the window does (an analysis's warmup end).
-        let mut w = Watched::new(&json!({}), false, t0 + s(2), Duration::from_secs(6), t0);
+        let mut w = Watched::new(None, false, t0 + s(2), Duration::from_secs(6), t0);
         w.observe(t0 + s(1));
-        assert_eq!(w.detail(t0)[OBSERVED], 0, "the warmup is not the window");
+        assert_eq!(
+            w.evidence(t0).observed_ms,
+            0,
+            "the warmup is not the window"
+        );
         w.observe(t0 + s(5));
-        assert_eq!(w.detail(t0)[OBSERVED], 3_000);
-        assert!(w.detail(t0).get("resumed").is_none());
+        assert_eq!(w.evidence(t0).observed_ms, 3_000);
+        assert!(w.evidence(t0).resumed.is_none());
     }
 }

@@ -1,49 +1,14 @@
 //! How an `analyze` step's verdict is shown: one small table per check (the target's value,
-//! each peer's, the peers' median, the ratio, the limits, the verdict), read back from the
-//! step's stored detail, for `canaryd show`/`watch` and `dev --demo`; and the part of the
-//! detail the step's `step_succeeded` event carries (the SSE stream). The dashboard draws the
-//! same rows from the same detail.
-//!
-//! It reads the stored JSON, not [`super::CheckVerdict`]: a detail written by an older
-//! build, or with fields added since, still shows what it has.
+//! each peer's, the peers' median, the ratio, the limits, the verdict), from the verdicts of
+//! the step's evidence (`AnalyzeEvidence::verdict_table`), for `canaryd show`/`watch` and
+//! `dev --demo`; and the part of the detail the step's `step_succeeded` event carries (the
+//! SSE stream). The dashboard draws the same rows from the same detail.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// One replica's numbers as stored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct StoredObserved {
-    value: Option<f64>,
-    requests: Option<f64>,
-}
-
-/// One check's verdict as stored (`detail.checks[]`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct StoredCheck {
-    name: String,
-    verdict: String,
-    fails_step: bool,
-    target: StoredObserved,
-    peers: BTreeMap<String, StoredObserved>,
-    peer_median: Option<f64>,
-    ratio: Option<f64>,
-    max_ratio_to_peers: Option<f64>,
-    max: Option<f64>,
-    min: Option<f64>,
-    reasons: Vec<String>,
-}
-
-/// The stored verdicts of an `analyze` step's detail: `None` before the step judged (no
-/// `checks`, or `null` while it runs).
-fn stored_checks(detail: &Value) -> Option<Vec<StoredCheck>> {
-    let checks = detail.get("checks").filter(|c| c.is_array())?;
-    serde_json::from_value(checks.clone()).ok()
-}
+use super::{CheckVerdict, Observed, Verdict};
 
 /// What a succeeded step's audit event (and so its SSE event) carries: the analysis verdict
 /// (`{"checks": [...]}`) for an `analyze` step, nothing (`{}`) for any other step.
@@ -64,7 +29,7 @@ fn number(v: Option<f64>) -> String {
 }
 
 /// The target's absolute bounds in words: `limit ≤ 0.5`, `limit ≥ 1`; empty without one.
-fn bounds(c: &StoredCheck) -> String {
+fn bounds(c: &CheckVerdict) -> String {
     let mut out = Vec::new();
     if let Some(max) = c.max {
         out.push(format!("≤ {max}"));
@@ -79,14 +44,14 @@ fn bounds(c: &StoredCheck) -> String {
     }
 }
 
-fn requests(o: &StoredObserved) -> String {
+fn requests(o: &Observed) -> String {
     o.requests
         .map(|r| format!("{} requests", number(Some(r))))
         .unwrap_or_default()
 }
 
-/// The analysis verdict of a step's detail as text, one small table per check; `None` when
-/// the detail holds no verdict (another step kind, or an analysis that has not judged yet).
+/// The verdicts of an analysis as text, one small table per check; `None` without a verdict.
+/// `target_name` names the target's row.
 ///
 /// ```text
 ///     ttft_p95: FAIL
@@ -96,22 +61,17 @@ fn requests(o: &StoredObserved) -> String {
 ///       ratio to the median  2.003×  limit ≤ 1.2×
 ///       why: 2.003× the peers' median (0.29) is above max_ratio_to_peers 1.2
 /// ```
-pub fn verdict_table(detail: &Value) -> Option<String> {
-    let checks = stored_checks(detail)?;
+pub fn verdict_table(target_name: &str, checks: &[CheckVerdict]) -> Option<String> {
     if checks.is_empty() {
         return None;
     }
-    let target_name = detail["replicas"]
-        .as_object()
-        .and_then(|r| r.iter().find(|(_, v)| v["role"] == "target"))
-        .map_or("", |(name, _)| name.as_str());
     let mut out = String::new();
-    for c in &checks {
-        let verdict = match (c.verdict.as_str(), c.fails_step) {
-            ("fail", _) => "FAIL".to_owned(),
-            ("pass", _) => "pass".to_owned(),
-            (other, true) => format!("{other} (fails the step)"),
-            (other, false) => format!("{other} (does not fail the step)"),
+    for c in checks {
+        let verdict = match (c.verdict, c.fails_step) {
+            (Verdict::Fail, _) => "FAIL",
+            (Verdict::Pass, _) => "pass",
+            (Verdict::Inconclusive, true) => "inconclusive (fails the step)",
+            (Verdict::Inconclusive, false) => "inconclusive (does not fail the step)",
         };
         let _ = writeln!(out, "    {}: {verdict}", c.name);
         // (label, value, note)
@@ -196,9 +156,14 @@ mod tests {
         })
     }
 
+    /// The verdicts of a detail, as the step's evidence reads them.
+    fn checks(detail: &Value) -> Vec<CheckVerdict> {
+        serde_json::from_value(detail["checks"].clone()).expect("stored verdicts")
+    }
+
     #[test]
     fn each_check_is_a_small_table_of_target_peers_median_ratio_limit_and_verdict() {
-        let table = verdict_table(&detail()).expect("a verdict");
+        let table = verdict_table("r2", &checks(&detail())).expect("a verdict");
         let want = [
             "    ttft_p95: FAIL",
             "      target  r2            0.581  212 requests",
@@ -223,23 +188,15 @@ mod tests {
     }
 
     #[test]
-    fn a_detail_without_a_verdict_shows_no_table() {
-        for d in [
-            json!({}),
-            json!({"checks": null, "replicas": {}}),
-            json!({"checks": []}),
-            json!({"plan": {"create": []}}),
-            json!({"checks": "not a list"}),
-        ] {
-            assert_eq!(verdict_table(&d), None, "{d}");
-        }
+    fn no_verdict_shows_no_table() {
+        assert_eq!(verdict_table("r2", &[]), None);
     }
 
     #[test]
     fn an_inconclusive_check_that_fails_the_step_says_so() {
         let d = json!({"checks": [{"name": "c", "verdict": "inconclusive", "fails_step": true,
                                    "target": {"value": null, "requests": 3.0}, "peers": {}}]});
-        let table = verdict_table(&d).expect("a verdict");
+        let table = verdict_table("", &checks(&d)).expect("a verdict");
         assert!(
             table.starts_with("    c: inconclusive (fails the step)\n      target  -  3 requests"),
             "{table}"

@@ -64,12 +64,67 @@ pub(crate) trait StepDef: DeserializeOwned {
     /// The step's budget, fixed when it starts and persisted as its deadline.
     fn budget(&self) -> Duration;
 
-    /// A one-line rendering of the step's evidence (`detail`); `None` when it has none.
-    fn summary(detail: &serde_json::Value) -> Option<String>;
+    /// The step's evidence: what its executor stores as the step's `detail` (the runner adds
+    /// `error` and `target_logs` around it, preflight `signals`), read back by the summary
+    /// and the carry-over between steps.
+    type Evidence: serde::Serialize + serde::de::DeserializeOwned;
+
+    /// A one-line rendering of the step's evidence; `None` when it has none.
+    fn summary(evidence: &Self::Evidence) -> Option<String>;
+}
+
+/// A step's stored `detail` read as kind `K`'s evidence; `None` when it does not read as one
+/// (a step that failed before it gathered any).
+pub(crate) fn evidence<K: StepDef>(detail: &serde_json::Value) -> Option<K::Evidence> {
+    serde::Deserialize::deserialize(detail).ok()
 }
 
 /// What [`StepDef::check`] answers: `Err((field, message))` for the field at fault.
 pub(crate) type Checked = Result<(), (&'static str, String)>;
+
+/// For an evidence key written `null` as well as left out: `Some` of its value when present
+/// (with `#[serde(default)]`, absent is `None`), so `null` is written back as `null`.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// Test support: stored evidence reads as its kind's type and writes back unchanged.
+#[cfg(test)]
+pub(crate) mod evidence_tests {
+    use super::{evidence, StepDef, StepKindName};
+
+    /// `base` with `more`'s keys added (both JSON objects).
+    pub(crate) fn merged(base: &serde_json::Value, more: serde_json::Value) -> serde_json::Value {
+        let mut d = base.clone();
+        if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), more) {
+            d.extend(more);
+        }
+        d
+    }
+
+    /// Each `(detail, summary)`: `detail` (evidence as the executors store it) reads as `K`'s
+    /// evidence and serialises back to the same JSON (or, for `{}`, the start of a step whose
+    /// evidence has required keys, does not read), and the summary is `summary`.
+    pub(crate) fn same_json_and_summary<K: StepDef>(cases: &[(serde_json::Value, Option<&str>)]) {
+        let kind: StepKindName = K::NAME.parse().expect("a registered kind");
+        for (stored, summary) in cases {
+            match evidence::<K>(stored) {
+                Some(typed) => assert_eq!(
+                    &serde_json::to_value(&typed).expect("serialises"),
+                    stored,
+                    "{} evidence written back",
+                    K::NAME
+                ),
+                None => assert_eq!(stored, &serde_json::json!({}), "{} reads {stored}", K::NAME),
+            }
+            assert_eq!(kind.summary(stored).as_deref(), *summary, "{stored}");
+        }
+    }
+}
 
 /// The budget of a step that should take seconds (a dry run, a snapshot): it bounds 409
 /// retries.
@@ -161,7 +216,9 @@ macro_rules! step_kinds {
             /// A one-line rendering of a step's evidence; `None` when it has none.
             pub fn summary(self, detail: &serde_json::Value) -> Option<String> {
                 match self {
-                    $(Self::$variant => <$ty as StepDef>::summary(detail)),+
+                    $(Self::$variant => {
+                        <$ty as StepDef>::summary(&evidence::<$ty>(detail)?)
+                    })+
                 }
             }
 
@@ -368,25 +425,8 @@ impl Scope {
 }
 
 /// `12 stream lines`: the evidence of a compose call (`down`, `up`).
-pub(crate) fn compose_summary(detail: &serde_json::Value) -> Option<String> {
-    shown(&detail["lines"]).map(|n| format!("{n} stream lines"))
-}
-
-/// A JSON value as shown to a person: strings without quotes, lists as `a, b`; `None` for a
-/// missing value, so a summary is left out rather than showing `null`.
-pub(crate) fn shown(v: &serde_json::Value) -> Option<String> {
-    match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Array(items) => Some(
-            items
-                .iter()
-                .map(|i| shown(i).unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-        other => Some(other.to_string()),
-    }
+pub(crate) fn compose_summary(evidence: &up::ComposeEvidence) -> Option<String> {
+    evidence.lines.map(|n| format!("{n} stream lines"))
 }
 
 /// A step refusal: its line and message; `unknown` when a key the kind does not take.

@@ -26,9 +26,11 @@ use crate::domain::exposition::{
     add_histogram, counter_series_delta, histogram_series_delta, quantile, FamilyLines, Histogram,
     Page, SeriesKey,
 };
+use crate::domain::runbook::step::analyze::{AnalyzeEvidence, AnalyzedReplica, Role, Scrapes};
+use crate::domain::runbook::step::{evidence, Analyze};
 use crate::engine::restart::RestartWatch;
-use crate::engine::step_run::{pause, Execute, Progress, Running, StepEnd, StepRun};
-use crate::engine::watched::{merge, Watched};
+use crate::engine::step_run::{pause, stored, Execute, Progress, Running, StepEnd, StepRun};
+use crate::engine::watched::Watched;
 use crate::store::Step;
 
 mod prometheus;
@@ -174,15 +176,21 @@ impl Replica {
         }
     }
 
-    fn detail(&self) -> serde_json::Value {
-        json!({
-            "role": if self.target { "target" } else { "peer" },
-            "metrics_url": self.url,
-            "scrapes": self.scrapes,
-            "scrape_errors": self.scrape_errors,
-            "window_scrapes": self.window_scrapes,
-            "last_error": self.last_error,
-        })
+    fn evidence(&self) -> AnalyzedReplica {
+        AnalyzedReplica {
+            role: if self.target {
+                Role::Target
+            } else {
+                Role::Peer
+            },
+            scrapes: Some(Scrapes {
+                metrics_url: self.url.clone(),
+                scrapes: self.scrapes,
+                scrape_errors: self.scrape_errors,
+                window_scrapes: self.window_scrapes,
+                last_error: self.last_error.clone(),
+            }),
+        }
     }
 }
 
@@ -334,41 +342,33 @@ impl StepRun<'_> {
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;
         let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
-        let mut restarts = RestartWatch::resuming(&step.detail);
+        let mut restarts = RestartWatch::resuming(saved_container(step));
         let mut progress = Progress::new(self.ctx.timings.progress_every);
-        let detail = |replicas: &[Replica],
-                      restarts: &RestartWatch,
-                      watched: &Watched,
-                      checks: Option<&[CheckVerdict]>| {
-            let mut d = json!({
-                "source": spec.source,
-                "warmup_ends_at": warm_end,
-                "ends_at": end,
-                "replicas": replicas.iter().map(|r| (r.name.clone(), r.detail())).collect::<serde_json::Map<_, _>>(),
-                "checks": checks,
-                "series": series::detail(
-                    &spec.checks,
-                    replicas.iter().map(|r| (r.name.as_str(), &r.series)),
-                ),
-            });
-            merge(&mut d, restarts.detail());
-            merge(&mut d, watched.detail(end));
-            d
+        let evidence = |replicas: &[Replica],
+                        restarts: &RestartWatch,
+                        watched: &Watched,
+                        checks: Option<Vec<CheckVerdict>>| AnalyzeEvidence {
+            source: Some(spec.source),
+            warmup_ends_at: Some(warm_end),
+            ends_at: Some(end),
+            replicas: replicas
+                .iter()
+                .map(|r| (r.name.clone(), r.evidence()))
+                .collect(),
+            checks: Some(checks),
+            series: Some(series::evidence(
+                &spec.checks,
+                replicas.iter().map(|r| (r.name.as_str(), &r.series)),
+            )),
+            restart: Some(restarts.evidence()),
+            watched: Some(watched.evidence(end)),
+            ..AnalyzeEvidence::default()
         };
         loop {
-            if let Some(StepEnd::Failed {
-                code,
-                message,
-                detail: seen,
-            }) = restarts.check(self).await
-            {
-                let mut d = detail(&replicas, &restarts, &watched, None);
-                d["restart"] = seen["restart"].clone();
-                return StepEnd::Failed {
-                    code,
-                    message,
-                    detail: d,
-                };
+            if let Some(restarted) = restarts.check(self).await {
+                let mut e = evidence(&replicas, &restarts, &watched, None);
+                e.restart = Some(restarted.reads.clone());
+                return restarted.failed(stored(&e));
             }
             let now = Utc::now();
             let in_window = now >= warm_end;
@@ -385,9 +385,9 @@ impl StepRun<'_> {
             if let Some(lost) = self.lost_early(spec, &replicas) {
                 let verdicts = verdicts(spec, &replicas);
                 let msg = format!("analysis failed before the window ended: {lost}");
-                let mut d = detail(&replicas, &restarts, &watched, Some(&verdicts));
-                d["ended_early"] = json!(true);
-                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
+                let mut e = evidence(&replicas, &restarts, &watched, Some(verdicts));
+                e.ended_early = Some(true);
+                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, stored(&e));
             }
             let now = Utc::now();
             if now >= end {
@@ -397,16 +397,21 @@ impl StepRun<'_> {
                 .save(
                     self.ctx.store,
                     &step.id,
-                    &detail(&replicas, &restarts, &watched, None),
+                    &stored(&evidence(&replicas, &restarts, &watched, None)),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
-                return StepEnd::Aborted(detail(&replicas, &restarts, &watched, None));
+                let e = evidence(&replicas, &restarts, &watched, None);
+                return StepEnd::Aborted(stored(&e));
             }
         }
-        let verdicts = verdicts(spec, &replicas);
-        let d = detail(&replicas, &restarts, &watched, Some(&verdicts));
-        self.conclude(step, spec, &verdicts, d, abort).await
+        let e = evidence(
+            &replicas,
+            &restarts,
+            &watched,
+            Some(verdicts(spec, &replicas)),
+        );
+        self.conclude(step, spec, e, abort).await
     }
 
     /// The analysis's window, from the step's persisted start: the step (its deadline moved
@@ -423,7 +428,14 @@ impl StepRun<'_> {
         let started = step.started_at.unwrap_or(now);
         let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
         let planned = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
-        let watched = Watched::new(&step.detail, self.resumed, warm_end, spec.duration, now);
+        let saved = evidence::<Analyze>(&step.detail).and_then(|e| e.watched);
+        let watched = Watched::new(
+            saved.map(|w| w.observed_ms),
+            self.resumed,
+            warm_end,
+            spec.duration,
+            now,
+        );
         let end = watched.end(planned);
         let mut step = step.clone();
         if let Some(deadline) = step.deadline_at.filter(|_| end > planned) {
@@ -443,41 +455,46 @@ impl StepRun<'_> {
         &self,
         step: &Step,
         spec: &AnalyzeSpec,
-        verdicts: &[CheckVerdict],
-        mut d: serde_json::Value,
+        mut e: AnalyzeEvidence,
         abort: &CancellationToken,
     ) -> StepEnd {
-        if verdicts.iter().any(|v| v.fails_step) {
-            let msg = format!("analysis failed: {}", failures(verdicts));
-            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, d);
+        if e.verdicts().iter().any(|v| v.fails_step) {
+            let msg = format!("analysis failed: {}", failures(e.verdicts()));
+            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, stored(&e));
         }
-        let asking: Vec<&str> = verdicts
+        let asking: Vec<String> = e
+            .verdicts()
             .iter()
             .filter(|v| v.asks)
-            .map(|v| v.name.as_str())
+            .map(|v| v.name.clone())
             .collect();
         if asking.is_empty() {
-            return StepEnd::Succeeded(d);
+            return StepEnd::Succeeded(stored(&e));
         }
         let asked_at = Utc::now();
-        d["asking"] = json!(asking);
+        let names = asking.join(", ");
+        e.asking = Some(asking);
         let wait = chrono::Duration::from_std(spec.approve_timeout).unwrap_or_default();
         let deadline = step
             .deadline_at
             .map_or(asked_at + wait, |d| d.min(asked_at + wait));
-        match crate::engine::steps::approve::wait(self, step, d.clone(), deadline, abort).await {
+        let waiting = stored(&AnalyzeEvidence {
+            awaiting_approval: Some(true),
+            deadline: Some(deadline),
+            ..e.clone()
+        });
+        match crate::engine::steps::approve::wait(self, step, &waiting, deadline, abort).await {
             crate::engine::steps::approve::Waited::Approved(a) => {
-                d["approval"] = crate::engine::steps::approve::evidence(&a, asked_at);
-                StepEnd::Succeeded(d)
+                e.approval = Some(crate::engine::steps::approve::evidence(&a, asked_at));
+                StepEnd::Succeeded(stored(&e))
             }
             crate::engine::steps::approve::Waited::TimedOut => {
                 let msg = format!(
-                    "analysis inconclusive on {} and no operator approved before {deadline}",
-                    asking.join(", ")
+                    "analysis inconclusive on {names} and no operator approved before {deadline}"
                 );
-                StepEnd::failed(ErrorCode::NotApproved, msg, d)
+                StepEnd::failed(ErrorCode::NotApproved, msg, stored(&e))
             }
-            crate::engine::steps::approve::Waited::Aborted => StepEnd::Aborted(d),
+            crate::engine::steps::approve::Waited::Aborted => StepEnd::Aborted(stored(&e)),
         }
     }
 
@@ -495,6 +512,13 @@ impl StepRun<'_> {
             })
         })
     }
+}
+
+/// The container an earlier drive of the step held the target to: the first read of its saved
+/// evidence (`restart.first`).
+fn saved_container(step: &Step) -> Option<String> {
+    let saved = evidence::<Analyze>(&step.detail)?;
+    saved.restart?.first.map(|read| read.id)
 }
 
 /// Until the next scrape: an interval, but never past the warmup's end (so the window's

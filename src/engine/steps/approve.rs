@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::approve::ApproveEvidence;
 use crate::domain::runbook::step::Approve;
-use crate::engine::step_run::{pause, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{pause, stored, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -21,20 +21,18 @@ pub(crate) enum Waited {
     Aborted,
 }
 
-/// Marks `step` as waiting (its evidence is `detail` plus `awaiting_approval` and the
+/// Marks `step` as waiting (`waiting`: its evidence, which says `awaiting_approval` and the
 /// deadline), then polls for an approval until `deadline` or an abort.
 pub(crate) async fn wait(
     run: &StepRun<'_>,
     step: &Step,
-    mut detail: serde_json::Value,
+    waiting: &serde_json::Value,
     deadline: DateTime<Utc>,
     abort: &CancellationToken,
 ) -> Waited {
     let store = run.ctx.store;
-    detail[crate::store::AWAITING_APPROVAL] = json!(true);
-    detail["deadline"] = json!(deadline);
     if let Err(e) = store
-        .request_approval(&step.rollout_id, &step.id, &step.name, &detail, Utc::now())
+        .request_approval(&step.rollout_id, &step.id, &step.name, waiting, Utc::now())
         .await
     {
         // The wait goes on: an approval is still read back below, and a store that stays
@@ -64,13 +62,14 @@ pub(crate) async fn wait(
 }
 
 /// The evidence of an approval, merged into a step's detail.
-pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> serde_json::Value {
-    json!({
-        "approved_by": approval.actor,
-        "reason": approval.reason,
-        "approved_at": approval.at,
-        "waited_s": (approval.at - waited_since).num_seconds().max(0),
-    })
+pub(crate) fn evidence(approval: &Approval, waited_since: DateTime<Utc>) -> ApproveEvidence {
+    ApproveEvidence {
+        approved_by: Some(approval.actor.clone()),
+        reason: Some(approval.reason.clone()),
+        approved_at: Some(approval.at),
+        waited_s: Some((approval.at - waited_since).num_seconds().max(0)),
+        ..ApproveEvidence::default()
+    }
 }
 
 impl Execute for Approve {
@@ -78,9 +77,18 @@ impl Execute for Approve {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let step = at.step;
         let since = step.started_at.unwrap_or_else(Utc::now);
-        let base = json!({"waiting_since": since});
-        match wait(run, step, base.clone(), at.deadline, at.abort).await {
-            Waited::Approved(a) => StepEnd::Succeeded(evidence(&a, since)),
+        let base = ApproveEvidence {
+            waiting_since: Some(since),
+            ..ApproveEvidence::default()
+        };
+        let waiting = ApproveEvidence {
+            awaiting_approval: Some(true),
+            deadline: Some(at.deadline),
+            ..base.clone()
+        };
+        let base = stored(&base);
+        match wait(run, step, &stored(&waiting), at.deadline, at.abort).await {
+            Waited::Approved(a) => StepEnd::Succeeded(stored(&evidence(&a, since))),
             Waited::TimedOut => StepEnd::failed(
                 ErrorCode::NotApproved,
                 format!(

@@ -16,9 +16,12 @@ use crate::compose::{
 };
 use crate::domain::error_code::ErrorCode;
 use crate::domain::plan_gate;
-use crate::domain::runbook::step::{Down, Plan, Scope, Up};
+use crate::domain::plan_gate::DryRunPlan;
+use crate::domain::runbook::step::plan::{PlanEvidence, PlannedChanges};
+use crate::domain::runbook::step::up::{ComposeEvidence, Replaced};
+use crate::domain::runbook::step::{evidence, Down, Plan, Scope, Up};
 use crate::domain::state::{AttemptOutcome, RolloutKind};
-use crate::engine::step_run::{is_service, pause, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{is_service, pause, stored, Execute, Running, StepEnd, StepRun};
 use crate::engine::Checkpoint;
 use crate::store::Step;
 
@@ -103,19 +106,19 @@ async fn plan(
         Ok(false) => {
             let msg = "compose-manager does not support dry_run (POST /docker/evict answered 404): an older \
                        server would ignore dry_run and deploy for real";
-            return StepEnd::failed(
-                ErrorCode::ComposeManagerUnsupported,
-                msg,
-                json!({"probe": "404"}),
-            );
+            let detail = PlanEvidence {
+                probe: Some("404".to_owned()),
+                ..PlanEvidence::default()
+            };
+            return StepEnd::failed(ErrorCode::ComposeManagerUnsupported, msg, stored(&detail));
         }
         Err(e) => {
             let msg = format!("could not probe compose-manager for dry_run support: {e}");
-            return StepEnd::failed(
-                ErrorCode::ComposeManagerUnsupported,
-                msg,
-                json!({"probe_error": e.code()}),
-            );
+            let detail = PlanEvidence {
+                probe_error: Some(e.code().as_str().to_owned()),
+                ..PlanEvidence::default()
+            };
+            return StepEnd::failed(ErrorCode::ComposeManagerUnsupported, msg, stored(&detail));
         }
     }
     close_dangling_attempts(run, step).await;
@@ -154,38 +157,48 @@ async fn plan(
             "the dry run did not succeed ({})",
             outcome_name(&result.stream.outcome)
         );
-        return StepEnd::failed(
-            ErrorCode::DryRunFailed,
-            msg,
-            json!({"plan": result.plan, "tail": tail}),
-        );
+        let detail = PlanEvidence {
+            plan: Some(result.plan.map(PlannedChanges::from)),
+            tail: Some(tail),
+            ..PlanEvidence::default()
+        };
+        return StepEnd::failed(ErrorCode::DryRunFailed, msg, stored(&detail));
     }
     let Some(dry_plan) = result.plan else {
+        let detail = PlanEvidence {
+            tail: Some(tail),
+            ..PlanEvidence::default()
+        };
         return StepEnd::failed(
             ErrorCode::DryRunNoPlan,
             "the dry run answered without a plan event",
-            json!({"tail": tail}),
+            stored(&detail),
         );
     };
-    if spec.scope.is_companion() {
+    let companion = spec.scope.is_companion();
+    let checked = if companion {
         let services = &spec.scope.services;
         let only = spec.scope.only_out_of_date;
-        return match plan_gate::check_companions(&dry_plan, services, allow, only) {
-            Ok(apply) => StepEnd::Succeeded(
-                json!({"plan": dry_plan, "allow": allow, "services": services, "apply": apply, "tail": tail}),
-            ),
-            Err(violation) => {
-                let detail = json!({"plan": dry_plan, "allow": allow, "services": services, "violation": violation.to_string(), "tail": tail});
-                StepEnd::failed(violation.code(), violation.to_string(), detail)
-            }
-        };
-    }
-    let (target, replaced) = (run.rollout.target(), run.rollout.replaced());
-    match plan_gate::check_rename(&dry_plan, target, replaced, allow) {
-        Ok(()) => StepEnd::Succeeded(json!({"plan": dry_plan, "allow": allow, "tail": tail})),
+        plan_gate::check_companions(&dry_plan, services, allow, only).map(Some)
+    } else {
+        let (target, replaced) = (run.rollout.target(), run.rollout.replaced());
+        plan_gate::check_rename(&dry_plan, target, replaced, allow).map(|()| None)
+    };
+    let mut detail = PlanEvidence {
+        plan: Some(Some(dry_plan.into())),
+        allow: Some(allow.to_vec()),
+        services: companion.then(|| spec.scope.services.clone()),
+        tail: Some(tail),
+        ..PlanEvidence::default()
+    };
+    match checked {
+        Ok(apply) => {
+            detail.apply = apply;
+            StepEnd::Succeeded(stored(&detail))
+        }
         Err(violation) => {
-            let detail = json!({"plan": dry_plan, "allow": allow, "violation": violation.to_string(), "tail": tail});
-            StepEnd::failed(violation.code(), violation.to_string(), detail)
+            detail.violation = Some(violation.to_string());
+            StepEnd::failed(violation.code(), violation.to_string(), stored(&detail))
         }
     }
 }
@@ -197,10 +210,11 @@ impl Execute for Plan {
 
     /// A companion gate leaves what its `up` may apply (a reconcile applies only that).
     fn carry(run: &mut StepRun<'_>, _step: &Step, detail: &serde_json::Value) {
-        let names = |v: &serde_json::Value| -> Option<Vec<String>> {
-            serde_json::from_value(v.clone()).ok()
-        };
-        if let (Some(services), Some(apply)) = (names(&detail["services"]), names(&detail["apply"]))
+        if let Some(PlanEvidence {
+            services: Some(services),
+            apply: Some(apply),
+            ..
+        }) = evidence::<Plan>(detail)
         {
             run.companion_plans.insert(services, apply);
         }
@@ -295,19 +309,24 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
             return StepEnd::failed(ErrorCode::StorageError, msg, json!({}));
         }
     };
-    let mut evidence = json!({"replaces": {"service": old, "file": file, "tag": tag}});
+    let replaces = Replaced {
+        service: old,
+        file,
+        tag,
+    };
+    let mut restored = None;
     if !down_sent {
         match materialize(run, at, &req).await {
-            Ok(plan) => evidence["file_restored_by_dry_run"] = plan,
+            Ok(plan) => restored = Some(plan.into()),
             Err(end) => return end,
         }
     }
     match scoped(run, at, Scoped::Down, req).await {
-        StepEnd::Succeeded(mut detail) => {
-            if let (Some(map), Some(add)) = (detail.as_object_mut(), evidence.as_object()) {
-                map.extend(add.clone());
-            }
-            StepEnd::Succeeded(detail)
+        StepEnd::Succeeded(detail) => {
+            let mut detail = evidence::<Down>(&detail).unwrap_or_default();
+            detail.replaces = Some(replaces);
+            detail.file_restored_by_dry_run = restored;
+            StepEnd::Succeeded(stored(&detail))
         }
         other => other,
     }
@@ -319,7 +338,7 @@ async fn materialize(
     run: &StepRun<'_>,
     at: &mut Running<'_>,
     req: &ComposeRequest,
-) -> Result<serde_json::Value, StepEnd> {
+) -> Result<DryRunPlan, StepEnd> {
     let client = &run.ctx.host.client;
     if client.supports_dry_run().await != Ok(true) {
         let msg = "compose-manager does not answer the dry_run probe: the former service's file cannot be put back without a deploy; nothing sent";
@@ -381,7 +400,7 @@ async fn materialize(
             json!({"plan": plan, "tail": tail}),
         ));
     }
-    Ok(json!(plan))
+    Ok(plan)
 }
 
 impl Execute for Up {
@@ -392,9 +411,14 @@ impl Execute for Up {
         let apply = if scope.only_out_of_date {
             match run.companion_plans.get(&scope.services) {
                 Some(apply) if apply.is_empty() => {
-                    return StepEnd::Succeeded(
-                        json!({"skipped": true, "reason": "the dry run found nothing out of date", "services": scope.services, "apply": []}),
-                    )
+                    let detail = ComposeEvidence {
+                        skipped: Some(true),
+                        reason: Some("the dry run found nothing out of date".to_owned()),
+                        services: Some(scope.services.clone()),
+                        apply: Some(Vec::new()),
+                        ..ComposeEvidence::default()
+                    };
+                    return StepEnd::Succeeded(stored(&detail));
                 }
                 Some(apply) => Some(apply.clone()),
                 None => {
@@ -429,7 +453,7 @@ impl Execute for Up {
     /// The target's engine has run since the target's `up` ended (restart detection); a
     /// companion `up` (its detail names `services`) changes nothing of the target.
     fn carry(run: &mut StepRun<'_>, step: &Step, detail: &serde_json::Value) {
-        if detail.get("services").is_none() {
+        if evidence::<Up>(detail).is_none_or(|d| d.services.is_none()) {
             run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
         }
     }
@@ -457,11 +481,10 @@ async fn scoped(
         (req.services.names() != [run.rollout.target()]).then(|| req.services.names().to_vec());
     let watched = req.services.names();
     match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
-        StepEnd::Succeeded(mut detail) => {
-            if let (Some(services), Some(map)) = (companions, detail.as_object_mut()) {
-                map.insert("services".into(), json!(services));
-            }
-            StepEnd::Succeeded(detail)
+        StepEnd::Succeeded(detail) if companions.is_some() => {
+            let mut detail = evidence::<Up>(&detail).unwrap_or_default();
+            detail.services = companions;
+            StepEnd::Succeeded(stored(&detail))
         }
         other => other,
     }
@@ -514,7 +537,12 @@ where
     }
     match called {
         Call::Done { attempt, value } => {
-            let detail = json!({"endpoint": endpoint, "lines": value.n_lines, "tail": value.transcript_tail});
+            let detail = stored(&ComposeEvidence {
+                endpoint: Some(endpoint.to_owned()),
+                lines: u64::try_from(value.n_lines).ok(),
+                tail: Some(value.transcript_tail),
+                ..ComposeEvidence::default()
+            });
             match value.outcome {
                 StreamOutcome::Succeeded => {
                     finish(run, &attempt, AttemptOutcome::Succeeded, detail.clone()).await;
@@ -551,7 +579,11 @@ where
             outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
         }
         Call::Error { attempt, error } => call_error(run, &attempt, error).await,
-        Call::Aborted => StepEnd::Aborted(json!({"endpoint": endpoint, "sent": false})),
+        Call::Aborted => StepEnd::Aborted(stored(&ComposeEvidence {
+            endpoint: Some(endpoint.to_owned()),
+            sent: Some(false),
+            ..ComposeEvidence::default()
+        })),
         Call::OutOfTime { last_error } => out_of_time(endpoint, last_error),
     }
 }

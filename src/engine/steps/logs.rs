@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::ComposeError;
@@ -23,11 +22,15 @@ use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
-use crate::domain::runbook::step::{Soak, WaitLogs};
-use crate::engine::step_run::{
-    pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+use crate::domain::runbook::step::soak::{SoakEvidence, SoakProbes};
+use crate::domain::runbook::step::wait_logs::{
+    ForbiddenLine, LogReadError, LogReadsEvidence, WaitLogsEvidence,
 };
-use crate::engine::watched::{merge, Watched, COUNTERS};
+use crate::domain::runbook::step::{evidence, Soak, WaitLogs};
+use crate::engine::step_run::{
+    pause_until_next_probe, stored, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+};
+use crate::engine::watched::{Watched, COUNTERS};
 use crate::store::Step;
 
 /// What a log-watching step knows about its reads of `compose/logs`.
@@ -75,12 +78,18 @@ impl LogReads {
     }
 
     /// The evidence kept in the step's detail.
-    pub(crate) fn detail(&self) -> serde_json::Value {
-        json!({
-            "log_fetch_errors": self.total_failures,
-            "log_fetch_failures_in_a_row": self.in_a_row,
-            "last_log_error": self.last_error.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
-        })
+    pub(crate) fn evidence(&self) -> LogReadsEvidence {
+        LogReadsEvidence {
+            log_fetch_errors: self.total_failures,
+            log_fetch_failures_in_a_row: self.in_a_row,
+            last_log_error: self
+                .last_error
+                .as_ref()
+                .map(|(code, message)| LogReadError {
+                    code: code.clone(),
+                    message: message.clone(),
+                }),
+        }
     }
 
     /// `; the last log fetch failed: <message>`, or nothing.
@@ -105,13 +114,15 @@ impl LogReads {
     }
 }
 
-/// Merges the watch's evidence with the reads'.
-fn log_detail(watch: &LogWatch, reads: &LogReads) -> serde_json::Value {
-    let mut detail = json!({"seen": watch.seen(), "missing": watch.missing()});
-    if let (Some(d), serde_json::Value::Object(r)) = (detail.as_object_mut(), reads.detail()) {
-        d.extend(r);
+/// The watch's evidence with the reads'.
+fn log_detail(watch: &LogWatch, reads: &LogReads) -> WaitLogsEvidence {
+    WaitLogsEvidence {
+        seen: watch.seen(),
+        missing: watch.missing(),
+        reads: reads.evidence(),
+        service: None,
+        forbidden: None,
     }
-    detail
 }
 
 /// The step's fields, as the runbook gave them.
@@ -234,20 +245,20 @@ impl StepRun<'_> {
                     LogVerdict::Satisfied => {
                         let mut detail = log_detail(&watch, &reads);
                         if spec.service != self.rollout.target() {
-                            detail["service"] = json!(spec.service);
+                            detail.service = Some(spec.service);
                         }
-                        return StepEnd::Succeeded(detail);
+                        return StepEnd::Succeeded(stored(&detail));
                     }
                     LogVerdict::Forbidden { pattern, line } => {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
-                        detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                        return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
+                        detail.forbidden = Some(ForbiddenLine { pattern, line });
+                        return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, stored(&detail));
                     }
                     LogVerdict::Pending => {}
                 }
             }
-            let detail = log_detail(&watch, &reads);
+            let detail = stored(&log_detail(&watch, &reads));
             if reads.exhausted() {
                 return reads.unavailable(&spec.service, detail);
             }
@@ -286,8 +297,11 @@ impl StepRun<'_> {
             Err(end) => return end,
         };
         let now = Utc::now();
+        // What earlier drives of the step saved: the part of the window watched, the container
+        // the target is held to (`container_id`, or the first read of a restart's evidence).
+        let saved = evidence::<Soak>(&step.detail).unwrap_or_default();
         let mut watched = Watched::new(
-            &step.detail,
+            saved.watched.as_ref().map(|w| w.observed_ms),
             self.resumed,
             step.started_at.unwrap_or(now),
             window,
@@ -299,33 +313,51 @@ impl StepRun<'_> {
         let mut reads = LogReads::new(spec.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::new(self.ctx.timings.progress_every);
-        let mut restarts = crate::engine::restart::RestartWatch::resuming(&step.detail);
+        let saved_container = saved.probes.and_then(|p| p.container_id).or_else(|| {
+            let first = saved.restart.and_then(|r| r.first);
+            first.map(|read| read.id)
+        });
+        let mut restarts = crate::engine::restart::RestartWatch::resuming(saved_container);
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();
             if let Some(restarted) = restarts.check(self).await {
-                return restarted;
+                let evidence = SoakEvidence {
+                    restart: Some(restarted.reads.clone()),
+                    ..SoakEvidence::default()
+                };
+                return restarted.failed(stored(&evidence));
             }
             let sample = self.ctx.prober.sample_url(&url).await;
             watched.observe(Utc::now());
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };
             worst = worst.max(misses);
-            let mut detail = json!({"probes": probes, "misses_in_a_row": misses, "worst_streak": worst, "last": sample, "container_id": restarts.container_id()});
-            merge(&mut detail, watched.detail(deadline));
+            let mut evidence = SoakEvidence {
+                probes: Some(SoakProbes {
+                    probes,
+                    misses_in_a_row: misses,
+                    worst_streak: worst,
+                    last: stored(&sample),
+                    container_id: restarts.container_id().map(str::to_owned),
+                }),
+                watched: Some(watched.evidence(deadline)),
+                ..SoakEvidence::default()
+            };
             if misses >= max_misses {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
-                return StepEnd::failed(ErrorCode::SoakHealth, msg, detail);
+                return StepEnd::failed(ErrorCode::SoakHealth, msg, stored(&evidence));
             }
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
-                    detail["forbidden"] = json!({"pattern": pattern, "line": line});
-                    return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, detail);
+                    evidence.forbidden = Some(ForbiddenLine { pattern, line });
+                    return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, stored(&evidence));
                 }
             }
-            merge(&mut detail, reads.detail());
+            evidence.reads = Some(reads.evidence());
+            let detail = stored(&evidence);
             if reads.exhausted() {
                 return reads.unavailable(self.rollout.target(), detail);
             }
@@ -353,6 +385,8 @@ impl StepRun<'_> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn server_error() -> ComposeError {
@@ -387,13 +421,12 @@ mod tests {
             assert_eq!(reads.blind(), blind, "read {i}");
             assert_eq!(reads.exhausted(), exhausted, "read {i}");
         }
-        let detail = reads.detail();
-        assert_eq!(detail["log_fetch_errors"], 5);
-        assert_eq!(detail["log_fetch_failures_in_a_row"], 3);
-        assert_eq!(detail["last_log_error"]["code"], "compose_server_error");
-        assert!(detail["last_log_error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("(500)") && m.contains("PROXY_TOKEN")));
+        let evidence = reads.evidence();
+        assert_eq!(evidence.log_fetch_errors, 5);
+        assert_eq!(evidence.log_fetch_failures_in_a_row, 3);
+        let last = evidence.last_log_error.expect("the last error is kept");
+        assert_eq!(last.code, "compose_server_error");
+        assert!(last.message.contains("(500)") && last.message.contains("PROXY_TOKEN"));
     }
 
     #[test]

@@ -5,14 +5,22 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
+use crate::domain::runbook::step::peers_healthy::PeersHealthyEvidence;
+use crate::domain::runbook::step::snapshot::SnapshotEvidence;
+use crate::domain::runbook::step::verify_neighbours::{
+    ContainerIdentity, NeighbourChange, VerifyNeighboursEvidence,
+};
+use crate::domain::runbook::step::wait_health::WaitHealthEvidence;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
 use crate::engine::step_run::{
-    is_service, pause, pause_until_next_probe, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+    is_service, pause, pause_until_next_probe, stored, Execute, Progress, Rhythm, Running, StepEnd,
+    StepRun,
 };
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
@@ -25,9 +33,9 @@ impl Execute for Snapshot {
     /// `docker ps` as the snapshot saw it, for `verify_neighbours` and the evidence of an
     /// unknown compose outcome.
     fn carry(run: &mut StepRun<'_>, _step: &Step, detail: &serde_json::Value) {
-        run.snapshot = detail
-            .get("ps")
-            .and_then(|ps| serde_json::from_value(ps.clone()).ok());
+        run.snapshot = SnapshotEvidence::<PsEntry>::deserialize(detail)
+            .ok()
+            .and_then(|d| d.ps);
     }
 }
 
@@ -60,11 +68,21 @@ impl StepRun<'_> {
         };
         let version = match client.version().await {
             Ok(v) => v,
-            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({"ps": ps})),
+            Err(e) => {
+                let detail = SnapshotEvidence {
+                    ps: Some(ps),
+                    version: None,
+                };
+                return StepEnd::failed(e.code(), e.to_string(), stored(&detail));
+            }
         };
         self.record_baselines(&ps, &version).await;
         self.snapshot = Some(ps.clone());
-        StepEnd::Succeeded(json!({"ps": ps, "version": version}))
+        let detail = SnapshotEvidence {
+            ps: Some(ps),
+            version: Some(stored(&version)),
+        };
+        StepEnd::Succeeded(stored(&detail))
     }
 
     /// The first rollout on a host records what the host runs now as the baseline of every
@@ -128,7 +146,11 @@ impl StepRun<'_> {
                 "{} has no other replica in its group on {}: taking it down would leave nothing serving",
                 self.rollout.service, self.rollout.host
             );
-            return StepEnd::failed(ErrorCode::NoPeers, msg, json!({"peers": []}));
+            let detail = PeersHealthyEvidence {
+                peers: Some(Vec::new()),
+                unhealthy: None,
+            };
+            return StepEnd::failed(ErrorCode::NoPeers, msg, stored(&detail));
         }
         let interval = self.ctx.poll_interval(deadline);
         loop {
@@ -146,19 +168,31 @@ impl StepRun<'_> {
                 }
             }
             if unhealthy.is_empty() {
-                return StepEnd::Succeeded(json!({"peers": peers}));
+                let detail = PeersHealthyEvidence {
+                    peers: Some(peers),
+                    unhealthy: None,
+                };
+                return StepEnd::Succeeded(stored(&detail));
             }
+            let unhealthy: BTreeMap<String, serde_json::Value> = unhealthy
+                .into_iter()
+                .map(|(peer, sample)| (peer, stored(&sample)))
+                .collect();
             if Utc::now() >= deadline {
                 let names: Vec<&String> = unhealthy.keys().collect();
                 let msg = format!("peers not healthy before the deadline: {names:?}");
-                return StepEnd::failed(
-                    ErrorCode::PeersUnhealthy,
-                    msg,
-                    json!({"peers": peers, "unhealthy": unhealthy}),
-                );
+                let detail = PeersHealthyEvidence {
+                    peers: Some(peers),
+                    unhealthy: Some(unhealthy),
+                };
+                return StepEnd::failed(ErrorCode::PeersUnhealthy, msg, stored(&detail));
             }
             if pause(interval, abort).await {
-                return StepEnd::Aborted(json!({"unhealthy": unhealthy}));
+                let detail = PeersHealthyEvidence {
+                    peers: None,
+                    unhealthy: Some(unhealthy),
+                };
+                return StepEnd::Aborted(stored(&detail));
             }
         }
     }
@@ -176,6 +210,10 @@ impl StepRun<'_> {
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
         };
         let mut changed = Vec::new();
+        let identity = |c: &PsEntry| ContainerIdentity {
+            id: c.id.clone(),
+            image: c.image.clone(),
+        };
         // The target and, in a rename, the former service it replaces are expected to change.
         let own = |c: &PsEntry| {
             is_service(c, self.rollout.target())
@@ -187,20 +225,24 @@ impl StepRun<'_> {
         for old in before.iter().filter(|c| !own(c)) {
             match now.iter().find(|c| c.names == old.names) {
                 Some(new) if new.id == old.id && new.image == old.image => {}
-                Some(new) => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": {"id": new.id, "image": new.image}})),
-                None => changed.push(json!({"container": old.names, "before": {"id": old.id, "image": old.image}, "after": null})),
+                found => changed.push(NeighbourChange {
+                    container: old.names.clone(),
+                    before: identity(old),
+                    after: found.map(identity),
+                }),
             }
         }
         let checked = before.iter().filter(|c| !own(c)).count();
+        let mut detail = VerifyNeighboursEvidence {
+            checked: Some(checked),
+            changed: None,
+        };
         if changed.is_empty() {
-            StepEnd::Succeeded(json!({"checked": checked}))
+            StepEnd::Succeeded(stored(&detail))
         } else {
             let msg = format!("{} neighbouring container(s) changed", changed.len());
-            StepEnd::failed(
-                ErrorCode::NeighbourChanged,
-                msg,
-                json!({"checked": checked, "changed": changed}),
-            )
+            detail.changed = Some(changed);
+            StepEnd::failed(ErrorCode::NeighbourChanged, msg, stored(&detail))
         }
     }
 
@@ -229,7 +271,12 @@ impl StepRun<'_> {
                 bad += 1;
                 streak = 0;
             }
-            let detail = json!({"healthy_samples": ok, "unhealthy_samples": bad, "streak": streak, "last": sample});
+            let detail = stored(&WaitHealthEvidence {
+                healthy_samples: ok,
+                unhealthy_samples: bad,
+                streak,
+                last: stored(&sample),
+            });
             if streak >= consecutive {
                 return StepEnd::Succeeded(detail);
             }

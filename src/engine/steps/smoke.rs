@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
+use crate::domain::runbook::step::smoke::{FailedCall, SmokeCall, SmokeEvidence};
 use crate::domain::runbook::step::Smoke;
-use crate::engine::step_run::{Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{stored, Execute, Running, StepEnd, StepRun};
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};
 
 /// Characters of an output or a body kept in the step's detail.
@@ -112,8 +113,13 @@ impl StepRun<'_> {
         let secrets = self.smoke_secrets();
         let base = replica.api_url.trim_end_matches('/');
         let token = replica.api_token.as_ref();
-        let mut detail = json!({"model": spec.model, "api_url": base, "repeat": spec.repeat,
-                                "prompt": spec.prompt, "calls": []});
+        let mut detail = SmokeEvidence {
+            model: spec.model.clone(),
+            api_url: base.to_owned(),
+            repeat: spec.repeat,
+            prompt: Some(spec.prompt.clone()),
+            ..SmokeEvidence::default()
+        };
 
         // The model must be served.
         let url = format!("{base}/v1/models");
@@ -132,7 +138,7 @@ impl StepRun<'_> {
             Call::Answer(a) => a,
             Call::Failed(end) => return end,
         };
-        detail["models_latency_ms"] = json!(millis(answer.latency));
+        detail.models_latency_ms = Some(millis(answer.latency));
         if answer.status != 200 {
             return http_status("GET /v1/models", &answer, detail, &secrets);
         }
@@ -142,13 +148,13 @@ impl StepRun<'_> {
         };
         let listed = models.contains(&spec.model);
         let models: Vec<String> = models.iter().map(|m| mask(m, &secrets)).collect();
-        detail["models"] = json!(models);
+        detail.models = Some(models.clone());
         if !listed {
             let msg = format!(
                 "{base}/v1/models does not list {:?}; it serves {models:?}",
                 spec.model
             );
-            return StepEnd::failed(ErrorCode::SmokeModelMissing, msg, detail);
+            return StepEnd::failed(ErrorCode::SmokeModelMissing, msg, stored(&detail));
         }
 
         // `repeat` generations, all identical.
@@ -182,18 +188,16 @@ impl StepRun<'_> {
             latencies.push(millis(answer.latency));
             tracing::debug!(rollout.id = %self.rollout.id, duration_ms = millis(answer.latency), "smoke generation {n} of {} answered", self.rollout.id);
             let shown = excerpt(&output.content, &secrets);
-            if let Some(calls) = detail["calls"].as_array_mut() {
-                calls.push(json!({
-                    "latency_ms": millis(answer.latency),
-                    "usage": output.usage,
-                    "finish_reason": output.finish_reason,
-                    "output": shown,
-                }));
-            }
-            detail["output"] = json!(shown);
+            detail.calls.push(SmokeCall {
+                latency_ms: millis(answer.latency),
+                usage: output.usage,
+                finish_reason: output.finish_reason,
+                output: shown.clone(),
+            });
+            detail.output = Some(shown.clone());
             if output.content.trim().is_empty() {
                 let msg = format!("{what} answered 200 with empty content");
-                return StepEnd::failed(ErrorCode::SmokeEmptyOutput, msg, detail);
+                return StepEnd::failed(ErrorCode::SmokeEmptyOutput, msg, stored(&detail));
             }
             let missed: Vec<&str> = spec
                 .expect
@@ -202,28 +206,28 @@ impl StepRun<'_> {
                 .map(LogPattern::as_str)
                 .collect();
             if !missed.is_empty() {
-                detail["unmatched"] = json!(missed);
+                detail.unmatched = Some(missed.iter().map(|p| p.to_string()).collect());
                 let msg = format!("the output does not match {missed:?}: {shown:?}");
-                return StepEnd::failed(ErrorCode::SmokeMismatch, msg, detail);
+                return StepEnd::failed(ErrorCode::SmokeMismatch, msg, stored(&detail));
             }
             match &first {
                 None => first = Some(output.content),
                 Some(earlier) if *earlier == output.content => {}
                 Some(earlier) => {
-                    let distinct = [excerpt(earlier, &secrets), shown];
-                    detail["distinct_outputs"] = json!(distinct);
+                    let distinct = vec![excerpt(earlier, &secrets), shown];
                     let msg = format!(
                         "call {n} answered differently at temperature 0: {:?} then {:?}",
                         distinct[0], distinct[1]
                     );
-                    return StepEnd::failed(ErrorCode::SmokeNondeterministic, msg, detail);
+                    detail.distinct_outputs = Some(distinct);
+                    return StepEnd::failed(ErrorCode::SmokeNondeterministic, msg, stored(&detail));
                 }
             }
         }
-        detail["identical_outputs"] = json!(spec.repeat);
-        detail["latency_ms_max"] = json!(latencies.iter().max().copied().unwrap_or(0));
-        detail["latency_ms_total"] = json!(latencies.iter().sum::<u64>());
-        StepEnd::Succeeded(detail)
+        detail.identical_outputs = Some(spec.repeat);
+        detail.latency_ms_max = Some(latencies.iter().max().copied().unwrap_or(0));
+        detail.latency_ms_total = Some(latencies.iter().sum::<u64>());
+        StepEnd::Succeeded(stored(&detail))
     }
 
     /// Runs one call with the time left before `deadline`, unless an abort comes first.
@@ -231,7 +235,7 @@ impl StepRun<'_> {
         &self,
         deadline: DateTime<Utc>,
         abort: &CancellationToken,
-        detail: &Value,
+        detail: &SmokeEvidence,
         secrets: &[String],
         what: &str,
         send: F,
@@ -246,12 +250,12 @@ impl StepRun<'_> {
             return Call::Failed(StepEnd::failed(
                 ErrorCode::SmokeTimeout,
                 msg,
-                detail.clone(),
+                stored(detail),
             ));
         }
         let result = tokio::select! {
             result = send(left) => result,
-            () = abort.cancelled() => return Call::Failed(StepEnd::Aborted(detail.clone())),
+            () = abort.cancelled() => return Call::Failed(StepEnd::Aborted(stored(detail))),
         };
         match result {
             Ok(answer) => Call::Answer(answer),
@@ -260,25 +264,44 @@ impl StepRun<'_> {
                 Call::Failed(StepEnd::failed(
                     ErrorCode::SmokeTimeout,
                     msg,
-                    detail.clone(),
+                    stored(detail),
                 ))
             }
             Err(ApiCallError::Transport(why)) => {
-                let mut detail = detail.clone();
-                detail["failed_call"] = json!({"call": what, "status": null, "error": why});
                 let msg = mask(&format!("{what}: no HTTP answer: {why}"), secrets);
-                Call::Failed(StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail))
+                let mut detail = detail.clone();
+                detail.failed_call = Some(FailedCall {
+                    call: what.to_owned(),
+                    status: None,
+                    body: None,
+                    error: Some(why),
+                });
+                Call::Failed(StepEnd::failed(
+                    ErrorCode::SmokeHttpStatus,
+                    msg,
+                    stored(&detail),
+                ))
             }
         }
     }
 }
 
 /// A non-200 answer: the status and an excerpt of the body.
-fn http_status(what: &str, answer: &ApiAnswer, mut detail: Value, secrets: &[String]) -> StepEnd {
+fn http_status(
+    what: &str,
+    answer: &ApiAnswer,
+    mut detail: SmokeEvidence,
+    secrets: &[String],
+) -> StepEnd {
     let body = excerpt(&answer.body, secrets);
-    detail["failed_call"] = json!({"call": what, "status": answer.status, "body": body});
     let msg = format!("{what} answered {}: {body}", answer.status);
-    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail)
+    detail.failed_call = Some(FailedCall {
+        call: what.to_owned(),
+        status: Some(answer.status),
+        body: Some(body),
+        error: None,
+    });
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, stored(&detail))
 }
 
 /// A 200 whose body is not what the OpenAI API answers: failed like a bad status, with the
@@ -287,17 +310,21 @@ fn bad_body(
     what: &str,
     why: &str,
     answer: &ApiAnswer,
-    mut detail: Value,
+    mut detail: SmokeEvidence,
     secrets: &[String],
 ) -> StepEnd {
     let body = excerpt(&answer.body, secrets);
-    detail["failed_call"] =
-        json!({"call": what, "status": answer.status, "body": body, "error": why});
     let msg = format!(
         "{what} answered {} with a body that is not an OpenAI answer ({why}): {body}",
         answer.status
     );
-    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, detail)
+    detail.failed_call = Some(FailedCall {
+        call: what.to_owned(),
+        status: Some(answer.status),
+        body: Some(body),
+        error: Some(why.to_owned()),
+    });
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, stored(&detail))
 }
 
 #[cfg(test)]

@@ -1,9 +1,17 @@
 //! An `analyze` step: the analysis spec of `domain::analysis`, and what serde cannot say
 //! about it and its checks.
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::approve::ApproveEvidence;
+use super::soak::{RestartEvidence, WatchedEvidence};
 use super::{Checked, interval_within, positive_duration, valid_name};
 use crate::domain::analysis::{
-    unknown_placeholder, AnalysisSource, AnalyzeSpec, Check, PLACEHOLDERS,
+    unknown_placeholder, verdict_table, AnalysisSource, AnalyzeSpec, Check, CheckVerdict,
+    PLACEHOLDERS,
 };
 
 /// What is wrong with a check (named `at`, as `check "ttft_p95"`), of an analysis of `source`.
@@ -130,27 +138,27 @@ impl super::StepDef for AnalyzeSpec {
         scrapes + if self.may_ask() { self.approve_timeout } else { std::time::Duration::ZERO }
     }
 
+    type Evidence = AnalyzeEvidence;
+
     /// `ttft_p95 pass 0.412 vs peers 0.405 (1.02×, limit 1.2×); took_traffic pass 250`.
-    fn summary(d: &serde_json::Value) -> Option<String> {
-        let number =
-            |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.3}"));
-        let summary = d["checks"]
-            .as_array()
-            .into_iter()
-            .flatten()
+    fn summary(d: &AnalyzeEvidence) -> Option<String> {
+        let number = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.3}"));
+        let summary = d
+            .verdicts()
+            .iter()
             .map(|c| {
                 let mut line = format!(
                     "{} {} {}",
-                    c["name"].as_str().unwrap_or("?"),
-                    c["verdict"].as_str().unwrap_or("?"),
-                    number(&c["target"]["value"])
+                    c.name,
+                    c.verdict.as_str(),
+                    number(c.target.value)
                 );
-                if !c["max_ratio_to_peers"].is_null() {
+                if c.max_ratio_to_peers.is_some() {
                     line.push_str(&format!(
                         " vs peers {} ({}×, limit {}×)",
-                        number(&c["peer_median"]),
-                        number(&c["ratio"]),
-                        number(&c["max_ratio_to_peers"])
+                        number(c.peer_median),
+                        number(c.ratio),
+                        number(c.max_ratio_to_peers)
                     ));
                 }
                 line
@@ -161,9 +169,184 @@ impl super::StepDef for AnalyzeSpec {
     }
 }
 
+/// An `analyze` step's evidence, saved as it goes: the window, each replica (its scrapes, or
+/// with `source: prometheus` each query and its answer), each check's series, the watch of the
+/// target's container and of the window, and at the end every check's verdict and what an
+/// operator was asked.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AnalyzeEvidence {
+    /// Where the numbers come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<AnalysisSource>,
+    /// `source: prometheus`: the server asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus_url: Option<String>,
+    /// The end of the warm-up: the window's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_ends_at: Option<DateTime<Utc>>,
+    /// The window's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_at: Option<DateTime<Utc>>,
+    /// `source: prometheus`: the window as the queries' `{{window}}` (`30m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// `source: prometheus`: when the queries were evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluated_at: Option<DateTime<Utc>>,
+    /// Each replica judged, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replicas: BTreeMap<String, AnalyzedReplica>,
+    /// `source: prometheus`: every query and its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<Vec<QueryEvidence>>,
+    /// Every check's verdict once judged (`null` while `source: engine` scrapes).
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub checks: Option<Option<Vec<CheckVerdict>>>,
+    /// `source: engine`: each check's value per interval and replica, by check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<BTreeMap<String, CheckSeries>>,
+    /// The reads of the target's container (`now`: the read that saw it restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartEvidence>,
+    /// How much of the window was watched.
+    #[serde(flatten)]
+    pub watched: Option<WatchedEvidence>,
+    /// A counter check the target had already lost ended the step before the window's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_early: Option<bool>,
+    /// The inconclusive checks that ask an operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asking: Option<Vec<String>>,
+    /// `true` while the step waits for an operator's approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_approval: Option<bool>,
+    /// The end of that wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
+    /// The operator's approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApproveEvidence>,
+}
+
+impl AnalyzeEvidence {
+    /// Every check's verdict; empty before the step judged.
+    pub fn verdicts(&self) -> &[CheckVerdict] {
+        self.checks.as_ref().and_then(Option::as_deref).unwrap_or_default()
+    }
+
+    /// The target's name; empty when the evidence names none.
+    pub fn target(&self) -> &str {
+        self.replicas
+            .iter()
+            .find(|(_, r)| r.role == Role::Target)
+            .map_or("", |(name, _)| name.as_str())
+    }
+
+    /// The verdicts as text, one small table per check; `None` before the step judged.
+    pub fn verdict_table(&self) -> Option<String> {
+        verdict_table(self.target(), self.verdicts())
+    }
+}
+
+/// What a replica is to the analysis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Target,
+    Peer,
+}
+
+impl Role {
+    /// `target` or `peer`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Target => "target",
+            Role::Peer => "peer",
+        }
+    }
+}
+
+/// A replica of an analysis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnalyzedReplica {
+    pub role: Role,
+    /// `source: engine`: its page and how the scrapes went.
+    #[serde(flatten)]
+    pub scrapes: Option<Scrapes>,
+}
+
+/// The scrapes of a replica's metrics page (`source: engine`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scrapes {
+    /// The page.
+    pub metrics_url: String,
+    /// Scrapes that read the page.
+    pub scrapes: u64,
+    /// Scrapes that failed.
+    pub scrape_errors: u64,
+    /// Scrapes read inside the window.
+    pub window_scrapes: u64,
+    /// The last failed scrape's error.
+    pub last_error: Option<String>,
+}
+
+/// One query of a `source: prometheus` analysis: check `check`'s for `replica`, and its
+/// answer once evaluated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryEvidence {
+    /// The check's name.
+    pub check: String,
+    pub replica: String,
+    pub role: Role,
+    /// The query as sent, its placeholders filled.
+    pub query: String,
+    /// Samples answered: 0 or 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u8>,
+    /// The sample's value as Prometheus wrote it (`"0.25"`, `"NaN"`); `null` without one.
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub value: Option<Option<String>>,
+    /// Why Prometheus gave no answer (masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One check's series: its value per interval, per replica. A quantile is drawn as lines, a
+/// counter's increase as bars.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckSeries {
+    pub shape: SeriesShape,
+    /// By replica: `[unix_ms, value]` per interval, `null` for a failed scrape.
+    pub points: BTreeMap<String, Vec<(i64, Option<f64>)>>,
+}
+
+/// How a check's series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeriesShape {
+    /// A histogram's quantile: lines.
+    Quantile,
+    /// A counter's increase, or a histogram's observations: bars.
+    Counter,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::{Analyze, AnalyzeEvidence};
+    use crate::domain::runbook::step::evidence;
+    use crate::domain::runbook::step::evidence_tests::{merged, same_json_and_summary};
 
     use crate::domain::analysis::{AnalysisSource, OnInconclusive};
     use crate::domain::runbook::{parse, StepKind};
@@ -285,5 +468,160 @@ mod tests {
                 "{case}:\n  got:      {err}\n  expected: {expected}"
             );
         }
+    }
+
+    fn scrapes(role: &str, port: u16, last_error: Option<&str>) -> serde_json::Value {
+        json!({"role": role, "metrics_url": format!("http://127.0.0.1:{port}/metrics"), "scrapes": 3,
+               "scrape_errors": u64::from(last_error.is_some()), "window_scrapes": 2, "last_error": last_error})
+    }
+
+    fn read(id: &str) -> serde_json::Value {
+        json!({"at": "2026-12-04T20:46:32.740318758Z", "id": id, "status": "Up 2 seconds"})
+    }
+
+    /// Two checks as the engine source judges them: a ratio that fails, a counter that passes.
+    fn verdicts() -> serde_json::Value {
+        json!([
+            {"name": "ttft_p95", "verdict": "fail", "fails_step": true,
+             "target": {"value": 0.58125, "requests": 212.0}, "peers": {"r1": {"value": 0.29, "requests": 210.0}},
+             "peer_median": 0.29, "ratio": 2.0043, "max_ratio_to_peers": 1.2, "max": null, "min": null,
+             "min_requests": 50, "on_inconclusive": "fail",
+             "reasons": ["2.004× the peers' median (0.29) is above max_ratio_to_peers 1.2"]},
+            {"name": "took_traffic", "verdict": "pass", "fails_step": false,
+             "target": {"value": 250.0, "requests": 250.0}, "peers": {"r1": {"value": 248.0, "requests": 248.0}},
+             "peer_median": 248.0, "ratio": 1.008, "max_ratio_to_peers": null, "max": null, "min": 1.0,
+             "min_requests": 0, "on_inconclusive": "fail", "reasons": []},
+        ])
+    }
+
+    #[test]
+    fn stored_engine_analysis_evidence_reads_and_writes_back_the_same_json() {
+        let running = json!({
+            "source": "engine",
+            "warmup_ends_at": "2026-12-04T20:49:01.660720535Z",
+            "ends_at": "2026-12-04T20:49:31.660720535Z",
+            "replicas": {"r1": scrapes("peer", 9001, None), "r2": scrapes("target", 9002, Some("HTTP 503"))},
+            "checks": null,
+            "series": {
+                "took_traffic": {"shape": "counter", "points": {
+                    "r1": [[1_764_881_341_660_i64, 3.0], [1_764_881_342_660_i64, null]], "r2": []}},
+                "ttft_p95": {"shape": "quantile", "points": {"r1": [[1_764_881_341_660_i64, 0.25]], "r2": []}},
+            },
+            "restart": {"first": read("89ec98ad7f04"), "last": read("89ec98ad7f04"), "last_ps_error": null,
+                        "ps_read_errors": 0, "ps_reads": 2},
+            "observed_ms": 1_200,
+        });
+        let with = |more: serde_json::Value| merged(&running, more);
+        let judged = with(json!({"checks": verdicts()}));
+        let summary = "ttft_p95 fail 0.581 vs peers 0.290 (2.004×, limit 1.200×); took_traffic pass 250.000";
+        let asks = json!([{"name": "itl", "verdict": "inconclusive", "fails_step": false, "asks": true,
+                           "target": {"value": null, "requests": 0.0}, "peers": {}, "peer_median": null,
+                           "ratio": null, "max_ratio_to_peers": null, "max": 0.5, "min": null,
+                           "min_requests": 1, "on_inconclusive": "ask",
+                           "reasons": ["no data for the target in the window"]}]);
+        same_json_and_summary::<Analyze>(&[
+            (json!({}), None),
+            (running.clone(), None),
+            (
+                with(json!({"observed_ms": 300, "reobserved_ms": 300, "resumed": {
+                    "observed_before_ms": 900, "unobserved_ms": 29_100,
+                    "watch_from": "2026-12-04T20:49:10.660720535Z",
+                    "watch_until": "2026-12-04T20:49:40.660720535Z"}})),
+                None,
+            ),
+            (
+                with(json!({"restart": {"first": read("89ec98ad7f04"), "last": read("89ec98ad7f04"),
+                            "last_ps_error": null, "now": read("1234"), "ps_read_errors": 0, "ps_reads": 3}})),
+                None,
+            ),
+            (
+                with(json!({"restart": {"first": null, "last": null, "last_ps_error": "refused",
+                            "now": null, "ps_read_errors": 1, "ps_reads": 1}})),
+                None,
+            ),
+            (judged.clone(), Some(summary)),
+            (merged(&judged, json!({"ended_early": true})), Some(summary)),
+            (
+                with(json!({"checks": asks, "asking": ["itl"], "awaiting_approval": true,
+                            "deadline": "2026-12-04T21:49:31Z"})),
+                Some("itl inconclusive -"),
+            ),
+            (
+                with(json!({"checks": asks, "asking": ["itl"], "approval": {"approved_by": "alice",
+                            "reason": "quiet hour", "approved_at": "2026-12-04T20:50:01.500Z", "waited_s": 30}})),
+                Some("itl inconclusive -"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn stored_prometheus_analysis_evidence_reads_and_writes_back_the_same_json() {
+        let query = |replica: &str, role: &str| {
+            json!({"check": "ttft_p95", "replica": replica, "role": role,
+                   "query": format!("histogram_quantile(0.95, sum by (le) (rate(ttft_bucket{{container_name=\"{replica}\"}}[30m])))")})
+        };
+        let running = json!({
+            "source": "prometheus",
+            "prometheus_url": "http://127.0.0.1:9090",
+            "warmup_ends_at": "2026-12-04T20:49:01.660720535Z",
+            "ends_at": "2026-12-04T21:19:01.660720535Z",
+            "window": "30m",
+            "replicas": {"r1": {"role": "peer"}, "r2": {"role": "target"}},
+            "queries": [query("r2", "target"), query("r1", "peer")],
+            "restart": {"first": read("89ec98ad7f04"), "last": read("89ec98ad7f04"), "last_ps_error": null,
+                        "ps_read_errors": 0, "ps_reads": 2},
+            "observed_ms": 1_200,
+        });
+        let with = |more: serde_json::Value| merged(&running, more);
+        let answered = json!([merged(&query("r2", "target"), json!({"samples": 1, "value": "0.25"})),
+                              merged(&query("r1", "peer"), json!({"samples": 0, "value": null}))]);
+        let checks = json!([{"name": "ttft_p95", "verdict": "inconclusive", "fails_step": true,
+                             "target": {"value": 0.25}, "peers": {"r1": {"value": null}}, "peer_median": null,
+                             "ratio": null, "max_ratio_to_peers": 1.2, "max": null, "min": null,
+                             "min_requests": 0, "on_inconclusive": "fail",
+                             "reasons": ["no peer has data in the window"],
+                             "queries": {"r1": query("r1", "peer")["query"], "r2": query("r2", "target")["query"]}}]);
+        same_json_and_summary::<Analyze>(&[
+            (running.clone(), None),
+            (
+                with(json!({"queries": [merged(&query("r2", "target"), json!({"error": "HTTP 503: down"})),
+                                        merged(&query("r1", "peer"), json!({"samples": 1, "value": "NaN"}))]})),
+                None,
+            ),
+            (
+                with(json!({"queries": answered, "evaluated_at": "2026-12-04T21:19:01.660720535Z",
+                            "checks": checks})),
+                Some("ttft_p95 inconclusive 0.250 vs peers - (-×, limit 1.200×)"),
+            ),
+        ]);
+    }
+
+    #[test]
+    fn a_verdict_stored_by_an_older_build_still_shows_its_table() {
+        // No `asks`, `min_requests`, `on_inconclusive`, `max` or `min`; no series, no source.
+        let old = json!({
+            "replicas": {"r1": {"role": "peer", "scrapes": 9}, "r2": {"role": "target", "scrapes": 9}},
+            "checks": [{"name": "itl_p95", "verdict": "inconclusive", "fails_step": false,
+                        "target": {"value": null, "requests": 0.0},
+                        "peers": {"r1": {"value": 0.02, "requests": 210.0}},
+                        "peer_median": 0.02, "ratio": null, "max_ratio_to_peers": 1.2,
+                        "reasons": ["no data for the target in the window"]}],
+        });
+        let e: AnalyzeEvidence = evidence::<Analyze>(&old).expect("reads");
+        assert_eq!(e.target(), "r2");
+        let table = e.verdict_table().expect("a table");
+        assert!(
+            table.starts_with("    itl_p95: inconclusive (does not fail the step)\n      target  r2"),
+            "{table}"
+        );
+        for no_verdict in [
+            json!({}),
+            json!({"checks": null, "replicas": {}}),
+            json!({"checks": []}),
+        ] {
+            let e = evidence::<Analyze>(&no_verdict).expect("reads");
+            assert_eq!(e.verdict_table(), None, "{no_verdict}");
+        }
+        assert_eq!(evidence::<Analyze>(&json!({"checks": "not a list"})), None);
     }
 }

@@ -34,8 +34,10 @@ impl StepDef for Down {
         self.timeout
     }
 
-    fn summary(detail: &serde_json::Value) -> Option<String> {
-        compose_summary(detail)
+    type Evidence = super::up::ComposeEvidence;
+
+    fn summary(evidence: &super::up::ComposeEvidence) -> Option<String> {
+        compose_summary(evidence)
     }
 }
 

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Checked, positive_duration, shown, Scope, StepDef, QUICK_STEP_BUDGET};
+use super::{Checked, positive_duration, Scope, StepDef, QUICK_STEP_BUDGET};
 use crate::domain::duration::serde_duration;
+use crate::domain::plan_gate::DryRunPlan;
 
 /// `compose/up` dry run, then the plan gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,13 +49,120 @@ impl StepDef for Plan {
         self.timeout
     }
 
-    fn summary(detail: &serde_json::Value) -> Option<String> {
-        let p = &detail["plan"];
+    type Evidence = PlanEvidence;
+
+    fn summary(evidence: &PlanEvidence) -> Option<String> {
+        let p = evidence.plan.as_ref()?.as_ref()?;
         Some(format!(
             "plan create=[{}] recreate=[{}] remove=[{}]",
-            shown(&p["create"])?,
-            shown(&p["recreate"])?,
-            shown(&p["remove"])?
+            p.create.join(", "),
+            p.recreate.join(", "),
+            p.remove.join(", ")
         ))
+    }
+}
+
+/// A dry run's plan as the evidence keeps it ([`DryRunPlan`]; a key missing from stored
+/// evidence reads as empty).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlannedChanges {
+    /// Services the up would create.
+    pub create: Vec<String>,
+    /// Services the up would recreate.
+    pub recreate: Vec<String>,
+    /// Containers the up would remove.
+    pub remove: Vec<String>,
+    /// Services running and unchanged.
+    pub unchanged: Vec<String>,
+    /// Networks and volumes the plan mentions.
+    pub resources: Vec<String>,
+}
+
+impl From<DryRunPlan> for PlannedChanges {
+    fn from(p: DryRunPlan) -> Self {
+        PlannedChanges {
+            create: p.create,
+            recreate: p.recreate,
+            remove: p.remove,
+            unchanged: p.unchanged,
+            resources: p.resources,
+        }
+    }
+}
+
+/// A `plan` step's evidence: the dry run's plan and the gate's verdict. A compose call that
+/// failed keeps its own keys (`more`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PlanEvidence {
+    /// The dry run's plan; `null` when it answered without one.
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub plan: Option<Option<PlannedChanges>>,
+    /// The services the step tolerates besides the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// A companion gate's services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<Vec<String>>,
+    /// What a companion gate lets its `up` apply (what a reconcile applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply: Option<Vec<String>>,
+    /// Why the gate refused the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub violation: Option<String>,
+    /// The dry run's last output lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<Vec<String>>,
+    /// `404` when compose-manager does not support dry runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// The error code of a dry-run support probe that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_error: Option<String>,
+    /// Every other key, as written.
+    #[serde(flatten)]
+    pub more: serde_json::Map<String, serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::runbook::step::evidence_tests::same_json_and_summary;
+
+    #[test]
+    fn stored_plan_evidence_reads_and_writes_back_the_same_json() {
+        let plan = |create: &[&str], recreate: &[&str], remove: &[&str]| {
+            json!({"create": create, "recreate": recreate, "remove": remove, "resources": [], "unchanged": ["nginx"]})
+        };
+        let tail = json!(["stderr:  DRY-RUN MODE -  Container r2 Recreate"]);
+        same_json_and_summary::<Plan>(&[
+            (json!({}), None),
+            (
+                json!({"allow": ["model-downloader"], "plan": plan(&["model-downloader"], &["r2"], &[]), "tail": tail}),
+                Some("plan create=[model-downloader] recreate=[r2] remove=[]"),
+            ),
+            (
+                json!({"allow": [], "plan": plan(&[], &["r2", "proxy"], &["otel"]), "tail": tail,
+                       "violation": "dry-run plan refused: removals"}),
+                Some("plan create=[] recreate=[r2, proxy] remove=[otel]"),
+            ),
+            (
+                json!({"allow": [], "apply": ["proxy"], "plan": plan(&[], &["proxy"], &[]),
+                       "services": ["nginx", "proxy"], "tail": tail}),
+                Some("plan create=[] recreate=[proxy] remove=[]"),
+            ),
+            (json!({"plan": null, "tail": tail}), None),
+            (json!({"tail": tail}), None),
+            (json!({"probe": "404"}), None),
+            (json!({"probe_error": "compose_unreachable"}), None),
+            (json!({"last_error": "compose-manager host is busy"}), None),
+            (json!({"call": {"error": "cut"}, "host_idle": true, "waited_ms": 5}), None),
+        ]);
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Checked, at_least_one, defaults, interval_within, positive_duration, shown, StepDef};
+use super::{Checked, at_least_one, defaults, interval_within, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
 
 /// Poll `/health` until `consecutive` 200s.
@@ -38,11 +38,12 @@ impl StepDef for WaitHealth {
         self.timeout
     }
 
-    fn summary(detail: &serde_json::Value) -> Option<String> {
+    type Evidence = WaitHealthEvidence;
+
+    fn summary(d: &WaitHealthEvidence) -> Option<String> {
         Some(format!(
             "{} healthy / {} unhealthy samples",
-            shown(&detail["healthy_samples"])?,
-            shown(&detail["unhealthy_samples"])?
+            d.healthy_samples, d.unhealthy_samples
         ))
     }
 }
@@ -57,4 +58,42 @@ fn interval() -> Duration {
 
 fn consecutive() -> u32 {
     defaults::WAIT_HEALTH_CONSECUTIVE
+}
+
+/// A `wait_health` step's evidence, saved after every probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitHealthEvidence {
+    /// Probes answered 200.
+    pub healthy_samples: u64,
+    /// Probes that were not.
+    pub unhealthy_samples: u64,
+    /// 200s in a row, up to the last probe.
+    pub streak: u32,
+    /// The last `/health` sample, as the prober read it (`status`, `error`).
+    pub last: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::runbook::step::evidence_tests::same_json_and_summary;
+
+    #[test]
+    fn stored_wait_health_evidence_reads_and_writes_back_the_same_json() {
+        same_json_and_summary::<WaitHealth>(&[
+            (json!({}), None),
+            (
+                json!({"healthy_samples": 0, "unhealthy_samples": 1, "streak": 0,
+                       "last": {"error": null, "status": 503}}),
+                Some("0 healthy / 1 unhealthy samples"),
+            ),
+            (
+                json!({"healthy_samples": 3, "unhealthy_samples": 2, "streak": 3,
+                       "last": {"error": "connection refused", "status": null}}),
+                Some("3 healthy / 2 unhealthy samples"),
+            ),
+        ]);
+    }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Checked, at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
 use crate::domain::duration::serde_duration;
-use crate::domain::pattern::LogPattern;
+use crate::domain::pattern::{LogPattern, SeenLine};
 
 /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,12 +64,59 @@ impl StepDef for WaitLogs {
         self.timeout
     }
 
-    fn summary(detail: &serde_json::Value) -> Option<String> {
-        detail["seen"].as_array().map(|seen| {
-            let seen: Vec<&str> = seen.iter().filter_map(|x| x["pattern"].as_str()).collect();
-            format!("seen {seen:?}")
-        })
+    type Evidence = WaitLogsEvidence;
+
+    fn summary(d: &WaitLogsEvidence) -> Option<String> {
+        let seen: Vec<&str> = d.seen.iter().map(|s| s.pattern.as_str()).collect();
+        Some(format!("seen {seen:?}"))
     }
+}
+
+/// A `wait_logs` step's evidence, saved after every read of the logs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitLogsEvidence {
+    /// The required patterns seen, with their first matching line.
+    pub seen: Vec<SeenLine>,
+    /// The required patterns not seen yet.
+    pub missing: Vec<String>,
+    /// How the reads of the logs went.
+    #[serde(flatten)]
+    pub reads: LogReadsEvidence,
+    /// The companion whose logs were read; absent for the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The forbidden line that failed the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forbidden: Option<ForbiddenLine>,
+}
+
+/// How a log-watching step's reads of `compose/logs` went (`wait_logs`, `soak`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LogReadsEvidence {
+    /// Failed reads in all.
+    pub log_fetch_errors: u64,
+    /// Failed reads since the last one that succeeded.
+    pub log_fetch_failures_in_a_row: u32,
+    /// The last failure; `null` when none failed.
+    pub last_log_error: Option<LogReadError>,
+}
+
+/// A failed read of `compose/logs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogReadError {
+    /// The error's code (`compose_server_error`).
+    pub code: String,
+    /// Its message: the status and compose-manager's text.
+    pub message: String,
+}
+
+/// A line that matched a `forbid` pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForbiddenLine {
+    /// The pattern as written.
+    pub pattern: String,
+    /// The line.
+    pub line: String,
 }
 
 fn timeout() -> Duration {
@@ -82,4 +129,39 @@ fn interval() -> Duration {
 
 fn max_log_failures() -> u32 {
     defaults::MAX_LOG_FAILURES
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::runbook::step::evidence_tests::{merged, same_json_and_summary};
+
+    #[test]
+    fn stored_wait_logs_evidence_reads_and_writes_back_the_same_json() {
+        let reads = json!({"last_log_error": null, "log_fetch_errors": 0, "log_fetch_failures_in_a_row": 0});
+        let with = |more: serde_json::Value| merged(&reads, more);
+        let seen = json!([{"first_seen_at": "2026-12-04T20:46:20.855824049Z",
+            "line": "[TP0] event-loop stall dump armed: stall=30s", "pattern": "event-loop stall dump armed"}]);
+        same_json_and_summary::<WaitLogs>(&[
+            (json!({}), None),
+            (with(json!({"missing": [], "seen": seen})), Some("seen [\"event-loop stall dump armed\"]")),
+            (with(json!({"missing": ["armed"], "seen": []})), Some("seen []")),
+            (
+                with(json!({"missing": [], "seen": seen, "service": "glm53-perception-check"})),
+                Some("seen [\"event-loop stall dump armed\"]"),
+            ),
+            (
+                with(json!({"missing": [], "seen": seen, "forbidden":
+                    {"line": "TOKEN=*** CUDA error 801: operation not supported", "pattern": "CUDA error 801"}})),
+                Some("seen [\"event-loop stall dump armed\"]"),
+            ),
+            (
+                json!({"missing": ["armed"], "seen": [], "log_fetch_errors": 1, "log_fetch_failures_in_a_row": 1,
+                       "last_log_error": {"code": "compose_server_error", "message": "compose-manager failed on /compose/logs (500)"}}),
+                Some("seen []"),
+            ),
+        ]);
+    }
 }

@@ -17,16 +17,18 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::next_wait;
+use super::{next_wait, saved_container};
 use crate::domain::analysis::{fill_query, judge, promql_duration, AnalyzeSpec, Observed};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
+use crate::domain::runbook::step::analyze::{
+    AnalyzeEvidence, AnalyzedReplica, QueryEvidence, Role,
+};
 use crate::engine::restart::RestartWatch;
-use crate::engine::step_run::{pause, Progress, StepEnd, StepRun};
-use crate::engine::watched::{merge, Watched};
+use crate::engine::step_run::{pause, stored, Progress, StepEnd, StepRun};
+use crate::engine::watched::Watched;
 use crate::probe::prometheus::{QueryError, Sample};
 use crate::store::Step;
 
@@ -43,11 +45,11 @@ struct Query {
 }
 
 impl Query {
-    fn role(&self) -> &'static str {
+    fn role(&self) -> Role {
         if self.target {
-            "target"
+            Role::Target
         } else {
-            "peer"
+            Role::Peer
         }
     }
 }
@@ -57,20 +59,23 @@ fn evidence(
     q: &Query,
     name: &str,
     answer: Option<&Result<Option<Sample>, String>>,
-) -> serde_json::Value {
-    let mut e = json!({
-        "check": name,
-        "replica": q.replica,
-        "role": q.role(),
-        "query": q.query,
-    });
+) -> QueryEvidence {
+    let mut e = QueryEvidence {
+        check: name.to_owned(),
+        replica: q.replica.clone(),
+        role: q.role(),
+        query: q.query.clone(),
+        samples: None,
+        value: None,
+        error: None,
+    };
     match answer {
         None => {}
         Some(Ok(sample)) => {
-            e["samples"] = json!(u8::from(sample.is_some()));
-            e["value"] = json!(sample.as_ref().map(|s| s.raw.clone()));
+            e.samples = Some(u8::from(sample.is_some()));
+            e.value = Some(sample.as_ref().map(|s| s.raw.clone()));
         }
-        Some(Err(error)) => e["error"] = json!(error),
+        Some(Err(error)) => e.error = Some(error.clone()),
     }
     e
 }
@@ -115,7 +120,7 @@ impl StepRun<'_> {
     ) -> Vec<(serde_json::Value, Result<(), String>)> {
         let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
-            return vec![(json!({}), Err(msg.to_owned()))];
+            return vec![(serde_json::json!({}), Err(msg.to_owned()))];
         };
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
         secrets.extend(prom.token().map(|t| t.expose().to_owned()));
@@ -130,7 +135,7 @@ impl StepRun<'_> {
             .map(|(q, answer)| {
                 let answer = answer.map_err(|e| mask(&e.to_string(), &secrets));
                 let e = evidence(q, &spec.checks[q.check].name, Some(&answer));
-                (e, answer.map(|_| ()))
+                (stored(&e), answer.map(|_| ()))
             })
             .collect()
     }
@@ -143,7 +148,11 @@ impl StepRun<'_> {
     ) -> StepEnd {
         let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
-            return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, json!({}));
+            return StepEnd::failed(
+                ErrorCode::PrometheusNotConfigured,
+                msg,
+                serde_json::json!({}),
+            );
         };
         // The compose service the target runs under; its peers by its slot.
         let target = self.rollout.target();
@@ -151,46 +160,42 @@ impl StepRun<'_> {
         let queries = self.queries(spec);
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;
-        let detail =
-            |restarts: &RestartWatch, watched: &Watched, evidence: Vec<serde_json::Value>| {
-                let mut d = json!({
-                    "source": spec.source,
-                    "prometheus_url": prom.url(),
-                    "warmup_ends_at": warm_end,
-                    "ends_at": end,
-                    "window": promql_duration(spec.duration),
-                    "replicas": std::iter::once((target, "target"))
-                        .chain(peers.iter().map(|p| (*p, "peer")))
-                        .map(|(name, role)| (name.to_owned(), json!({"role": role})))
-                        .collect::<serde_json::Map<_, _>>(),
-                    "queries": evidence,
-                });
-                merge(&mut d, restarts.detail());
-                merge(&mut d, watched.detail(end));
-                d
-            };
-        let pending = || -> Vec<serde_json::Value> {
+        let detail = |restarts: &RestartWatch, watched: &Watched, queries: Vec<QueryEvidence>| {
+            AnalyzeEvidence {
+                source: Some(spec.source),
+                prometheus_url: Some(prom.url().to_owned()),
+                warmup_ends_at: Some(warm_end),
+                ends_at: Some(end),
+                window: Some(promql_duration(spec.duration)),
+                replicas: std::iter::once((target, Role::Target))
+                    .chain(peers.iter().map(|p| (*p, Role::Peer)))
+                    .map(|(name, role)| {
+                        let replica = AnalyzedReplica {
+                            role,
+                            scrapes: None,
+                        };
+                        (name.to_owned(), replica)
+                    })
+                    .collect(),
+                queries: Some(queries),
+                restart: Some(restarts.evidence()),
+                watched: Some(watched.evidence(end)),
+                ..AnalyzeEvidence::default()
+            }
+        };
+        let pending = || -> Vec<QueryEvidence> {
             queries
                 .iter()
                 .map(|q| evidence(q, &spec.checks[q.check].name, None))
                 .collect()
         };
-        let mut restarts = RestartWatch::resuming(&step.detail);
+        let mut restarts = RestartWatch::resuming(saved_container(step));
         let mut progress = Progress::new(self.ctx.timings.progress_every);
         loop {
-            if let Some(StepEnd::Failed {
-                code,
-                message,
-                detail: seen,
-            }) = restarts.check(self).await
-            {
-                let mut d = detail(&restarts, &watched, pending());
-                d["restart"] = seen["restart"].clone();
-                return StepEnd::Failed {
-                    code,
-                    message,
-                    detail: d,
-                };
+            if let Some(restarted) = restarts.check(self).await {
+                let mut e = detail(&restarts, &watched, pending());
+                e.restart = Some(restarted.reads.clone());
+                return restarted.failed(stored(&e));
             }
             let now = Utc::now();
             watched.observe(now);
@@ -201,11 +206,11 @@ impl StepRun<'_> {
                 .save(
                     self.ctx.store,
                     &step.id,
-                    &detail(&restarts, &watched, pending()),
+                    &stored(&detail(&restarts, &watched, pending())),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
-                return StepEnd::Aborted(detail(&restarts, &watched, pending()));
+                return StepEnd::Aborted(stored(&detail(&restarts, &watched, pending())));
             }
         }
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
@@ -217,7 +222,7 @@ impl StepRun<'_> {
             .iter()
             .map(|a| a.clone().map_err(|e| mask(&e.to_string(), &secrets)))
             .collect();
-        let evidence: Vec<serde_json::Value> = queries
+        let answered: Vec<QueryEvidence> = queries
             .iter()
             .zip(&shown)
             .map(|(q, a)| evidence(q, &spec.checks[q.check].name, Some(a)))
@@ -231,10 +236,11 @@ impl StepRun<'_> {
                 "check \"{}\": the query for {} ({}) failed: {}",
                 spec.checks[q.check].name,
                 q.replica,
-                q.role(),
+                q.role().as_str(),
                 mask(&e.to_string(), &secrets)
             );
-            return StepEnd::failed(e.code(), msg, detail(&restarts, &watched, evidence));
+            let failed = stored(&detail(&restarts, &watched, answered));
+            return StepEnd::failed(e.code(), msg, failed);
         }
         let mut checks = Vec::with_capacity(spec.checks.len());
         for (i, check) in spec.checks.iter().enumerate() {
@@ -243,7 +249,7 @@ impl StepRun<'_> {
                 requests: None,
             };
             let mut peer_seen = BTreeMap::new();
-            let mut sent = serde_json::Map::new();
+            let mut sent = BTreeMap::new();
             for (q, a) in queries.iter().zip(&answers).filter(|(q, _)| q.check == i) {
                 let value = a.as_ref().ok().and_then(usable);
                 let seen = Observed {
@@ -255,17 +261,15 @@ impl StepRun<'_> {
                 } else {
                     peer_seen.insert(q.replica.clone(), seen);
                 }
-                sent.insert(q.replica.clone(), json!(q.query));
+                sent.insert(q.replica.clone(), q.query.clone());
             }
-            let verdict = judge(check, target_seen, peer_seen);
-            let mut c = serde_json::to_value(&verdict).unwrap_or_default();
-            c["queries"] = serde_json::Value::Object(sent);
-            checks.push((verdict, c));
+            let mut verdict = judge(check, target_seen, peer_seen);
+            verdict.queries = Some(sent);
+            checks.push(verdict);
         }
-        let mut d = detail(&restarts, &watched, evidence);
-        d["evaluated_at"] = json!(end);
-        d["checks"] = checks.iter().map(|(_, c)| c.clone()).collect();
-        let verdicts: Vec<_> = checks.into_iter().map(|(v, _)| v).collect();
-        self.conclude(step, spec, &verdicts, d, abort).await
+        let mut e = detail(&restarts, &watched, answered);
+        e.evaluated_at = Some(end);
+        e.checks = Some(Some(checks));
+        self.conclude(step, spec, e, abort).await
     }
 }

@@ -7,14 +7,14 @@
 //! [`MAX_POINTS`] points of each check and replica are kept. Every replica's point of an
 //! interval carries the same time (the scrapes are sent together), so peers line up.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
 
 use super::Extract;
 use crate::domain::analysis::Check;
 use crate::domain::exposition::{counter_series_delta, histogram_series_delta, quantile};
+use crate::domain::runbook::step::analyze::{CheckSeries, SeriesShape};
 
 /// The points kept per check and replica: a 4-minute window at a 1 s interval.
 pub(super) const MAX_POINTS: usize = 240;
@@ -78,32 +78,29 @@ fn push(points: &mut VecDeque<(i64, Option<f64>)>, at: DateTime<Utc>, value: Opt
     points.push_back((at.timestamp_millis(), value.filter(|v| v.is_finite())));
 }
 
-/// `{"<check>": {"shape": "quantile" | "counter", "points": {"<replica>": [[unix_ms, value
-/// or null], ...]}}}`: a quantile is drawn as lines, a counter's increase as bars.
-pub(super) fn detail<'a>(
+/// Each check's series by check name, each replica's points by replica (stored as
+/// `{"<check>": {"shape": "quantile" | "counter", "points": {"<replica>": [[unix_ms, value or
+/// null], ...]}}}`).
+pub(super) fn evidence<'a>(
     checks: &[Check],
     replicas: impl Iterator<Item = (&'a str, &'a Series)> + Clone,
-) -> Value {
-    let mut out = serde_json::Map::new();
-    for (i, check) in checks.iter().enumerate() {
-        let by_replica: serde_json::Map<String, Value> = replicas
-            .clone()
-            .map(|(name, s)| {
-                let points: Vec<Value> = s.checks[i].iter().map(|(t, v)| json!([t, v])).collect();
-                (name.to_owned(), Value::Array(points))
-            })
-            .collect();
-        let shape = if check.histogram.is_some() && check.quantile.is_some() {
-            "quantile"
-        } else {
-            "counter"
-        };
-        out.insert(
-            check.name.clone(),
-            json!({"shape": shape, "points": by_replica}),
-        );
-    }
-    Value::Object(out)
+) -> BTreeMap<String, CheckSeries> {
+    checks
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let points = replicas
+                .clone()
+                .map(|(name, s)| (name.to_owned(), s.checks[i].iter().copied().collect()))
+                .collect();
+            let shape = if check.histogram.is_some() && check.quantile.is_some() {
+                SeriesShape::Quantile
+            } else {
+                SeriesShape::Counter
+            };
+            (check.name.clone(), CheckSeries { shape, points })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -153,20 +150,16 @@ mod tests {
             );
         }
         s.missed(t0 + chrono::Duration::seconds(1_000));
-        let d = detail(&checks, [("r2", &s)].into_iter());
-        assert_eq!(d["requests"]["shape"], "counter");
-        let points = d["requests"]["points"]["r2"].as_array().expect("points");
+        let d = evidence(&checks, [("r2", &s)].into_iter());
+        assert_eq!(d["requests"].shape, SeriesShape::Counter);
+        let points = &d["requests"].points["r2"];
         assert_eq!(points.len(), MAX_POINTS);
-        assert_eq!(points[0][1], 3.0);
+        assert_eq!(points[0].1, Some(3.0));
         assert_eq!(
-            points[0][0],
+            points[0].0,
             (t0 + chrono::Duration::seconds(11)).timestamp_millis()
         );
-        assert_eq!(
-            points[MAX_POINTS - 1][1],
-            Value::Null,
-            "a missed scrape is a gap"
-        );
+        assert_eq!(points[MAX_POINTS - 1].1, None, "a missed scrape is a gap");
     }
 
     #[test]
@@ -195,11 +188,9 @@ mod tests {
             &[h(100.0, 10.0)],
             std::slice::from_ref(&check),
         );
-        let d = detail(&[check], [("r2", &s)].into_iter());
-        assert_eq!(d["ttft_p50"]["shape"], "quantile");
-        let v = d["ttft_p50"]["points"]["r2"][0][1]
-            .as_f64()
-            .expect("a value");
+        let d = evidence(&[check], [("r2", &s)].into_iter());
+        assert_eq!(d["ttft_p50"].shape, SeriesShape::Quantile);
+        let v = d["ttft_p50"].points["r2"][0].1.expect("a value");
         assert!(
             v > 0.1,
             "the interval's own median, not the lifetime's: {v}"
