@@ -145,7 +145,7 @@ impl PlanError {
 
 mod parse;
 
-pub use parse::{check_unique_keys, json_key_order, parse_json, parse_yaml, unknown_keys};
+pub use parse::{check_unique_keys, parse_json, parse_yaml};
 
 /// Checks a plan against the configuration and applies defaults.
 pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, PlanError> {

@@ -122,8 +122,15 @@ pub fn parse_json<T: JsonInput>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(invalid("must be a JSON object".into()));
     };
     crate::domain::plan::check_unique_keys(bytes).map_err(invalid)?;
-    let order = crate::domain::plan::json_key_order(bytes, &value);
-    let unknown = crate::domain::plan::unknown_keys(&order, map.keys(), T::FIELDS);
+    // Read again as a YAML mapping, which keeps the keys in the body's order (serde_json's
+    // map sorts them): unknown keys are named in the order written.
+    let ordered: serde_yaml::Mapping =
+        serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+    let unknown: Vec<&str> = ordered
+        .keys()
+        .filter_map(serde_yaml::Value::as_str)
+        .filter(|k| !T::FIELDS.contains(k))
+        .collect();
     if !unknown.is_empty() {
         let s = if unknown.len() > 1 { "s" } else { "" };
         return Err(ApiError::bad_request(

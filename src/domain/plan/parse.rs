@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::Value;
 use serde_yaml::Value as Doc;
 
 use super::{PlanError, PlanSpec, MAX_BODY_BYTES};
@@ -33,21 +32,6 @@ pub fn parse_json(body: &[u8]) -> Result<PlanSpec, PlanError> {
     from_doc(doc)
 }
 
-/// The top-level keys of a JSON object in the order the body writes them (serde_json's map
-/// sorts them): where each first appears as `"key"` in the body.
-pub fn json_key_order(body: &[u8], value: &Value) -> Vec<String> {
-    let Value::Object(map) = value else {
-        return Vec::new();
-    };
-    let text = String::from_utf8_lossy(body);
-    let mut keys: Vec<(usize, &String)> = map
-        .keys()
-        .map(|k| (text.find(&format!("\"{k}\"")).unwrap_or(usize::MAX), k))
-        .collect();
-    keys.sort();
-    keys.into_iter().map(|(_, k)| k.clone()).collect()
-}
-
 /// Parses a YAML plan body (`Content-Type: application/yaml`, `canaryd rollout start PLAN.yaml`).
 pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
     check_size(body.len())?;
@@ -69,18 +53,6 @@ pub fn parse_yaml(body: &str) -> Result<PlanSpec, PlanError> {
         )
     })?;
     from_doc(doc)
-}
-
-/// The keys of `keys` not in `fields`, in the order of `order` (the body's), any key `order`
-/// lacks last.
-pub fn unknown_keys<'a>(
-    order: &[String],
-    keys: impl Iterator<Item = &'a String>,
-    fields: &[&str],
-) -> Vec<String> {
-    let mut unknown: Vec<&String> = keys.filter(|k| !fields.contains(&k.as_str())).collect();
-    unknown.sort_by_key(|k| order.iter().position(|o| o == *k).unwrap_or(usize::MAX));
-    unknown.into_iter().cloned().collect()
 }
 
 /// Refuses a JSON document in which any object, at any depth, has a key twice (serde_json
