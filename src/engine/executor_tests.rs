@@ -21,6 +21,7 @@ use crate::store::{NewStep, Rollout, Store};
 
 mod analyze;
 mod left_down;
+mod logs;
 mod observe;
 mod rollback;
 mod smoke;

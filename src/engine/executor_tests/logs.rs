@@ -1,0 +1,79 @@
+//! `wait_logs` and `soak`: the target's log read through compose-manager, its `/health`
+//! probed, and how each ends.
+
+use std::time::Duration;
+
+use super::{ended, message, Bench};
+use crate::config::sim::R2;
+
+#[tokio::test]
+async fn wait_logs_succeeds_once_the_required_line_is_logged() {
+    let bench = Bench::new(
+        "  - {name: logs, kind: wait_logs, timeout: 5s, interval: 50ms, require: [\"marker-7f3\"]}\n",
+    )
+    .await;
+    let faults = bench.sim.faults();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        faults.emit_log_line(R2, "INFO marker-7f3 ready");
+    });
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    assert!(detail.to_string().contains("marker-7f3"), "{detail}");
+}
+
+#[tokio::test]
+async fn wait_logs_fails_logs_timeout_without_the_required_line() {
+    let bench = Bench::new(
+        "  - {name: logs, kind: wait_logs, timeout: 400ms, interval: 50ms, require: [\"never-logged\"]}\n",
+    )
+    .await;
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("logs_timeout"), "{detail}");
+    assert!(message(&end).contains("never-logged"), "{}", message(&end));
+}
+
+#[tokio::test]
+async fn a_soak_of_a_serving_target_succeeds_at_its_end() {
+    let bench = Bench::new(
+        "  - {name: soak, kind: soak, duration: 500ms, interval: 50ms, forbid: [\"CUDA error\"]}\n",
+    )
+    .await;
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    assert!(detail["probes"].as_u64() >= Some(2), "{detail}");
+}
+
+#[tokio::test]
+async fn a_forbidden_line_during_the_soak_fails_it() {
+    let bench = Bench::new(
+        "  - {name: soak, kind: soak, duration: 5s, interval: 50ms, forbid: [\"CUDA error\"]}\n",
+    )
+    .await;
+    let faults = bench.sim.faults();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        faults.emit_log_line(R2, "RuntimeError: CUDA error: an illegal memory access");
+    });
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("forbidden_log_line"), "{detail}");
+    assert!(message(&end).contains("CUDA error"), "{}", message(&end));
+}
+
+#[tokio::test]
+async fn a_soak_fails_when_the_target_stops_answering_its_health() {
+    let bench =
+        Bench::new("  - {name: soak, kind: soak, duration: 5s, interval: 50ms, max_misses: 2}\n")
+            .await;
+    bench.sim.faults().set_health_never(R2, true);
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("soak_health"), "{detail}");
+}
