@@ -76,6 +76,10 @@ impl Bench {
         &self.engine.inner.store
     }
 
+    fn host(&self) -> &super::HostRuntime {
+        self.engine.host(DEV_HOST).expect("configured")
+    }
+
     async fn rollout(&self) -> Rollout {
         self.engine.get("ro_1").await.expect("rollout")
     }

@@ -6,20 +6,23 @@
 use serde_json::json;
 
 use super::step_run::is_service;
-use super::Engine;
+use super::{Engine, HostRuntime};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::state::AttemptOutcome;
-use crate::store::{Rollout, RolloutChange};
+use crate::store::{Rollout, RolloutChange, Store};
 
 /// Whether `rollout`, now ending without bringing its target back, left it down: its
 /// container is absent or not running in `GET /docker/ps`. When the host cannot be read, the
 /// rollout's own calls decide: a `down` that may have run and no successful `up` after it.
 /// `None` when the replica was never touched or is running.
-pub(super) async fn check(engine: &Engine, rollout: &Rollout) -> Option<serde_json::Value> {
+pub(super) async fn check(
+    host: &HostRuntime,
+    store: &Store,
+    rollout: &Rollout,
+) -> Option<serde_json::Value> {
     if !rollout.touched_replica {
         return None;
     }
-    let host = engine.host(&rollout.host).ok()?;
     match host.client.ps().await {
         Ok(ps) => {
             // The target, or in a rename the former service it was to replace: either one
@@ -35,7 +38,7 @@ pub(super) async fn check(engine: &Engine, rollout: &Rollout) -> Option<serde_js
             }
         }
         Err(e) => {
-            let attempts = engine.inner.store.attempts(&rollout.id).await.ok()?;
+            let attempts = store.attempts(&rollout.id).await.ok()?;
             let last_down = attempts.iter().rposition(|a| {
                 a.endpoint == "compose/down"
                     && a.outcome.is_none_or(AttemptOutcome::reached_the_stream)
@@ -79,7 +82,12 @@ pub(super) async fn end(
     change: RolloutChange,
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
-    let Some(mut evidence) = check(engine, rollout).await else {
+    // An unconfigured host cannot be read: the rollout's own calls are all there is.
+    let found = match engine.host(&rollout.host) {
+        Ok(host) => check(host, store, rollout).await,
+        Err(_) => None,
+    };
+    let Some(mut evidence) = found else {
         store.transition_rollout(&rollout.id, &change).await?;
         return Ok(());
     };

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{merged_env_sha256, steps_of, Engine, EngineError, ROLLBACK_RUNBOOK, SYSTEM_ACTOR};
 use crate::domain::plan::Replaces;
 use crate::domain::state::{OnFailure, RolloutKind};
-use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RunningState};
+use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RunningState, Store};
 
 /// `POST /v1/rollbacks`.
 #[derive(Debug, Clone, Deserialize)]
@@ -63,11 +63,10 @@ impl Running {
 /// newest rollout that touched it (succeeded or not: a failed canary may have left its version
 /// running), else its newest recorded deployment (a baseline). `None` when nothing is recorded.
 async fn running_state(
-    engine: &Engine,
+    store: &Store,
     host: &str,
     service: &str,
 ) -> Result<(Option<Running>, Option<String>), EngineError> {
-    let store = &engine.inner.store;
     if let Some(touch) = store.last_touching_rollout(host, service).await? {
         return Ok((Some(Running::of_rollout(&touch)), Some(touch.id)));
     }
@@ -83,13 +82,12 @@ async fn running_state(
 /// differ from what the replica runs (only of `to_tag` when given). Never what already runs:
 /// its dry run would plan nothing and the rollback would fail at the gate.
 pub(super) async fn choose(
-    engine: &Engine,
+    store: &Store,
     host: &str,
     service: &str,
     to_tag: Option<&str>,
 ) -> Result<Choice, EngineError> {
-    let store = &engine.inner.store;
-    let (running, undoes) = running_state(engine, host, service).await?;
+    let (running, undoes) = running_state(store, host, service).await?;
     let no_prior = |detail: String| EngineError::NoPriorDeployment {
         host: host.to_owned(),
         service: service.to_owned(),
@@ -192,7 +190,13 @@ pub(super) async fn submit(
     engine.runbook(ROLLBACK_RUNBOOK)?;
     let store = &engine.inner.store;
     // Chosen before any preemption: a rollback that has nowhere to go aborts nothing.
-    let mut choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
+    let mut choice = choose(
+        &engine.inner.store,
+        &req.host,
+        &req.service,
+        req.to_tag.as_deref(),
+    )
+    .await?;
     if let Some(active) = store.active_rollout_on(&req.host).await? {
         if !req.preempt {
             return Err(EngineError::HostBusy {
@@ -210,7 +214,13 @@ pub(super) async fn submit(
         let wait = engine.inner.timings.preempt_wait;
         engine.wait_terminal(&active.id, wait).await?;
         // It may have touched the replica meanwhile: choose again from what runs now.
-        choice = choose(engine, &req.host, &req.service, req.to_tag.as_deref()).await?;
+        choice = choose(
+            &engine.inner.store,
+            &req.host,
+            &req.service,
+            req.to_tag.as_deref(),
+        )
+        .await?;
     }
     let Choice {
         target,

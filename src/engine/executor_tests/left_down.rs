@@ -13,13 +13,13 @@ async fn a_replica_is_left_down_only_when_touched_and_not_running() {
     let mut rollout = bench.rollout().await;
     assert!(!rollout.touched_replica);
     assert_eq!(
-        left_down::check(&bench.engine, &rollout).await,
+        left_down::check(bench.host(), bench.store(), &rollout).await,
         None,
         "never touched"
     );
     rollout.touched_replica = true;
     assert_eq!(
-        left_down::check(&bench.engine, &rollout).await,
+        left_down::check(bench.host(), bench.store(), &rollout).await,
         None,
         "touched, still running"
     );
@@ -29,7 +29,7 @@ async fn a_replica_is_left_down_only_when_touched_and_not_running() {
     assert_eq!((status, code), ("succeeded", None), "{detail}");
     let rollout = bench.rollout().await;
     assert!(rollout.touched_replica, "the down marked the rollout");
-    let seen = left_down::check(&bench.engine, &rollout)
+    let seen = left_down::check(bench.host(), bench.store(), &rollout)
         .await
         .expect("left down");
     assert_eq!(seen["seen_by"], "docker ps", "{seen}");

@@ -42,7 +42,7 @@ fn no_prior(result: Result<rollback::Choice, EngineError>) -> String {
 #[tokio::test]
 async fn a_rollback_chooses_the_newest_deployment_that_differs_from_what_runs() {
     let bench = Bench::new(STEPS).await;
-    let choose = |to_tag| rollback::choose(&bench.engine, DEV_HOST, R2, to_tag);
+    let choose = |to_tag| rollback::choose(bench.store(), DEV_HOST, R2, to_tag);
 
     let none = no_prior(choose(None).await);
     assert!(none.contains("none at all"), "{none}");
