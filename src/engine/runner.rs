@@ -35,20 +35,17 @@ pub(crate) async fn run(engine: &Engine, id: &str, abort: CancellationToken) {
             service = tracing::field::Empty
         );
         // On the heap: inline, the drive was copied into each future wrapping it (the
-        // retries, the `select!`, the timings' scope), about 30 KB a rollout task in all.
+        // retries, the storage scope), about 30 KB a rollout task in all.
         Box::pin(drive(engine, id, abort.clone()).instrument(span))
     };
     let timings = engine.inner.timings;
     let drives = retry_storage_errors(id, &timings, || engine.is_stopping(), drive_once);
-    let both = async {
-        drives.await;
-    };
     // Boxed: each scope around it would otherwise hold a copy of the whole future.
     let writes = crate::store::for_rollout(
         id,
         timings.storage_retry_initial,
         timings.storage_retry_max,
-        Box::pin(both),
+        Box::pin(drives),
     );
     writes.await;
 }

@@ -1,6 +1,6 @@
-//! What every step executor shares: how a step ends ([`StepEnd`]), the state a rollout carries
-//! from step to step ([`StepRun`]), the [`Execute`] trait each kind implements, and the waits'
-//! helpers. Step modules import from here; the dispatch (`steps.rs`) imports them, so imports
+//! What every step executor shares: how a step ends ([`StepEnd`]), what it may use
+//! ([`StepCtx`]), the state a rollout carries from step to step ([`StepRun`]), the [`Execute`]
+//! trait each kind implements, and the waits' helpers. Step modules import from here; the dispatch (`steps.rs`) imports them, so imports
 //! inside `engine/` point one way.
 
 use std::collections::BTreeMap;
