@@ -84,6 +84,43 @@ fn canary_with_analysis(duration: &str) -> String {
     )
 }
 
+/// A daemon whose canary of r2 (an engine twice as slow as r1) failed its analysis judging
+/// `duration`, with its automatic rollback ended: the daemon and the canary as the API shows it.
+async fn failed_analysis(duration: &str) -> (Daemon, Value) {
+    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis(duration)).await;
+    daemon.sim.faults().set_engine_slowdown(R2, 2.0);
+    let id = daemon.start_canary("v0.0.452", None).await;
+    let r = daemon
+        .wait_rollout(&id, None, |r| r["status"] == "failed")
+        .await;
+    assert_eq!(r["error"]["code"], "analysis_failed", "{r:#}");
+    if let Some(rb) = r["rolled_back_by"].as_str() {
+        daemon
+            .wait_rollout(rb, None, |r| {
+                r["status"] != "running" && r["status"] != "pending"
+            })
+            .await;
+    }
+    (daemon, r)
+}
+
+/// A daemon whose canary of r2 is held in its `health` step (r2 never turns healthy): the
+/// daemon and the canary's id.
+async fn canary_held_in_health() -> (Daemon, String) {
+    let daemon = Daemon::start(Vec::new()).await;
+    daemon.sim.faults().set_health_never(R2, true);
+    let id = daemon.start_canary("v0.0.451", None).await;
+    daemon
+        .wait_rollout(&id, None, |r| {
+            r["steps"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["name"] == "health" && s["status"] == "running")
+            })
+        })
+        .await;
+    (daemon, id)
+}
+
 /// A test's turn with the browser: the binaries found and the one-browser lock held.
 struct BrowserSlot {
     chromium: PathBuf,
@@ -409,17 +446,7 @@ async fn the_dashboard_shows_replicas_and_a_running_rollout_advancing_live() {
     let Some(slot) = browser_slot("the dashboard test").await else {
         return;
     };
-    let daemon = Daemon::start(Vec::new()).await;
-    daemon.sim.faults().set_health_never(R2, true);
-    let id = daemon.start_canary("v0.0.451", None).await;
-    daemon
-        .wait_rollout(&id, None, |r| {
-            r["steps"].as_array().is_some_and(|s| {
-                s.iter()
-                    .any(|s| s["name"] == "health" && s["status"] == "running")
-            })
-        })
-        .await;
+    let (daemon, id) = canary_held_in_health().await;
 
     let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{browser_slot, canary_with_analysis, Browser, Daemon};
+use super::{browser_slot, canary_held_in_health, failed_analysis, Browser, Daemon};
 use crate::helpers::{HOST, R1, R2};
 
 /// Saves the page as `docs/img/<name>.png` when CANARYD_SCREENSHOTS=1.
@@ -217,20 +217,8 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
     let Some(slot) = browser_slot("the analysis chart test").await else {
         return;
     };
-    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis("2s")).await;
-    daemon.sim.faults().set_engine_slowdown(R2, 2.0);
-    let id = daemon.start_canary("v0.0.452", None).await;
-    let r = daemon
-        .wait_rollout(&id, None, |r| r["status"] == "failed")
-        .await;
-    assert_eq!(r["error"]["code"], "analysis_failed", "{r:#}");
-    if let Some(rb) = r["rolled_back_by"].as_str() {
-        daemon
-            .wait_rollout(rb, None, |r| {
-                r["status"] != "running" && r["status"] != "pending"
-            })
-            .await;
-    }
+    let (daemon, r) = failed_analysis("2s").await;
+    let id = r["id"].as_str().expect("id").to_owned();
 
     let browser = slot.browser().await;
     browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
@@ -335,17 +323,7 @@ async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
     let Some(slot) = browser_slot("the live timeline test").await else {
         return;
     };
-    let daemon = Daemon::start(Vec::new()).await;
-    daemon.sim.faults().set_health_never(R2, true);
-    let id = daemon.start_canary("v0.0.451", None).await;
-    daemon
-        .wait_rollout(&id, None, |r| {
-            r["steps"].as_array().is_some_and(|s| {
-                s.iter()
-                    .any(|s| s["name"] == "health" && s["status"] == "running")
-            })
-        })
-        .await;
+    let (daemon, id) = canary_held_in_health().await;
     let browser = slot.browser().await;
     browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
     let bar = "const d = document.querySelector('details[data-step=\"health\"]'); const b = d && d.querySelector('rect.step-bar'); \

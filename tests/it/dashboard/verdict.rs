@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::{browser_slot, canary_with_analysis, Daemon};
-use crate::helpers::{R1, R2};
+use super::{browser_slot, failed_analysis};
+use crate::helpers::R1;
 
 /// The text of cell `cell` of check `check`'s table in rollout `id`'s card.
 fn cell(id: &str, check: &str, cell: &str) -> String {
@@ -29,13 +29,8 @@ async fn a_failed_analysis_shows_its_verdict_table_in_the_rollouts_detail_view()
     let Some(slot) = browser_slot("the dashboard verdict test").await else {
         return;
     };
-    let daemon = Daemon::start_with(Vec::new(), &canary_with_analysis("1500ms")).await;
-    daemon.sim.faults().set_engine_slowdown(R2, 2.0);
-    let id = daemon.start_canary("v0.0.452", None).await;
-    let r = daemon
-        .wait_rollout(&id, None, |r| r["status"] == "failed")
-        .await;
-    assert_eq!(r["error"]["code"], "analysis_failed", "{r:#}");
+    let (daemon, r) = failed_analysis("1500ms").await;
+    let id = r["id"].as_str().expect("id").to_owned();
     let analysis = r["steps"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == "analysis"))
@@ -49,13 +44,6 @@ async fn a_failed_analysis_shows_its_verdict_table_in_the_rollouts_detail_view()
         .iter()
         .find(|c| c["name"] == "took_traffic")
         .expect("traffic");
-    if let Some(rb) = r["rolled_back_by"].as_str() {
-        daemon
-            .wait_rollout(rb, None, |r| {
-                r["status"] != "running" && r["status"] != "pending"
-            })
-            .await;
-    }
 
     let browser = slot.browser().await;
     browser.open(&format!("{}/", daemon.url)).await;
