@@ -3,25 +3,7 @@
 
 use std::process::Command;
 
-use crate::helpers::{TestApp, FILE, HOST, R2};
-
-fn canaryd(args: &[&str], server: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_canaryd"))
-        .args(args)
-        .env("CANARYD_SERVER", server)
-        .env_remove("CANARYD_TOKEN")
-        .output()
-        .expect("the canaryd binary runs")
-}
-
-async fn canaryd_async(args: Vec<String>, server: String) -> std::process::Output {
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        canaryd(&args, &server)
-    })
-    .await
-    .expect("join")
-}
+use crate::helpers::{canaryd, canaryd_async, TestApp, FILE, HOST, R2};
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
@@ -30,7 +12,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() {
     let app = TestApp::spawn().await;
-    let start = strings(&[
+    let start = [
         "rollout",
         "start",
         "--host",
@@ -46,8 +28,8 @@ async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() 
         "--env",
         "GLM53_R2_HICACHE_RAM_BUDGET=406GiB",
         "--wait",
-    ]);
-    let out = canaryd_async(start, app.url.clone()).await;
+    ];
+    let out = canaryd_async(&start, &app.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -76,7 +58,7 @@ async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() 
         "--env reached the plan: {canary:#}"
     );
 
-    let rollback = strings(&[
+    let rollback = [
         "rollback",
         "--host",
         HOST,
@@ -85,8 +67,8 @@ async fn rollout_start_and_rollback_with_wait_follow_to_the_end_and_exit_zero() 
         "--reason",
         "cli rollback",
         "--wait",
-    ]);
-    let out = canaryd_async(rollback, app.url.clone()).await;
+    ];
+    let out = canaryd_async(&rollback, &app.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "exit {:?}: {stdout}", out.status);
     assert!(
@@ -107,7 +89,7 @@ async fn watch_exits_one_when_the_canary_fails() {
     let app = TestApp::spawn().await;
     app.sim.faults().set_dry_run_extra(Some("nginx".into()));
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
-    let out = canaryd_async(strings(&["rollout", "watch", &id]), app.url.clone()).await;
+    let out = canaryd_async(&["rollout", "watch", &id], &app.url).await;
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -220,7 +202,7 @@ async fn flags_given_with_a_plan_file_override_its_fields_and_the_effective_plan
         ),
     )
     .expect("write");
-    let args = strings(&[
+    let args = [
         "rollout",
         "start",
         path.to_str().expect("utf-8 path"),
@@ -230,8 +212,8 @@ async fn flags_given_with_a_plan_file_override_its_fields_and_the_effective_plan
         R2,
         "--env",
         "GLM53_R2_HICACHE_RAM_BUDGET=406GiB",
-    ]);
-    let out = canaryd_async(args, app.url.clone()).await;
+    ];
+    let out = canaryd_async(&args, &app.url).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {err}", out.status);
     assert!(

@@ -1,7 +1,7 @@
 //! The host doctor (docs/oncall.md) end to end: `GET /v1/hosts/{host}/doctor` and `canaryd doctor`
 //! against a healthy simulated host and against hosts broken in one way each.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use canaryd::app::App;
@@ -10,7 +10,9 @@ use canaryd::config::Secret;
 use canaryd_sim::SimHost;
 use serde_json::{json, Value};
 
-use crate::helpers::{fast_runbooks, sim_config, TestApp, TestOptions, HOST, R1, R2};
+use crate::helpers::{
+    canaryd_async, fast_runbooks, sim_config, TestApp, TestOptions, HOST, R1, R2,
+};
 
 /// Every check of the simulated host, in the order the doctor answers them.
 fn expected_names() -> Vec<String> {
@@ -76,19 +78,10 @@ fn detail<'a>(report: &'a Value, name: &str) -> &'a str {
 
 /// Runs the real binary: `canaryd doctor ARGS` against `server`.
 async fn cli(args: &[&str], server: &str) -> Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let server = server.to_owned();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_canaryd"))
-            .arg("doctor")
-            .args(&args)
-            .env("CANARYD_SERVER", &server)
-            .env_remove("CANARYD_TOKEN")
-            .output()
-            .expect("the canaryd binary runs")
-    })
-    .await
-    .expect("join")
+    let args: Vec<&str> = std::iter::once("doctor")
+        .chain(args.iter().copied())
+        .collect();
+    canaryd_async(&args, server).await
 }
 
 fn stdout(out: &Output) -> String {

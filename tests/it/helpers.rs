@@ -493,3 +493,26 @@ pub fn check<'a>(r: &'a canaryd::api::RolloutOut, name: &str) -> &'a serde_json:
 pub fn number(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
+
+/// The `canaryd` binary run as a client of the daemon at `server` (no token in the
+/// environment), blocking only the thread it runs on.
+pub(crate) fn canaryd(args: &[&str], server: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(args)
+        .env("CANARYD_SERVER", server)
+        .env_remove("CANARYD_TOKEN")
+        .output()
+        .expect("the canaryd binary runs")
+}
+
+/// [`canaryd`] off the runtime's threads, for a test whose daemon runs in the same runtime.
+pub(crate) async fn canaryd_async(args: &[&str], server: &str) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let server = server.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        canaryd(&args, &server)
+    })
+    .await
+    .expect("join")
+}

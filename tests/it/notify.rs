@@ -20,7 +20,7 @@ use canaryd::engine::Engine;
 use canaryd_sim::SimHost;
 use serde_json::Value;
 
-use crate::helpers::{fast_runbooks, sim_config, TestApp, R2};
+use crate::helpers::{canaryd_async, fast_runbooks, sim_config, TestApp, R2};
 
 /// One request the receiver saw.
 #[derive(Debug, Clone)]
@@ -522,17 +522,7 @@ async fn with_a_public_url_notifications_and_show_link_the_rollouts_page() {
         assert!(text.ends_with(&format!(" {page}")), "{text}");
     }
 
-    let server = app.url.clone();
-    let show = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
-            .args(["show", &id])
-            .env("CANARYD_SERVER", server)
-            .env_remove("CANARYD_TOKEN")
-            .output()
-            .expect("the canaryd binary runs")
-    })
-    .await
-    .expect("join");
+    let show = canaryd_async(&["show", &id], &app.url).await;
     let out = String::from_utf8_lossy(&show.stdout);
     assert!(show.status.success(), "{out}");
     assert!(out.contains(&format!("page: {page}")), "{out}");

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::fleet::Fleet;
-use crate::helpers::{is_dry_run, FILE, R1, R2};
+use crate::helpers::{canaryd_async, is_dry_run, FILE, R1, R2};
 
 mod check;
 mod events;
@@ -459,17 +459,8 @@ async fn the_cli_starts_a_release_from_flags_and_waits_for_it() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let server = fleet.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
-            .args(&args)
-            .env("CANARYD_SERVER", server)
-            .env_remove("CANARYD_TOKEN")
-            .output()
-            .expect("the canaryd binary runs")
-    })
-    .await
-    .expect("join");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = canaryd_async(&args, &fleet.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -615,17 +606,7 @@ async fn a_release_over_its_canary_already_at_the_tag_counts_it_done_and_sends_i
     assert_eq!(current.detail["rollout_id"], canary.as_str(), "{current:?}");
     assert_eq!(r.progress.get("already_current"), Some(&1), "{r:#?}");
 
-    let server = fleet.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
-            .args(["release", "watch", &id])
-            .env("CANARYD_SERVER", server)
-            .env_remove("CANARYD_TOKEN")
-            .output()
-            .expect("the canaryd binary runs")
-    })
-    .await
-    .expect("join");
+    let out = canaryd_async(&["release", "watch", &id], &fleet.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
