@@ -286,8 +286,9 @@ pub(super) fn resolve(
     use Seg::Key;
     let src = Source { path, text };
     // Every unknown key at once, in file order; any other error as serde_yaml words it.
-    if let Err(errors) = yaml_line::read::<ConfigFile>(text) {
-        if errors.iter().all(|e| e.unknown.is_some()) {
+    let raw: ConfigFile = match yaml_line::read::<ConfigFile>(text) {
+        Ok(raw) => raw,
+        Err(errors) if errors.iter().all(|e| e.unknown.is_some()) => {
             return Err(ConfigError::all(errors.into_iter().map(|e| ConfigError {
                 file: Some(path.to_path_buf()),
                 line: e.line,
@@ -295,16 +296,16 @@ pub(super) fn resolve(
                 message: e.message,
             })));
         }
-    }
-    let raw: ConfigFile = serde_yaml::from_str(text).map_err(|e| {
-        let (line, message) = describe_yaml_error(&e);
-        ConfigError {
-            file: Some(path.to_path_buf()),
-            line,
-            key: None,
-            message,
-        }
-    })?;
+        Err(_) => serde_yaml::from_str(text).map_err(|e| {
+            let (line, message) = describe_yaml_error(&e);
+            ConfigError {
+                file: Some(path.to_path_buf()),
+                line,
+                key: None,
+                message,
+            }
+        })?,
+    };
     unset_env_vars(&src, &raw, env)?;
     let base = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
