@@ -43,8 +43,9 @@ pub use health::{
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
 pub use owner::lock_path;
-pub use record::AuditEntry;
-pub use record::{AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming};
+pub use record::{
+    AuditEntry, AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming,
+};
 pub use release::{
     NewRelease, NewReleaseTarget, Release, ReleaseEvent, ReleaseFilter, ReleaseTarget, TargetEnd,
     TargetStateKey,
@@ -60,8 +61,6 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlx(#[from] sqlx::Error),
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("host {host} already has an active rollout {rollout_id}")]
@@ -83,10 +82,9 @@ pub enum StoreError {
     },
 }
 
-/// The database handle over one SQLite file in WAL mode: one connection that writes
-/// (`writer`, rusqlite's, used only through [`Store::write`]), one that reads for the engine
-/// (`reader`, rusqlite's, [`Store::read`]) and a small pool of sqlx connections that read for
-/// the API (`pool`). The readers are `query_only`, so a write sent there by mistake fails
+/// The database handle over one SQLite file in WAL mode, every connection sqlx's: one that
+/// writes (`writer`, used only through [`Store::write`]), one that reads for the engine
+/// (`reader`, [`Store::read`]) and a small pool that reads for the API (`pool`). The readers are `query_only`, so a write sent there by mistake fails
 /// instead of contending. Every audit event is also published,
 /// after its transaction commits, to subscribers (`subscribe`): the live event stream, metrics
 /// and notifications listen there.
@@ -191,9 +189,10 @@ impl Store {
         migrating.close().await;
         migrated?;
         // The writer stays open for the store's life, so the readers always share its
-        // write-ahead log.
-        let writer = write::OwnedConn::open(path, false)?;
-        let reader = write::OwnedConn::open(path, true)?;
+        // write-ahead log. Every statement the store runs on its own two stays prepared.
+        let own = options.clone().statement_cache_capacity(128);
+        let writer = write::OwnedConn::open(&own).await?;
+        let reader = write::OwnedConn::open(&own.pragma("query_only", "true")).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options.pragma("query_only", "true"))

@@ -5,8 +5,6 @@
 
 use chrono::{DateTime, Utc};
 
-use rusqlite::{params, OptionalExtension};
-
 use super::audit::append;
 use super::record::AuditEntry;
 use super::{parse_time, Store, StoreError};
@@ -41,25 +39,28 @@ impl Store {
         detail: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.write(|db| {
-            let asked: i64 = db
-                .prepare_cached(
-                    "select count(*) from audit_event where rollout_id = ? and step_name = ? and kind = ?",
-                )?
-                .query_row(
-                    params![rollout_id, step_name, AuditKind::ApprovalRequested.as_str()],
-                    |r| r.get(0),
-                )?;
-            db.prepare_cached("update step set detail = ? where step_id = ? and status = 'running'")?
-                .execute(params![detail.to_string(), step_id])?;
+        self.write(|mut db| async move {
+            let (asked,): (i64,) = sqlx::query_as(
+                "select count(*) from audit_event where rollout_id = ? and step_name = ? and kind = ?",
+            )
+            .bind(rollout_id)
+            .bind(step_name)
+            .bind(AuditKind::ApprovalRequested.as_str())
+            .fetch_one(&mut *db)
+            .await?;
+            sqlx::query("update step set detail = ? where step_id = ? and status = 'running'")
+                .bind(detail.to_string())
+                .bind(step_id)
+                .execute(&mut *db)
+                .await?;
             if asked == 0 {
                 let entry = AuditEntry::new(at, "canaryd", AuditKind::ApprovalRequested)
                     .rollout(rollout_id)
                     .step(step_name)
                     .detail(serde_json::json!({"deadline": detail.get("deadline")}));
-                append(db, &entry)?;
+                append(&mut db, &entry).await?;
             }
-            Ok(())
+            db.commit(()).await
         })
         .await
     }
@@ -75,26 +76,27 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<Approval, StoreError> {
         let step = self
-            .write(|db| {
-                let waiting: Option<String> = db
-                    .prepare_cached(
-                        "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
-                         where s.rollout_id = ? and s.status = 'running' and r.active_host is not null \
-                         and json_extract(s.detail, '$.awaiting_approval') = 1 \
-                         and not exists (select 1 from audit_event a where a.rollout_id = s.rollout_id \
-                                         and a.step_name = s.name and a.kind = ?)",
-                    )?
-                    .query_row(params![rollout_id, AuditKind::Approved.as_str()], |r| r.get(0))
-                    .optional()?;
-                let Some(step) = waiting else {
+            .write(|mut db| async move {
+                let waiting: Option<(String,)> = sqlx::query_as(
+                    "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
+                     where s.rollout_id = ? and s.status = 'running' and r.active_host is not null \
+                     and json_extract(s.detail, '$.awaiting_approval') = 1 \
+                     and not exists (select 1 from audit_event a where a.rollout_id = s.rollout_id \
+                                     and a.step_name = s.name and a.kind = ?)",
+                )
+                .bind(rollout_id)
+                .bind(AuditKind::Approved.as_str())
+                .fetch_optional(&mut *db)
+                .await?;
+                let Some((step,)) = waiting else {
                     return Err(StoreError::NotAwaitingApproval(rollout_id.to_owned()));
                 };
                 let entry = AuditEntry::new(at, actor, AuditKind::Approved)
                     .rollout(rollout_id)
                     .step(&step)
                     .detail(serde_json::json!({"reason": reason}));
-                append(db, &entry)?;
-                Ok(step)
+                append(&mut db, &entry).await?;
+                db.commit(step).await
             })
             .await?;
         Ok(Approval {

@@ -2,31 +2,30 @@
 //! change they describe; the notification an entry causes (if any) is written to the outbox in
 //! that same transaction (`outbox::enqueue`).
 
-use rusqlite::params;
-
 use super::record::{AuditEntry, AuditEvent};
 use super::write::Tx;
 use super::{fmt_time, parse_time, Store, StoreError};
 
 /// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction,
 /// which then publishes once it commits.
-pub(super) fn append(db: &Tx<'_>, e: &AuditEntry) -> Result<(), StoreError> {
+pub(super) async fn append(db: &mut Tx, e: &AuditEntry) -> Result<(), StoreError> {
     db.audited();
-    db.prepare_cached(
+    let seq = sqlx::query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        fmt_time(e.at),
-        e.rollout_id,
-        e.step,
-        e.actor,
-        e.kind.as_str(),
-        e.from_state,
-        e.to_state,
-        e.detail.to_string(),
-    ])?;
-    super::outbox::enqueue(db, db.last_insert_rowid(), e)
+    )
+    .bind(fmt_time(e.at))
+    .bind(&e.rollout_id)
+    .bind(&e.step)
+    .bind(&e.actor)
+    .bind(e.kind.as_str())
+    .bind(&e.from_state)
+    .bind(&e.to_state)
+    .bind(e.detail.to_string())
+    .execute(db.conn())
+    .await?
+    .last_insert_rowid();
+    super::outbox::enqueue(db, seq, e).await
 }
 
 #[derive(sqlx::FromRow)]
@@ -48,7 +47,11 @@ pub const AUDIT_BATCH: usize = 10_000;
 impl Store {
     /// Appends a standalone audit entry (a request that changed no state, e.g. a refused one).
     pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        self.write(|db| append(db, entry)).await
+        self.write(|mut db| async move {
+            append(&mut db, entry).await?;
+            db.commit(()).await
+        })
+        .await
     }
 
     /// A rollout's audit events after `after_seq`, in order.
@@ -78,26 +81,14 @@ impl Store {
 
     /// Every audit event after `after_seq`, in order (at most [`AUDIT_BATCH`] at a time).
     pub async fn audit_events_after(&self, after_seq: i64) -> Result<Vec<AuditEvent>, StoreError> {
-        let rows = self
-            .read_rows(
-                "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, \
-                 to_state, detail from audit_event where seq > ? order by seq limit ?",
-                [after_seq, AUDIT_BATCH as i64],
-                |r| {
-                    Ok(AuditRow {
-                        seq: r.get(0)?,
-                        occurred_at: r.get(1)?,
-                        rollout_id: r.get(2)?,
-                        step_name: r.get(3)?,
-                        actor: r.get(4)?,
-                        kind: r.get(5)?,
-                        from_state: r.get(6)?,
-                        to_state: r.get(7)?,
-                        detail: r.get(8)?,
-                    })
-                },
-            )
-            .await?;
+        let rows: Vec<AuditRow> = sqlx::query_as(
+            "select seq, occurred_at, rollout_id, step_name, actor, kind, from_state, \
+             to_state, detail from audit_event where seq > ? order by seq limit ?",
+        )
+        .bind(after_seq)
+        .bind(AUDIT_BATCH as i64)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
         to_events(rows)
     }
 }

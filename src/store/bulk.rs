@@ -2,7 +2,8 @@
 //! SQLite (recursive CTEs, one transaction per table), so 100k rollouts take seconds. Not part
 //! of the product; hidden from the docs.
 
-use rusqlite::Connection;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Connection;
 
 use super::{Store, StoreError};
 
@@ -30,29 +31,37 @@ impl Store {
         let last = spec.rollouts - 1;
         // The writer with a big page cache: index maintenance of millions of rows is what
         // takes the time. Reset afterwards.
-        self.with_writer(|db| {
-            db.pragma_update(None, "cache_size", -524_288)?;
-            let filled = fill(db, spec, last);
-            db.pragma_update(None, "cache_size", -2000)?;
-            filled
-        })
-        .await
+        let mut guard = self.writer().await?;
+        let db = guard
+            .as_mut()
+            .ok_or(StoreError::Sqlx(sqlx::Error::PoolClosed))?;
+        sqlx::query("pragma cache_size = -524288")
+            .execute(&mut *db)
+            .await?;
+        let filled = fill(db, spec, last).await;
+        sqlx::query("pragma cache_size = -2000")
+            .execute(&mut *db)
+            .await?;
+        filled
     }
 
     /// Moves the write-ahead log into the database file, so its size can be measured.
     pub async fn bulk_checkpoint(&self) -> Result<(), StoreError> {
-        self.with_writer(|db| {
-            db.query_row("pragma wal_checkpoint(truncate)", [], |_| Ok(()))?;
-            Ok(())
-        })
-        .await
+        let mut guard = self.writer().await?;
+        let db = guard
+            .as_mut()
+            .ok_or(StoreError::Sqlx(sqlx::Error::PoolClosed))?;
+        sqlx::query("pragma wal_checkpoint(truncate)")
+            .execute(db)
+            .await?;
+        Ok(())
     }
 }
 
 /// The four tables, one transaction each.
-fn fill(db: &mut Connection, spec: BulkSpec, last: i64) -> Result<(), StoreError> {
-    let tx = db.transaction()?;
-    tx.execute(
+async fn fill(db: &mut SqliteConnection, spec: BulkSpec, last: i64) -> Result<(), StoreError> {
+    let mut tx = db.begin().await?;
+    sqlx::query(
             "with recursive n(i) as (select 0 union all select i + 1 from n where i < ?1) \
              insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, \
                reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
@@ -81,12 +90,18 @@ fn fill(db: &mut Connection, spec: BulkSpec, last: i64) -> Result<(), StoreError
                1, \
                case when i > ?1 - ?2 then printf('host%02d', i % ?2) end \
              from n",
-        (last, spec.hosts, spec.services_per_host, spec.start_unix, spec.spacing_secs),
-        )?;
-    tx.commit()?;
+        )
+        .bind(last)
+        .bind(spec.hosts)
+        .bind(spec.services_per_host)
+        .bind(spec.start_unix)
+        .bind(spec.spacing_secs)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
 
-    let tx = db.transaction()?;
-    tx.execute(
+    let mut tx = db.begin().await?;
+    sqlx::query(
             "with recursive p(k) as (select 0 union all select k + 1 from p where k < ?1 - 1) \
              insert into step (step_id, rollout_id, position, name, kind, status, attempts, \
                started_at, finished_at, detail) \
@@ -96,12 +111,14 @@ fn fill(db: &mut Connection, spec: BulkSpec, last: i64) -> Result<(), StoreError
                r.started_at, r.finished_at, \
                '{\"healthy_samples\":3,\"unhealthy_samples\":41,\"last\":{\"status\":200,\"ms\":12}}' \
              from rollout r, p",
-        (spec.steps_per_rollout,),
-        )?;
-    tx.commit()?;
+        )
+        .bind(spec.steps_per_rollout)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
 
-    let tx = db.transaction()?;
-    tx.execute(
+    let mut tx = db.begin().await?;
+    sqlx::query(
         "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at, \
                finished_at, outcome, detail) \
              select printf('att_%s', substr(step_id, 4)), step_id, rollout_id, 1, '/compose/up', \
@@ -109,35 +126,39 @@ fn fill(db: &mut Connection, spec: BulkSpec, last: i64) -> Result<(), StoreError
                case when finished_at is null then null else 'succeeded' end, \
                '{\"lines\":118,\"done\":{\"success\":true}}' \
              from step",
-        [],
-    )?;
-    tx.commit()?;
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
 
-    let tx = db.transaction()?;
-    tx.execute(
+    let mut tx = db.begin().await?;
+    sqlx::query(
             "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select created_at, rollout_id, null, actor, 'rollout_created', null, 'pending', \
                json_object('kind', kind, 'host', host, 'service', service, 'tag', tag, 'reason', reason) \
              from rollout order by created_at",
-            [],
-        )?;
-    tx.execute(
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select s.started_at, s.rollout_id, s.name, 'canaryd', e.kind, e.f, e.t, '{}' \
              from step s, (select 'step_running' as kind, 'pending' as f, 'running' as t \
                            union all select 'step_succeeded', 'running', 'succeeded') e \
              where s.status = 'succeeded'",
-        [],
-    )?;
-    tx.execute(
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, \
                to_state, detail) \
              select finished_at, rollout_id, null, 'canaryd', 'rollout_' || status, 'running', \
                status, '{}' from rollout where finished_at is not null",
-        [],
-    )?;
-    tx.commit()?;
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
     Ok(())
 }

@@ -124,7 +124,7 @@ async fn after_open_the_step_kind_table_is_the_registered_kinds() {
         "update step set kind = 'retired' where rollout_id = 'r1' and position = 0",
     ] {
         store
-            .write_one(sql, [])
+            .write_one(sql, |q| q)
             .await
             .expect("a kind of an older canaryd");
     }
@@ -148,7 +148,7 @@ async fn a_step_of_an_unknown_kind_is_refused_by_the_database() {
         .write_one(
             "insert into step (step_id, rollout_id, position, name, kind, status) \
              values ('st_x', 'r1', 9, 'x', 'reboot', 'pending')",
-            [],
+            |q| q,
         )
         .await;
     let err = insert.expect_err("an unknown kind").to_string();
@@ -156,7 +156,7 @@ async fn a_step_of_an_unknown_kind_is_refused_by_the_database() {
     let update = store
         .write_one(
             "update step set kind = 'reboot' where rollout_id = 'r1'",
-            [],
+            |q| q,
         )
         .await;
     assert!(update.is_err(), "an update to an unknown kind");

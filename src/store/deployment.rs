@@ -3,11 +3,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use sqlx::sqlite::SqliteConnection;
 
 use super::audit::append;
-use super::record::AuditEntry;
-use super::record::{Deployment, Rollout};
+use super::record::{AuditEntry, Deployment, Rollout};
 use super::rollout::RolloutChange;
 use super::write::Tx;
 use super::{fmt_time, new_id, parse_time, Store, StoreError};
@@ -135,10 +134,11 @@ impl Store {
         change: &RolloutChange,
         deployment: &NewDeployment,
     ) -> Result<Rollout, StoreError> {
-        self.write(|db| {
-            insert(db, deployment)?;
-            super::rollout::transition(db, id, change)?;
-            super::rollout::get_in(db, id)
+        self.write(|mut db| async move {
+            insert(&mut db, deployment).await?;
+            super::rollout::transition(&mut db, id, change).await?;
+            let rollout = super::rollout::get_in(&mut db, id).await?;
+            db.commit(rollout).await
         })
         .await
     }
@@ -148,33 +148,27 @@ impl Store {
     /// found on the engine's reader first, so a host whose baselines are all recorded (every
     /// rollout but its first) costs no write; the write checks again, so a race keeps one row.
     pub async fn record_baselines(&self, ds: &[NewDeployment]) -> Result<(), StoreError> {
-        const RECORDED: &str = "select count(*) from deployment where host = ? and service = ?";
-        let missing = |db: &rusqlite::Connection, d: &NewDeployment| -> Result<bool, StoreError> {
-            let n: i64 = db
-                .prepare_cached(RECORDED)?
-                .query_row([&d.host, &d.service], |r| r.get(0))?;
-            Ok(n == 0)
-        };
-        let any_missing = self
-            .read(|db| {
-                for d in ds {
-                    if missing(db, d)? {
-                        return Ok(true);
-                    }
+        let any_missing = {
+            let mut db = self.read().await?;
+            let mut any = false;
+            for d in ds {
+                if missing(&mut db, d).await? {
+                    any = true;
+                    break;
                 }
-                Ok(false)
-            })
-            .await?;
+            }
+            any
+        };
         if !any_missing {
             return Ok(());
         }
-        self.write(|db| {
+        self.write(|mut db| async move {
             for d in ds {
-                if missing(db, d)? {
-                    insert(db, d)?;
+                if missing(&mut db, d).await? {
+                    insert(&mut db, d).await?;
                 }
             }
-            Ok(())
+            db.commit(()).await
         })
         .await
     }
@@ -305,32 +299,43 @@ impl Store {
     }
 }
 
-fn insert(db: &Tx<'_>, d: &NewDeployment) -> Result<(), StoreError> {
+/// Whether the replica of `d` has no deployment recorded.
+async fn missing(db: &mut SqliteConnection, d: &NewDeployment) -> Result<bool, StoreError> {
+    let (n,): (i64,) =
+        sqlx::query_as("select count(*) from deployment where host = ? and service = ?")
+            .bind(&d.host)
+            .bind(&d.service)
+            .fetch_one(db)
+            .await?;
+    Ok(n == 0)
+}
+
+async fn insert(db: &mut Tx, d: &NewDeployment) -> Result<(), StoreError> {
     let env = serde_json::to_string(&d.env_overrides).map_err(|e| StoreError::Corrupt {
         table: "deployment",
         message: e.to_string(),
     })?;
-    db.prepare_cached(
+    sqlx::query(
         "insert into deployment (deployment_id, host, service, file, tag, env_overrides, env_sha256, commit_sha, \
          file_sha256, image, source, rollout_id, deployed_at, deployed_as) \
          values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        new_id("dep"),
-        d.host,
-        d.service,
-        d.file,
-        d.tag,
-        env,
-        d.env_sha256,
-        d.commit,
-        d.file_sha256,
-        d.image,
-        d.source.as_str(),
-        d.rollout_id,
-        fmt_time(d.deployed_at),
-        d.deployed_as,
-    ])?;
+    )
+    .bind(new_id("dep"))
+    .bind(&d.host)
+    .bind(&d.service)
+    .bind(&d.file)
+    .bind(&d.tag)
+    .bind(env)
+    .bind(&d.env_sha256)
+    .bind(&d.commit)
+    .bind(&d.file_sha256)
+    .bind(&d.image)
+    .bind(d.source.as_str())
+    .bind(&d.rollout_id)
+    .bind(fmt_time(d.deployed_at))
+    .bind(&d.deployed_as)
+    .execute(&mut **db)
+    .await?;
     let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
             "host": d.host, "service": d.service, "deployed_as": d.deployed_as, "tag": d.tag, "file": d.file,
@@ -341,5 +346,5 @@ fn insert(db: &Tx<'_>, d: &NewDeployment) -> Result<(), StoreError> {
         Some(id) => entry.rollout(id),
         None => entry,
     };
-    append(db, &entry)
+    append(db, &entry).await
 }

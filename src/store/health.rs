@@ -194,21 +194,71 @@ impl StorageHealth {
     }
 }
 
-/// Whether `e` is the storage failing (worth waiting out) rather than a refused change.
+/// Whether `e` is the storage failing (worth waiting out) rather than a refused change: an
+/// SQLite error whose primary result code is `SQLITE_FULL`, `IOERR`, `READONLY`, `CANTOPEN`,
+/// `BUSY`, `LOCKED` or `NOMEM` (sqlx gives the extended code, whose low byte is the primary).
 pub(super) fn is_storage_fault(e: &StoreError) -> bool {
-    use rusqlite::ErrorCode as C;
-    match e {
-        StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => matches!(
-            f.code,
-            C::DiskFull
-                | C::SystemIoFailure
-                | C::ReadOnly
-                | C::CannotOpen
-                | C::DatabaseBusy
-                | C::DatabaseLocked
-                | C::OutOfMemory
-        ),
-        _ => false,
+    const FAULTS: [i64; 7] = [
+        13, // SQLITE_FULL
+        10, // SQLITE_IOERR
+        8,  // SQLITE_READONLY
+        14, // SQLITE_CANTOPEN
+        5,  // SQLITE_BUSY
+        6,  // SQLITE_LOCKED
+        7,  // SQLITE_NOMEM
+    ];
+    let StoreError::Sqlx(sqlx::Error::Database(db)) = e else {
+        return false;
+    };
+    db.code()
+        .and_then(|c| c.parse::<i64>().ok())
+        .is_some_and(|code| FAULTS.contains(&(code & 0xff)))
+}
+
+/// An error as SQLite reports a full disk (`SQLITE_FULL`): what `Store::inject_storage_fault`
+/// makes every write fail with.
+#[cfg(any(test, feature = "testing"))]
+pub(super) fn injected_fault() -> StoreError {
+    StoreError::Sqlx(sqlx::Error::Database(Box::new(InjectedFault)))
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+struct InjectedFault;
+
+#[cfg(any(test, feature = "testing"))]
+impl std::fmt::Display for InjectedFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "(code: 13) {}",
+            sqlx::error::DatabaseError::message(self)
+        )
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl std::error::Error for InjectedFault {}
+
+#[cfg(any(test, feature = "testing"))]
+impl sqlx::error::DatabaseError for InjectedFault {
+    fn message(&self) -> &str {
+        "database or disk is full (injected)"
+    }
+    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some("13".into())
+    }
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        sqlx::error::ErrorKind::Other
     }
 }
 
@@ -358,8 +408,7 @@ mod tests {
     use super::*;
 
     fn full() -> StoreError {
-        let e = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL);
-        StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, None))
+        injected_fault()
     }
 
     /// Tries a write that fails `fails` times with `error`; (the result, the waits between tries).

@@ -3,8 +3,8 @@
 //! webhooks subscribed to it and delivers it, claiming every attempt before it is sent.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
+use sqlx::sqlite::SqliteConnection;
 
 use super::record::AuditEntry;
 use super::{fmt_time, Store, StoreError};
@@ -12,14 +12,14 @@ use crate::domain::notification::{text, DeliveryStatus, NotifyEvent, Subject};
 use crate::domain::state::RolloutKind;
 
 /// A notification waiting to be routed to webhooks.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Unrouted {
     pub outbox_id: String,
     pub event: String,
 }
 
 /// One (notification, webhook) delivery that is due.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DueDelivery {
     pub outbox_id: String,
     pub webhook: String,
@@ -30,7 +30,11 @@ pub struct DueDelivery {
 
 /// Writes the notification `entry` causes, if any, in the caller's transaction. `seq` is the
 /// audit event's sequence number.
-pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(), StoreError> {
+pub(super) async fn enqueue(
+    db: &mut SqliteConnection,
+    seq: i64,
+    entry: &AuditEntry,
+) -> Result<(), StoreError> {
     let Some(rollout_id) = entry.rollout_id.as_deref() else {
         return Ok(());
     };
@@ -39,26 +43,25 @@ pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(
     if NotifyEvent::from_audit(entry.kind, RolloutKind::Canary).is_none() {
         return Ok(());
     }
-    let row = db
-        .prepare_cached(
-            "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
-             from rollout where rollout_id = ?",
-        )?
-        .query_row([rollout_id], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
-                r.get::<_, Option<String>>(7)?,
-                r.get::<_, Option<String>>(8)?,
-                r.get::<_, Option<String>>(9)?,
-            ))
-        })
-        .optional()?;
+    type Row = (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
+         from rollout where rollout_id = ?",
+    )
+    .bind(rollout_id)
+    .fetch_optional(&mut *db)
+    .await?;
     let Some((kind, host, service, file, tag, actor, reason, rollback_of, code, message)) = row
     else {
         return Ok(());
@@ -110,36 +113,32 @@ pub(super) fn enqueue(db: &Connection, seq: i64, entry: &AuditEntry) -> Result<(
         "error": error,
         "text": text(event, &subject),
     });
-    db.prepare_cached(
+    sqlx::query(
         "insert into outbox (outbox_id, audit_seq, event, rollout_id, payload, created_at) \
          values (?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        outbox_id,
-        seq,
-        event.as_str(),
-        rollout_id,
-        payload.to_string(),
-        fmt_time(entry.at),
-    ])?;
+    )
+    .bind(outbox_id)
+    .bind(seq)
+    .bind(event.as_str())
+    .bind(rollout_id)
+    .bind(payload.to_string())
+    .bind(fmt_time(entry.at))
+    .execute(db)
+    .await?;
     Ok(())
 }
 
 impl Store {
     /// Notifications not yet routed to webhooks, oldest first (at most `limit`).
     pub async fn unrouted_notifications(&self, limit: i64) -> Result<Vec<Unrouted>, StoreError> {
-        self.read_rows(
+        let rows = sqlx::query_as(
             "select outbox_id, event from outbox where routed_at is null \
              order by created_at, outbox_id limit ?",
-            [limit],
-            |r| {
-                Ok(Unrouted {
-                    outbox_id: r.get(0)?,
-                    event: r.get(1)?,
-                })
-            },
         )
-        .await
+        .bind(limit)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
+        Ok(rows)
     }
 
     /// For each `(outbox_id, webhooks)` of a batch, creates a pending delivery of the
@@ -154,20 +153,27 @@ impl Store {
             return Ok(());
         }
         let now = fmt_time(now);
-        self.write(|db| {
-            let mut deliver = db.prepare_cached(
-                "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
-                 values (?, ?, 'pending', ?)",
-            )?;
-            let mut routed =
-                db.prepare_cached("update outbox set routed_at = ? where outbox_id = ?")?;
+        let now = &now;
+        self.write(|mut db| async move {
             for (outbox_id, webhooks) in routes {
                 for webhook in *webhooks {
-                    deliver.execute(params![outbox_id, webhook, now])?;
+                    sqlx::query(
+                        "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
+                         values (?, ?, 'pending', ?)",
+                    )
+                    .bind(outbox_id)
+                    .bind(webhook)
+                    .bind(now)
+                    .execute(&mut *db)
+                    .await?;
                 }
-                routed.execute(params![now, outbox_id])?;
+                sqlx::query("update outbox set routed_at = ? where outbox_id = ?")
+                    .bind(now)
+                    .bind(outbox_id)
+                    .execute(&mut *db)
+                    .await?;
             }
-            Ok(())
+            db.commit(()).await
         })
         .await
     }
@@ -181,36 +187,26 @@ impl Store {
         now: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        self.read_rows(
+        let rows = sqlx::query_as(
             "select d.outbox_id, d.webhook, d.attempts, o.event, o.payload \
              from outbox_delivery d join outbox o on o.outbox_id = d.outbox_id \
              where d.status = 'pending' and d.next_attempt_at <= ? \
              order by o.audit_seq, d.outbox_id, d.webhook limit ?",
-            (fmt_time(now), limit),
-            |r| {
-                Ok(DueDelivery {
-                    outbox_id: r.get(0)?,
-                    webhook: r.get(1)?,
-                    attempts: r.get(2)?,
-                    event: r.get(3)?,
-                    payload: r.get(4)?,
-                })
-            },
         )
-        .await
+        .bind(fmt_time(now))
+        .bind(limit)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
+        Ok(rows)
     }
 
     /// When the next pending delivery is due, if any.
     pub async fn next_delivery_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let next: Option<String> = self
-            .read(|db| {
-                Ok(db
-                    .prepare_cached(
-                        "select min(next_attempt_at) from outbox_delivery where status = 'pending'",
-                    )?
-                    .query_row([], |r| r.get(0))?)
-            })
-            .await?;
+        let (next,): (Option<String>,) = sqlx::query_as(
+            "select min(next_attempt_at) from outbox_delivery where status = 'pending'",
+        )
+        .fetch_one(&mut *self.read().await?)
+        .await?;
         super::parse_opt_time("outbox_delivery", next)
     }
 
@@ -226,7 +222,12 @@ impl Store {
         self.write_one(
             "update outbox_delivery set attempts = attempts + 1, last_attempt_at = ?, \
              next_attempt_at = ? where outbox_id = ? and webhook = ? and status = 'pending'",
-            (fmt_time(now), fmt_time(retry_at), outbox_id, webhook),
+            |q| {
+                q.bind(fmt_time(now))
+                    .bind(fmt_time(retry_at))
+                    .bind(outbox_id)
+                    .bind(webhook)
+            },
         )
         .await?;
         Ok(())
@@ -248,7 +249,13 @@ impl Store {
         self.write_one(
             "update outbox_delivery set status = ?, delivered_at = ?, last_error = ? \
              where outbox_id = ? and webhook = ? and status = 'pending'",
-            (status.as_str(), delivered_at, error, outbox_id, webhook),
+            |q| {
+                q.bind(status.as_str())
+                    .bind(delivered_at.clone())
+                    .bind(error.clone())
+                    .bind(outbox_id)
+                    .bind(webhook)
+            },
         )
         .await?;
         Ok(())

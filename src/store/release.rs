@@ -2,7 +2,7 @@
 //! creates the rollout) and its own audit trail (`release_event`).
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
+use sqlx::sqlite::SqliteConnection;
 use sqlx::Sqlite;
 
 use super::rollout::{insert_rollout, NewRollout, NewStep};
@@ -183,31 +183,37 @@ fn status_of(s: Option<String>) -> Result<Option<RolloutStatus>, StoreError> {
 impl Store {
     /// Stores a pending release and its targets, with its `release_created` event.
     pub async fn create_release(&self, new: &NewRelease) -> Result<(), StoreError> {
-        self.write(|db| {
-            db.prepare_cached(
+        self.write(|mut db| async move {
+            sqlx::query(
                 "insert into release (release_id, status, actor, reason, file, tag, runbook, \
                  max_parallel_hosts, on_failure, created_at) values (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-            )?
-            .execute(params![
-                new.id,
-                new.actor,
-                new.reason,
-                new.file,
-                new.tag,
-                new.runbook,
-                i64::from(new.max_parallel_hosts),
-                new.on_failure.as_str(),
-                fmt_time(new.created_at),
-            ])?;
-            let mut target = db.prepare_cached(
-                "insert into release_target (release_id, position, host, service, plan) values (?, ?, ?, ?, ?)",
-            )?;
+            )
+            .bind(&new.id)
+            .bind(&new.actor)
+            .bind(&new.reason)
+            .bind(&new.file)
+            .bind(&new.tag)
+            .bind(&new.runbook)
+            .bind(i64::from(new.max_parallel_hosts))
+            .bind(new.on_failure.as_str())
+            .bind(fmt_time(new.created_at))
+            .execute(&mut *db)
+            .await?;
             for (i, t) in new.targets.iter().enumerate() {
-                target.execute(params![new.id, i as i64, t.host, t.service, t.plan.to_string()])?;
+                sqlx::query(
+                    "insert into release_target (release_id, position, host, service, plan) values (?, ?, ?, ?, ?)",
+                )
+                .bind(&new.id)
+                .bind(i as i64)
+                .bind(&t.host)
+                .bind(&t.service)
+                .bind(t.plan.to_string())
+                .execute(&mut *db)
+                .await?;
             }
             let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});
             event(
-                db,
+                &mut db,
                 &new.id,
                 new.created_at,
                 &new.actor,
@@ -216,6 +222,8 @@ impl Store {
                 Some(&new.reason),
                 &detail,
             )
+            .await?;
+            db.commit(()).await
         })
         .await
     }
@@ -283,12 +291,13 @@ impl Store {
         error: Option<&str>,
         at: DateTime<Utc>,
     ) -> Result<Release, StoreError> {
-        self.write(|db| {
-            let current: Option<String> = db
-                .prepare_cached("select status from release where release_id = ?")?
-                .query_row([id], |r| r.get(0))
-                .optional()?;
-            let Some(current) = current else {
+        self.write(|mut db| async move {
+            let current: Option<(String,)> =
+                sqlx::query_as("select status from release where release_id = ?")
+                    .bind(id)
+                    .fetch_optional(&mut *db)
+                    .await?;
+            let Some((current,)) = current else {
                 return Err(StoreError::NotFound(id.to_owned()));
             };
             let current: ReleaseStatus = current.parse().map_err(corrupt)?;
@@ -298,31 +307,31 @@ impl Store {
                     message: format!("release {id} is {current}, not {to}-able"),
                 });
             }
-            db.prepare_cached(
+            sqlx::query(
                 "update release set status = ?, \
                  started_at = case when ? = 'running' then coalesce(started_at, ?) else started_at end, \
                  finished_at = case when ? in ('succeeded', 'failed', 'aborted') then ? else finished_at end, \
                  error_message = coalesce(?, error_message) where release_id = ?",
-            )?
-            .execute(params![
-                to.as_str(),
-                to.as_str(),
-                fmt_time(at),
-                to.as_str(),
-                fmt_time(at),
-                error,
-                id,
-            ])?;
+            )
+            .bind(to.as_str())
+            .bind(to.as_str())
+            .bind(fmt_time(at))
+            .bind(to.as_str())
+            .bind(fmt_time(at))
+            .bind(error)
+            .bind(id)
+            .execute(&mut *db)
+            .await?;
             let mut detail = match error {
                 Some(e) => serde_json::json!({"error": e}),
                 None => serde_json::json!({}),
             };
             // Ended: nothing it has not started stays waiting.
             if matches!(to, ReleaseStatus::Failed | ReleaseStatus::Aborted) {
-                detail["not_started"] = outcome::not_started(db, id)?.into();
+                detail["not_started"] = outcome::not_started(&mut db, id).await?.into();
             }
             event(
-                db,
+                &mut db,
                 id,
                 at,
                 actor,
@@ -331,6 +340,8 @@ impl Store {
                 reason,
                 &detail,
             )
+            .await?;
+            db.commit(()).await
         })
         .await?;
         self.get_release(id)
@@ -348,15 +359,16 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        self.write(|db| {
-            let open: Option<i64> = db
-                .prepare_cached(
-                    "select 1 from release r join release_target t on t.release_id = r.release_id \
-                     where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null \
-                     and t.outcome is null",
-                )?
-                .query_row(params![release_id, i64::from(position)], |r| r.get(0))
-                .optional()?;
+        self.write(|mut db| async move {
+            let open: Option<(i64,)> = sqlx::query_as(
+                "select 1 from release r join release_target t on t.release_id = r.release_id \
+                 where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null \
+                 and t.outcome is null",
+            )
+            .bind(release_id)
+            .bind(i64::from(position))
+            .fetch_optional(&mut *db)
+            .await?;
             if open.is_none() {
                 return Err(StoreError::InvalidTransition {
                     id: release_id.to_owned(),
@@ -365,14 +377,18 @@ impl Store {
                     ),
                 });
             }
-            insert_rollout(db, new, steps)?;
-            db.prepare_cached(
+            insert_rollout(&mut db, new, steps).await?;
+            sqlx::query(
                 "update release_target set rollout_id = ? where release_id = ? and position = ?",
-            )?
-            .execute(params![new.id, release_id, i64::from(position)])?;
+            )
+            .bind(&new.id)
+            .bind(release_id)
+            .bind(i64::from(position))
+            .execute(&mut *db)
+            .await?;
             let detail = serde_json::json!({"position": position, "host": new.host, "service": new.service, "rollout_id": new.id});
             event(
-                db,
+                &mut db,
                 release_id,
                 new.created_at,
                 &new.actor,
@@ -381,6 +397,8 @@ impl Store {
                 None,
                 &detail,
             )
+            .await?;
+            db.commit(()).await
         })
         .await
     }
@@ -426,18 +444,20 @@ impl Store {
         rollback_id: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let detail = serde_json::json!({"position": position, "rollout_id": rollback_id});
-        self.write(|db| {
+        let detail = &serde_json::json!({"position": position, "rollout_id": rollback_id});
+        self.write(|mut db| async move {
             event(
-                db,
+                &mut db,
                 release_id,
                 at,
                 crate::domain::release::SYSTEM_ACTOR,
                 ReleaseEventKind::TargetRollbackStarted,
                 (None, None),
                 None,
-                &detail,
+                detail,
             )
+            .await?;
+            db.commit(()).await
         })
         .await
     }
@@ -584,8 +604,8 @@ impl Store {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn event(
-    db: &Connection,
+async fn event(
+    db: &mut SqliteConnection,
     release_id: &str,
     at: DateTime<Utc>,
     actor: &str,
@@ -594,19 +614,19 @@ fn event(
     reason: Option<&str>,
     detail: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    db.prepare_cached(
+    sqlx::query(
         "insert into release_event (release_id, occurred_at, actor, kind, from_state, to_state, reason, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        release_id,
-        fmt_time(at),
-        actor,
-        kind.as_str(),
-        states.0.map(ReleaseStatus::as_str),
-        states.1.map(ReleaseStatus::as_str),
-        reason,
-        detail.to_string(),
-    ])?;
+    )
+    .bind(release_id)
+    .bind(fmt_time(at))
+    .bind(actor)
+    .bind(kind.as_str())
+    .bind(states.0.map(ReleaseStatus::as_str))
+    .bind(states.1.map(ReleaseStatus::as_str))
+    .bind(reason)
+    .bind(detail.to_string())
+    .execute(db)
+    .await?;
     Ok(())
 }

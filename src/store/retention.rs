@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use rusqlite::params;
-
 use super::audit::append;
 use super::record::AuditEntry;
 use super::{fmt_time, Store, StoreError};
@@ -52,23 +50,30 @@ impl Store {
                 format!("delete from audit_event where rollout_id in {batch}"),
                 format!("delete from rollout where rollout_id in {batch}"),
             ];
+            let (cutoff, statements) = (&cutoff, &statements);
             let counts = self
-                .write(|db| {
-                    let ids: Vec<String> = db
-                        .prepare_cached(
-                            "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
-                        )?
-                        .query_map(params![cutoff, BATCH], |r| r.get(0))?
-                        .collect::<Result<_, _>>()?;
+                .write(|mut db| async move {
+                    let ids: Vec<(String,)> = sqlx::query_as(
+                        "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
+                    )
+                    .bind(cutoff)
+                    .bind(BATCH)
+                    .fetch_all(&mut *db)
+                    .await?;
                     let mut counts = [0u64; 7];
                     if ids.is_empty() {
-                        return Ok(counts);
+                        return db.commit(counts).await;
                     }
+                    let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
                     let ids = serde_json::Value::from(ids).to_string();
                     for (i, sql) in statements.iter().enumerate() {
-                        counts[i] = db.prepare_cached(sql)?.execute([&ids])? as u64;
+                        counts[i] = sqlx::query(sql)
+                            .bind(&ids)
+                            .execute(&mut *db)
+                            .await?
+                            .rows_affected();
                     }
-                    Ok(counts)
+                    db.commit(counts).await
                 })
                 .await?;
             if counts[6] == 0 {
@@ -84,7 +89,12 @@ impl Store {
                 "finished_before": cutoff, "retention_days": days, "rollouts": total.rollouts,
                 "steps": total.steps, "attempts": total.attempts, "audit_events": total.audit_events,
             }));
-            self.write(|db| append(db, &entry)).await?;
+            let entry = &entry;
+            self.write(|mut db| async move {
+                append(&mut db, entry).await?;
+                db.commit(()).await
+            })
+            .await?;
         }
         Ok(total)
     }

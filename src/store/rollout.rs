@@ -3,11 +3,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
+use sqlx::sqlite::SqliteConnection;
 
 use super::audit::append;
-use super::record::AuditEntry;
-use super::record::Rollout;
+use super::record::{AuditEntry, Rollout};
 use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
@@ -134,41 +133,6 @@ impl TryFrom<RolloutRow> for Rollout {
     }
 }
 
-impl RolloutRow {
-    /// The row of a rusqlite query over `SELECT_ROLLOUT`'s columns (a write transaction's read).
-    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            rollout_id: r.get("rollout_id")?,
-            kind: r.get("kind")?,
-            status: r.get("status")?,
-            host: r.get("host")?,
-            file: r.get("file")?,
-            service: r.get("service")?,
-            tag: r.get("tag")?,
-            runbook: r.get("runbook")?,
-            actor: r.get("actor")?,
-            reason: r.get("reason")?,
-            env_overrides: r.get("env_overrides")?,
-            env_sha256: r.get("env_sha256")?,
-            require_logs: r.get("require_logs")?,
-            on_failure: r.get("on_failure")?,
-            created_at: r.get("created_at")?,
-            started_at: r.get("started_at")?,
-            finished_at: r.get("finished_at")?,
-            error_code: r.get("error_code")?,
-            error_message: r.get("error_message")?,
-            rollback_of: r.get("rollback_of")?,
-            expect_commit: r.get("expect_commit")?,
-            expect_file_sha256: r.get("expect_file_sha256")?,
-            rolled_back_by: r.get("rolled_back_by")?,
-            touched_replica: r.get("touched_replica")?,
-            abort_reason: r.get("abort_reason")?,
-            deploy_as: r.get("deploy_as")?,
-            replaces: r.get("replaces")?,
-        })
-    }
-}
-
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
@@ -181,7 +145,11 @@ impl Store {
         new: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        self.write(|db| insert_rollout(db, new, steps)).await
+        self.write(|mut db| async move {
+            insert_rollout(&mut db, new, steps).await?;
+            db.commit(()).await
+        })
+        .await
     }
 
     /// Applies a transition to a rollout (and its audit event) in one transaction.
@@ -190,9 +158,10 @@ impl Store {
         id: &str,
         change: &RolloutChange,
     ) -> Result<Rollout, StoreError> {
-        self.write(|db| {
-            transition(db, id, change)?;
-            get_in(db, id)
+        self.write(|mut db| async move {
+            transition(&mut db, id, change).await?;
+            let rollout = get_in(&mut db, id).await?;
+            db.commit(rollout).await
         })
         .await
     }
@@ -206,13 +175,14 @@ impl Store {
         change: &RolloutChange,
         evidence: &serde_json::Value,
     ) -> Result<Rollout, StoreError> {
-        self.write(|db| {
-            transition(db, id, change)?;
+        self.write(|mut db| async move {
+            transition(&mut db, id, change).await?;
             let entry = AuditEntry::new(change.at, &change.actor, AuditKind::ReplicaLeftDown)
                 .rollout(id)
                 .detail(evidence.clone());
-            append(db, &entry)?;
-            get_in(db, id)
+            append(&mut db, &entry).await?;
+            let rollout = get_in(&mut db, id).await?;
+            db.commit(rollout).await
         })
         .await
     }
@@ -247,12 +217,15 @@ impl Store {
         rollback: &NewRollout,
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
-        self.write(|db| {
-            transition(db, canary_id, change)?;
-            insert_rollout(db, rollback, steps)?;
-            db.prepare_cached("update rollout set rolled_back_by = ? where rollout_id = ?")?
-                .execute(params![rollback.id, canary_id])?;
-            Ok(())
+        self.write(|mut db| async move {
+            transition(&mut db, canary_id, change).await?;
+            insert_rollout(&mut db, rollback, steps).await?;
+            sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
+                .bind(&rollback.id)
+                .bind(canary_id)
+                .execute(&mut *db)
+                .await?;
+            db.commit(()).await
         })
         .await
     }
@@ -261,31 +234,33 @@ impl Store {
     /// event (`rollback_linked`, on the rolled-back rollout) carries the rollback's actor, reason
     /// and request time.
     pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
-        self.write(|db| {
-            let linked = db
-                .prepare_cached(
-                    "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
-                )?
-                .execute(params![rollback, rolled_back])?;
+        self.write(|mut db| async move {
+            let linked = sqlx::query(
+                "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
+            )
+            .bind(rollback)
+            .bind(rolled_back)
+            .execute(&mut *db)
+            .await?
+            .rows_affected();
             if linked > 0 {
-                let by = get_in(db, rollback)?;
+                let by = get_in(&mut db, rollback).await?;
                 let entry = AuditEntry::new(by.created_at, &by.actor, AuditKind::RollbackLinked)
                     .rollout(rolled_back)
                     .detail(serde_json::json!({"rolled_back_by": rollback, "reason": by.reason}));
-                append(db, &entry)?;
+                append(&mut db, &entry).await?;
             }
-            Ok(())
+            db.commit(()).await
         })
         .await
     }
 
     /// Reads one rollout.
     pub async fn get_rollout(&self, id: &str) -> Result<Option<Rollout>, StoreError> {
-        self.read(|db| match get_in(db, id) {
+        match get_in(&mut *self.read().await?, id).await {
             Err(StoreError::NotFound(_)) => Ok(None),
             found => found.map(Some),
-        })
-        .await
+        }
     }
 
     /// The active (non-terminal) rollout of a host, if any.
@@ -316,13 +291,17 @@ impl Store {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.write(|db| {
-            let marked = db
-                .prepare_cached(
-                    "update rollout set abort_reason = ?, abort_actor = ? \
-                     where rollout_id = ? and active_host is not null",
-                )?
-                .execute(params![reason, actor, id])?;
+        self.write(|mut db| async move {
+            let marked = sqlx::query(
+                "update rollout set abort_reason = ?, abort_actor = ? \
+                 where rollout_id = ? and active_host is not null",
+            )
+            .bind(reason)
+            .bind(actor)
+            .bind(id)
+            .execute(&mut *db)
+            .await?
+            .rows_affected();
             if marked == 0 {
                 return Err(StoreError::InvalidTransition {
                     id: id.to_owned(),
@@ -332,7 +311,8 @@ impl Store {
             let entry = AuditEntry::new(at, actor, AuditKind::AbortRequested)
                 .rollout(id)
                 .detail(serde_json::json!({"reason": reason}));
-            append(db, &entry)
+            append(&mut db, &entry).await?;
+            db.commit(()).await
         })
         .await
     }
@@ -358,26 +338,27 @@ impl Store {
 }
 
 /// One rollout, read inside a write transaction or on the engine's reader.
-pub(super) fn get_in(db: &Connection, id: &str) -> Result<Rollout, StoreError> {
-    let row = db
-        .prepare_cached(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))?
-        .query_row([id], RolloutRow::from_row)
-        .optional()?;
+pub(super) async fn get_in(db: &mut SqliteConnection, id: &str) -> Result<Rollout, StoreError> {
+    let row: Option<RolloutRow> = sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
     row.map(Rollout::try_from)
         .transpose()?
         .ok_or_else(|| StoreError::NotFound(id.to_owned()))
 }
 
-pub(super) fn insert_rollout(
-    db: &Tx<'_>,
+pub(super) async fn insert_rollout(
+    db: &mut Tx,
     new: &NewRollout,
     steps: &[NewStep],
 ) -> Result<(), StoreError> {
-    let busy: Option<String> = db
-        .prepare_cached("select rollout_id from rollout where active_host = ?")?
-        .query_row([&new.host], |r| r.get(0))
-        .optional()?;
-    if let Some(rollout_id) = busy {
+    let busy: Option<(String,)> =
+        sqlx::query_as("select rollout_id from rollout where active_host = ?")
+            .bind(&new.host)
+            .fetch_optional(&mut **db)
+            .await?;
+    if let Some((rollout_id,)) = busy {
         return Err(StoreError::HostBusy {
             host: new.host.clone(),
             rollout_id,
@@ -389,45 +370,45 @@ pub(super) fn insert_rollout(
         Some(r) => Some(serde_json::to_string(r).map_err(corrupt)?),
         None => None,
     };
-    db.prepare_cached(
+    sqlx::query(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
          expect_file_sha256, active_host, deploy_as, replaces) \
          values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        new.id,
-        new.kind.as_str(),
-        new.host,
-        new.file,
-        new.service,
-        new.tag,
-        new.runbook,
-        new.actor,
-        new.reason,
-        env,
-        new.env_sha256,
-        logs,
-        new.on_failure.as_str(),
-        fmt_time(new.created_at),
-        new.rollback_of,
-        new.expect_commit,
-        new.expect_file_sha256,
-        new.host,
-        new.deploy_as,
-        replaces,
-    ])?;
-    let mut insert_step = db.prepare_cached(
-        "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
-    )?;
+    )
+    .bind(&new.id)
+    .bind(new.kind.as_str())
+    .bind(&new.host)
+    .bind(&new.file)
+    .bind(&new.service)
+    .bind(&new.tag)
+    .bind(&new.runbook)
+    .bind(&new.actor)
+    .bind(&new.reason)
+    .bind(env)
+    .bind(&new.env_sha256)
+    .bind(logs)
+    .bind(new.on_failure.as_str())
+    .bind(fmt_time(new.created_at))
+    .bind(&new.rollback_of)
+    .bind(&new.expect_commit)
+    .bind(&new.expect_file_sha256)
+    .bind(&new.host)
+    .bind(&new.deploy_as)
+    .bind(replaces)
+    .execute(&mut **db)
+    .await?;
     for (position, step) in steps.iter().enumerate() {
-        insert_step.execute(params![
-            super::new_id("st"),
-            new.id,
-            position as i64,
-            step.name,
-            step.kind.as_str(),
-        ])?;
+        sqlx::query(
+            "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
+        )
+        .bind(super::new_id("st"))
+        .bind(&new.id)
+        .bind(position as i64)
+        .bind(&step.name)
+        .bind(step.kind.as_str())
+        .execute(&mut **db)
+        .await?;
     }
     let detail = serde_json::json!({
         "kind": new.kind.as_str(), "host": new.host, "service": new.service, "file": new.file,
@@ -438,11 +419,15 @@ pub(super) fn insert_rollout(
         .rollout(&new.id)
         .states(None, Some(RolloutStatus::Pending.as_str()))
         .detail(detail);
-    append(db, &entry)
+    append(db, &entry).await
 }
 
-pub(super) fn transition(db: &Tx<'_>, id: &str, change: &RolloutChange) -> Result<(), StoreError> {
-    let current = get_in(db, id)?;
+pub(super) async fn transition(
+    db: &mut Tx,
+    id: &str,
+    change: &RolloutChange,
+) -> Result<(), StoreError> {
+    let current = get_in(db, id).await?;
     let next = current
         .status
         .apply(change.event)
@@ -455,33 +440,35 @@ pub(super) fn transition(db: &Tx<'_>, id: &str, change: &RolloutChange) -> Resul
         Some((c, m)) => (Some(c.clone()), Some(m.clone())),
         None => (None, None),
     };
-    db.prepare_cached(
+    sqlx::query(
         "update rollout set status = ?, \
          started_at = coalesce(started_at, case when ? = 'running' then ? end), \
          finished_at = case when ? then ? else finished_at end, \
          active_host = case when ? then null else active_host end, \
          error_code = coalesce(?, error_code), error_message = coalesce(?, error_message) \
          where rollout_id = ?",
-    )?
-    .execute(params![
-        next.as_str(),
-        next.as_str(),
-        at,
-        next.is_terminal(),
-        at,
-        next.is_terminal(),
-        code,
-        message,
-        id,
-    ])?;
+    )
+    .bind(next.as_str())
+    .bind(next.as_str())
+    .bind(&at)
+    .bind(next.is_terminal())
+    .bind(&at)
+    .bind(next.is_terminal())
+    .bind(code)
+    .bind(message)
+    .bind(id)
+    .execute(&mut **db)
+    .await?;
     // An abort is carried out by canaryd but caused by whoever asked for it: the audit event
     // names them, with their reason.
     let mut actor = change.actor.clone();
     let mut detail = change.detail.clone();
     if next == RolloutStatus::Aborted {
-        let by: Option<String> = db
-            .prepare_cached("select abort_actor from rollout where rollout_id = ?")?
-            .query_row([id], |r| r.get(0))?;
+        let (by,): (Option<String>,) =
+            sqlx::query_as("select abort_actor from rollout where rollout_id = ?")
+                .bind(id)
+                .fetch_one(&mut **db)
+                .await?;
         if let Some(by) = by {
             actor = by;
         }
@@ -494,5 +481,5 @@ pub(super) fn transition(db: &Tx<'_>, id: &str, change: &RolloutChange) -> Resul
         .rollout(id)
         .states(Some(current.status.as_str()), Some(next.as_str()))
         .detail(detail);
-    append(db, &entry)
+    append(db, &entry).await
 }

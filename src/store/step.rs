@@ -1,17 +1,15 @@
 //! Step rows and the write-ahead attempt records of compose calls.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
 
 use super::audit::append;
-use super::record::AuditEntry;
-use super::record::{Step, StepAttempt, StepTiming};
+use super::record::{AuditEntry, Step, StepAttempt, StepTiming};
 use super::write::Tx;
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
 
-#[derive(serde::Deserialize)]
+#[derive(sqlx::FromRow, serde::Deserialize)]
 pub(super) struct StepRow {
     step_id: String,
     rollout_id: String,
@@ -24,25 +22,6 @@ pub(super) struct StepRow {
     finished_at: Option<String>,
     deadline_at: Option<String>,
     detail: String,
-}
-
-impl StepRow {
-    /// The row of a rusqlite query over [`SELECT_STEPS`]' columns.
-    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            step_id: r.get("step_id")?,
-            rollout_id: r.get("rollout_id")?,
-            position: r.get("position")?,
-            name: r.get("name")?,
-            kind: r.get("kind")?,
-            status: r.get("status")?,
-            attempts: r.get("attempts")?,
-            started_at: r.get("started_at")?,
-            finished_at: r.get("finished_at")?,
-            deadline_at: r.get("deadline_at")?,
-            detail: r.get("detail")?,
-        })
-    }
 }
 
 /// A rollout's steps in runbook order; the attempts counted as the larger of the stored
@@ -77,6 +56,7 @@ impl TryFrom<StepRow> for Step {
     }
 }
 
+#[derive(sqlx::FromRow)]
 struct AttemptRow {
     attempt_id: String,
     step_id: String,
@@ -92,8 +72,9 @@ struct AttemptRow {
 impl Store {
     /// The steps of a rollout in runbook order.
     pub async fn steps(&self, rollout_id: &str) -> Result<Vec<Step>, StoreError> {
-        let rows = self
-            .read_rows(SELECT_STEPS, [rollout_id], StepRow::from_row)
+        let rows: Vec<StepRow> = sqlx::query_as(SELECT_STEPS)
+            .bind(rollout_id)
+            .fetch_all(&mut *self.read().await?)
             .await?;
         rows.into_iter().map(Step::try_from).collect()
     }
@@ -105,19 +86,14 @@ impl Store {
         rollout_id: &str,
         name: &str,
     ) -> Result<Option<StepTiming>, StoreError> {
-        let row: Option<(i64, String, Option<String>, Option<String>)> = self
-            .read(|db| {
-                Ok(db
-                    .prepare_cached(
-                        "select position, kind, started_at, finished_at from step \
-                         where rollout_id = ? and name = ?",
-                    )?
-                    .query_row([rollout_id, name], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                    })
-                    .optional()?)
-            })
-            .await?;
+        let row: Option<(i64, String, Option<String>, Option<String>)> = sqlx::query_as(
+            "select position, kind, started_at, finished_at from step \
+             where rollout_id = ? and name = ?",
+        )
+        .bind(rollout_id)
+        .bind(name)
+        .fetch_optional(&mut *self.read().await?)
+        .await?;
         let Some((position, kind, started_at, finished_at)) = row else {
             return Ok(None);
         };
@@ -172,13 +148,15 @@ impl Store {
         deadline: Option<DateTime<Utc>>,
         at: DateTime<Utc>,
     ) -> Result<StepStatus, StoreError> {
-        self.write(|db| {
-            transition_in(db, step, event, detail, deadline, at, false)?
+        self.write(|mut db| async move {
+            let status = transition_in(&mut db, step, event, detail, deadline, at, false)
+                .await?
                 // Never `None`: only a start guarded by the abort check answers it.
                 .ok_or_else(|| StoreError::Corrupt {
                     table: "step",
                     message: format!("step {}: no transition made", step.name),
-                })
+                })?;
+            db.commit(status).await
         })
         .await
     }
@@ -197,13 +175,17 @@ impl Store {
         next: Option<(&Step, Option<DateTime<Utc>>)>,
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        self.write(|db| {
-            transition_in(db, done, StepEvent::Succeed, detail, None, at, false)?;
+        self.write(|mut db| async move {
+            transition_in(&mut db, done, StepEvent::Succeed, detail, None, at, false).await?;
             let Some((next, deadline)) = next else {
-                return Ok(false);
+                return db.commit(false).await;
             };
             let empty = serde_json::json!({});
-            Ok(transition_in(db, next, StepEvent::Start, &empty, deadline, at, true)?.is_some())
+            let started =
+                transition_in(&mut db, next, StepEvent::Start, &empty, deadline, at, true)
+                    .await?
+                    .is_some();
+            db.commit(started).await
         })
         .await
     }
@@ -214,10 +196,9 @@ impl Store {
         step_id: &str,
         detail: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        self.write_one(
-            "update step set detail = ? where step_id = ?",
-            (detail.to_string(), step_id),
-        )
+        self.write_one("update step set detail = ? where step_id = ?", |q| {
+            q.bind(detail.to_string()).bind(step_id)
+        })
         .await?;
         Ok(())
     }
@@ -232,7 +213,11 @@ impl Store {
         self.write_one(
             "update step set deadline_at = ? where step_id = ? and status = 'running' \
              and (deadline_at is null or deadline_at < ?)",
-            (fmt_time(deadline), step_id, fmt_time(deadline)),
+            |q| {
+                q.bind(fmt_time(deadline))
+                    .bind(step_id)
+                    .bind(fmt_time(deadline))
+            },
         )
         .await?;
         Ok(())
@@ -251,24 +236,27 @@ impl Store {
         touches: bool,
     ) -> Result<String, StoreError> {
         let id = new_id("att");
-        self.write(|db| {
+        let id_ref = &id;
+        self.write(|mut db| async move {
             if touches {
-                db.prepare_cached("update rollout set touched_replica = 1 where rollout_id = ?")?
-                    .execute([&step.rollout_id])?;
+                sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")
+                    .bind(&step.rollout_id)
+                    .execute(&mut *db)
+                    .await?;
             }
-            db.prepare_cached(
+            sqlx::query(
                 "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
                  select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
-            )?
-            .execute((
-                &id,
-                &step.id,
-                &step.rollout_id,
-                endpoint,
-                fmt_time(at),
-                &step.id,
-            ))?;
-            Ok(())
+            )
+            .bind(id_ref)
+            .bind(&step.id)
+            .bind(&step.rollout_id)
+            .bind(endpoint)
+            .bind(fmt_time(at))
+            .bind(&step.id)
+            .execute(&mut *db)
+            .await?;
+            db.commit(()).await
         })
         .await?;
         Ok(id)
@@ -284,12 +272,12 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.write_one(
             "update step_attempt set outcome = ?, detail = ?, finished_at = ? where attempt_id = ?",
-            (
-                outcome.as_str(),
-                detail.to_string(),
-                fmt_time(at),
-                attempt_id,
-            ),
+            |q| {
+                q.bind(outcome.as_str())
+                    .bind(detail.to_string())
+                    .bind(fmt_time(at))
+                    .bind(attempt_id)
+            },
         )
         .await?;
         Ok(())
@@ -297,26 +285,13 @@ impl Store {
 
     /// Every attempt of a rollout, oldest first.
     pub async fn attempts(&self, rollout_id: &str) -> Result<Vec<StepAttempt>, StoreError> {
-        let rows = self
-            .read_rows(
-                "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, \
-                 outcome, detail from step_attempt where rollout_id = ? order by started_at, n",
-                [rollout_id],
-                |r| {
-                    Ok(AttemptRow {
-                        attempt_id: r.get(0)?,
-                        step_id: r.get(1)?,
-                        rollout_id: r.get(2)?,
-                        n: r.get(3)?,
-                        endpoint: r.get(4)?,
-                        started_at: r.get(5)?,
-                        finished_at: r.get(6)?,
-                        outcome: r.get(7)?,
-                        detail: r.get(8)?,
-                    })
-                },
-            )
-            .await?;
+        let rows: Vec<AttemptRow> = sqlx::query_as(
+            "select attempt_id, step_id, rollout_id, n, endpoint, started_at, finished_at, \
+             outcome, detail from step_attempt where rollout_id = ? order by started_at, n",
+        )
+        .bind(rollout_id)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
         rows.into_iter()
             .map(|r| {
                 Ok(StepAttempt {
@@ -356,8 +331,8 @@ impl Store {
 /// update changes nothing, the abort request is read before the status, so a requested
 /// abort wins over the status check, as when it was read first. `None` never answers
 /// without it.
-fn transition_in(
-    db: &Tx<'_>,
+async fn transition_in(
+    db: &mut Tx,
     step: &Step,
     event: StepEvent,
     detail: &serde_json::Value,
@@ -368,35 +343,19 @@ fn transition_in(
     let detail_s = detail.to_string();
     let at_s = fmt_time(at);
     let deadline_s = deadline.map(fmt_time);
-    let update = |current: StepStatus, next: StepStatus| -> Result<usize, StoreError> {
-        let changed = db
-            .prepare_cached(
-                "update step set status = ?, detail = ?, \
-                 attempts = attempts + case when ? then 1 else 0 end, \
-                 started_at = coalesce(started_at, case when ? then ? end), \
-                 finished_at = case when ? then ? else finished_at end, \
-                 deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
-                 and not (? and exists (select 1 from rollout r \
-                 where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
-            )?
-            .execute(params![
-                next.as_str(),
-                detail_s,
-                next == StepStatus::Running,
-                next == StepStatus::Running,
-                at_s,
-                next.is_terminal(),
-                at_s,
-                deadline_s,
-                step.id,
-                current.as_str(),
-                unless_abort_requested,
-            ])?;
-        Ok(changed)
-    };
     let mut changed = None;
     if let Ok(next) = step.status.apply(event) {
-        if update(step.status, next)? == 1 {
+        let update = update_step(
+            db,
+            step,
+            step.status,
+            next,
+            &detail_s,
+            &at_s,
+            &deadline_s,
+            unless_abort_requested,
+        );
+        if update.await? == 1 {
             changed = Some((step.status, next));
         }
     }
@@ -404,18 +363,20 @@ fn transition_in(
         Some(change) => change,
         None => {
             if unless_abort_requested {
-                let abort_requested: bool = db
-                    .prepare_cached(
-                        "select abort_reason is not null from rollout where rollout_id = ?",
-                    )?
-                    .query_row([&step.rollout_id], |r| r.get(0))?;
+                let (abort_requested,): (bool,) = sqlx::query_as(
+                    "select abort_reason is not null from rollout where rollout_id = ?",
+                )
+                .bind(&step.rollout_id)
+                .fetch_one(&mut **db)
+                .await?;
                 if abort_requested {
                     return Ok(None);
                 }
             }
-            let status: String = db
-                .prepare_cached("select status from step where step_id = ?")?
-                .query_row([&step.id], |r| r.get(0))?;
+            let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
+                .bind(&step.id)
+                .fetch_one(&mut **db)
+                .await?;
             let current = status
                 .parse::<StepStatus>()
                 .map_err(|e| StoreError::Corrupt {
@@ -428,7 +389,17 @@ fn transition_in(
                     id: step.id.clone(),
                     message: format!("step {}: {e}", step.name),
                 })?;
-            update(current, next)?;
+            update_step(
+                db,
+                step,
+                current,
+                next,
+                &detail_s,
+                &at_s,
+                &deadline_s,
+                unless_abort_requested,
+            )
+            .await?;
             (current, next)
         }
     };
@@ -443,6 +414,45 @@ fn transition_in(
         .step(&step.name)
         .states(Some(current.as_str()), Some(next.as_str()))
         .detail(audit_detail);
-    append(db, &entry)?;
+    append(db, &entry).await?;
     Ok(Some(next))
+}
+
+/// `transition_in`'s update: `step` from `current` to `next` (and the abort check when
+/// `unless_abort_requested`); the rows it changed.
+#[allow(clippy::too_many_arguments)]
+async fn update_step(
+    db: &mut Tx,
+    step: &Step,
+    current: StepStatus,
+    next: StepStatus,
+    detail: &str,
+    at: &str,
+    deadline: &Option<String>,
+    unless_abort_requested: bool,
+) -> Result<u64, StoreError> {
+    let changed = sqlx::query(
+        "update step set status = ?, detail = ?, \
+         attempts = attempts + case when ? then 1 else 0 end, \
+         started_at = coalesce(started_at, case when ? then ? end), \
+         finished_at = case when ? then ? else finished_at end, \
+         deadline_at = coalesce(deadline_at, ?) where step_id = ? and status = ? \
+         and not (? and exists (select 1 from rollout r \
+         where r.rollout_id = step.rollout_id and r.abort_reason is not null))",
+    )
+    .bind(next.as_str())
+    .bind(detail)
+    .bind(next == StepStatus::Running)
+    .bind(next == StepStatus::Running)
+    .bind(at)
+    .bind(next.is_terminal())
+    .bind(at)
+    .bind(deadline)
+    .bind(&step.id)
+    .bind(current.as_str())
+    .bind(unless_abort_requested)
+    .execute(&mut **db)
+    .await?
+    .rows_affected();
+    Ok(changed)
 }

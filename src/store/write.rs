@@ -1,130 +1,217 @@
-//! Write transactions without a thread hop.
+//! The store's own connections: the one that writes and the engine's reader, each a sqlx
+//! connection behind an async lock handed out in arrival order.
 //!
-//! sqlx runs every statement of a connection on that connection's own thread: a statement,
-//! a `BEGIN` and a `COMMIT` are each a message to that thread and a wake-up back, about
-//! 190 µs apiece when 200 canaries start at once, and while one waits for its thread the one
-//! writer is held. The writer is therefore not a sqlx connection: it is a rusqlite
-//! [`Connection`] of the store's own ([`OwnedConn`]), behind an async lock handed out in arrival
-//! order, and [`Store::write`] runs a whole transaction on the calling thread: `BEGIN
-//! IMMEDIATE`, the caller's statements (prepared once and cached), `COMMIT`. A transaction
-//! never awaits, so it is never held across a network call and a cancelled future cannot
-//! leave one half-done. The engine's own reads go the same way, on a second connection of the
-//! store's own ([`Store::read`]); the API's wider reads stay on sqlx's pool of `query_only`
-//! connections.
+//! [`Store::write`] runs one transaction on the writer: `BEGIN IMMEDIATE`, the caller's
+//! statements (prepared once per connection and kept in sqlx's statement cache), `COMMIT`.
+//! Between them it awaits nothing but the database, so a transaction is never held across a
+//! network call. Its [`Tx`] owns the writer's lock for as long as the transaction is open:
+//! dropped without [`Tx::commit`] (an error, a panic, or the caller's future cancelled at any
+//! await), it issues `ROLLBACK` from a task of its own that still holds the lock, so no other
+//! writer ever sees a half-done transaction, and none starts before the rollback ran.
 
-use std::cell::Cell;
-use std::path::Path;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
 
-use rusqlite::{Connection, TransactionBehavior};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard};
 
 use super::{Store, StoreError};
 
-/// What a [`Store::write`] closure writes through: the writer connection, inside the
-/// transaction (it derefs to rusqlite's `Connection`). It also remembers whether the
-/// transaction wrote an audit event ([`Tx::audited`], called by `audit::append`): only then is
-/// there something to publish after the commit, so a transaction that wrote none (notification
-/// routing, a retention batch) does not wake the publisher for a read that finds nothing.
-pub(crate) struct Tx<'c> {
-    db: &'c Connection,
-    audited: Cell<bool>,
-}
+/// One connection of the store's own; `None` once the store is closed.
+type Slot = Arc<Mutex<Option<SqliteConnection>>>;
 
-impl Tx<'_> {
-    /// Marks this transaction as one that wrote audit events.
-    pub(super) fn audited(&self) {
-        self.audited.set(true);
-    }
-}
-
-impl std::ops::Deref for Tx<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.db
-    }
-}
-
-/// A rusqlite connection of the store's own, used on the calling thread behind an async lock
-/// handed out in arrival order; `None` once the store is closed. The store has two: the one
-/// that writes, and one that reads for the engine (`query_only`), so that a rollout's own
-/// small reads (its row, its steps, its attempts) take no thread hop either.
+/// A sqlx connection of the store's own behind an async lock handed out in arrival order
+/// (tokio's `Mutex` is fair). The store has two: the one that writes, and one that reads for
+/// the engine (`query_only`), so a rollout's own small reads (its row, its steps, its
+/// attempts) never queue behind the API's.
 #[derive(Debug)]
 pub(super) struct OwnedConn {
-    conn: tokio::sync::Mutex<Option<Connection>>,
+    conn: Slot,
+}
+
+fn closed() -> StoreError {
+    StoreError::Sqlx(sqlx::Error::PoolClosed)
 }
 
 impl OwnedConn {
-    /// Opens a connection to the (migrated) database at `path`, with the settings sqlx gives
-    /// its own: WAL, `synchronous = NORMAL`, foreign keys, a 5 s busy timeout; `query_only`
-    /// for a reader, so that a write sent there by mistake fails.
-    pub(super) fn open(path: &Path, query_only: bool) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        if query_only {
-            conn.pragma_update(None, "query_only", true)?;
-        } else {
-            conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))?;
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
-        conn.pragma_update(None, "foreign_keys", true)?;
-        // Every statement the store runs here stays prepared.
-        conn.set_prepared_statement_cache_capacity(128);
+    /// Opens a connection with `options` (the store's: WAL, `synchronous = NORMAL`, foreign
+    /// keys, a 5 s busy timeout; `query_only` for the reader).
+    pub(super) async fn open(options: &SqliteConnectOptions) -> Result<Self, StoreError> {
+        let conn = options.connect().await?;
         Ok(Self {
-            conn: tokio::sync::Mutex::new(Some(conn)),
+            conn: Arc::new(Mutex::new(Some(conn))),
         })
-    }
-
-    /// Runs `f` on the connection, once it is this caller's turn.
-    pub(super) async fn with<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut conn = self.conn.lock().await;
-        let db = conn
-            .as_mut()
-            .ok_or(StoreError::Sqlx(sqlx::Error::PoolClosed))?;
-        f(db)
     }
 
     /// Closes the connection once the caller using it, if any, is done; every later use
     /// fails.
     pub(super) async fn close(&self) {
         let conn = self.conn.lock().await.take();
-        drop(conn);
+        if let Some(conn) = conn {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+/// A write transaction on the writer connection ([`Store::write`]); it derefs to sqlx's
+/// `SqliteConnection`, so statements run on it with `&mut **db` (or [`Tx::conn`]). It also
+/// remembers whether the transaction wrote an audit event ([`Tx::audited`], called by
+/// `audit::append`): only then is there something to publish after the commit, so a
+/// transaction that wrote none (notification routing, a retention batch) does not wake the
+/// publisher for a read that finds nothing.
+pub(crate) struct Tx {
+    /// The writer's lock, held until the transaction is committed or rolled back.
+    guard: Option<OwnedMutexGuard<Option<SqliteConnection>>>,
+    /// Until `COMMIT` succeeded: dropping rolls back.
+    open: bool,
+    audited: bool,
+}
+
+/// A transaction's result once committed: only [`Tx::commit`] makes one, so a closure given
+/// to [`Store::write`] cannot end without committing or failing.
+pub(crate) struct Committed<T> {
+    out: T,
+    audited: bool,
+}
+
+impl Tx {
+    /// Takes the writer's lock (in arrival order) and begins `IMMEDIATE`: the write lock of
+    /// the database is taken up front, so read-then-write transactions never hit a stale
+    /// snapshot.
+    async fn begin(slot: &Slot) -> Result<Self, StoreError> {
+        let guard = Arc::clone(slot).lock_owned().await;
+        if guard.is_none() {
+            return Err(closed());
+        }
+        // Made before `BEGIN` is sent: a cancelled `BEGIN` is rolled back too.
+        let mut tx = Self {
+            guard: Some(guard),
+            open: true,
+            audited: false,
+        };
+        sqlx::query("BEGIN IMMEDIATE").execute(tx.conn()).await?;
+        Ok(tx)
+    }
+
+    /// The writer connection, inside the transaction.
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        self.guard
+            .as_mut()
+            .and_then(|g| g.as_mut())
+            .expect("a transaction holds an open connection")
+    }
+
+    /// Marks this transaction as one that wrote audit events.
+    pub(super) fn audited(&mut self) {
+        self.audited = true;
+    }
+
+    /// Commits, and hands `out` back as the transaction's result.
+    pub(crate) async fn commit<T>(mut self, out: T) -> Result<Committed<T>, StoreError> {
+        sqlx::query("COMMIT").execute(self.conn()).await?;
+        self.open = false;
+        Ok(Committed {
+            out,
+            audited: self.audited,
+        })
+    }
+}
+
+impl std::ops::Deref for Tx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        self.guard
+            .as_ref()
+            .and_then(|g| g.as_ref())
+            .expect("a transaction holds an open connection")
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        self.conn()
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        if !self.open {
+            return;
+        }
+        // Rolled back from a task that holds the writer's lock until it is done. `ROLLBACK`
+        // also answers (with an error, ignored) when `BEGIN` never ran or `COMMIT` already
+        // went through. Without a runtime (the process ending), the connection is closed,
+        // which rolls back too.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Some(conn) = guard.as_mut() {
+                        let _ = sqlx::query("ROLLBACK").execute(conn).await;
+                    }
+                });
+            }
+            Err(_) => drop(guard.take()),
+        }
+    }
+}
+
+/// The engine's reading connection, this caller's until dropped ([`Store::read`]).
+pub(crate) struct Reader<'a> {
+    guard: MutexGuard<'a, Option<SqliteConnection>>,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        self.guard.as_ref().expect("checked open in Store::read")
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        self.guard.as_mut().expect("checked open in Store::read")
     }
 }
 
 impl Store {
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection and commits;
-    /// an error from `f` (or a panic) rolls it back and nothing of it is kept. When `f` wrote
-    /// audit events, subscribers are told after the commit (`publish`). Writers wait for the
-    /// connection in arrival order.
-    pub(crate) async fn write<T>(
-        &self,
-        mut f: impl FnMut(&Tx<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection; `f` ends with
+    /// [`Tx::commit`]. An error from `f` (or a panic, or this future dropped) rolls it back
+    /// and nothing of it is kept. When `f` wrote audit events, subscribers are told after the
+    /// commit (`publish`). Writers wait for the connection in arrival order.
+    ///
+    /// `f` is called again for each try (see `health::Retry`), so it captures references:
+    /// `self.write(|mut db| async move { ...; db.commit(out).await })`.
+    pub(crate) async fn write<T, F, Fut>(&self, mut f: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Tx) -> Fut,
+        Fut: Future<Output = Result<Committed<T>, StoreError>>,
+    {
         // Inside a rollout's task a write that fails on the storage is waited out
         // (`health::Retry`): `f` runs again on each try, in a new transaction.
         let mut retry = super::health::Retry::new(&self.health);
-        let (out, audited) = loop {
-            let tried = self
-                .with_writer(|db| {
-                    #[cfg(feature = "testing")]
-                    if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
-                        return Err(injected_fault());
-                    }
-                    in_transaction(db, &mut f)
-                })
-                .await;
+        let done = loop {
+            let tried = async {
+                let tx = Tx::begin(&self.writer.conn).await?;
+                #[cfg(feature = "testing")]
+                if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Err(super::health::injected_fault());
+                }
+                f(tx).await
+            }
+            .await;
             match retry.after(tried) {
                 super::health::Then::Return(done) => break done?,
                 super::health::Then::RetryIn(wait) => tokio::time::sleep(wait).await,
             }
         };
-        if audited {
+        if done.audited {
             self.publish().await;
         }
-        Ok(out)
+        Ok(done.out)
     }
 
     /// Test hook: while `on`, every write fails as on a full disk (`SQLITE_FULL`), before
@@ -137,75 +224,46 @@ impl Store {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Runs `f` on the writer connection, once it is this caller's turn, outside any
-    /// transaction: `write` opens its own there, the benches' bulk fill runs its own
-    /// transactions and pragmas. It publishes nothing.
-    pub(crate) async fn with_writer<T>(
+    /// The writer connection, once it is this caller's turn, outside any transaction: the
+    /// benches' bulk fill runs its own transactions and pragmas there. It publishes nothing.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn writer(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.writer.with(f).await
+    ) -> Result<OwnedMutexGuard<Option<SqliteConnection>>, StoreError> {
+        let guard = Arc::clone(&self.writer.conn).lock_owned().await;
+        if guard.is_none() {
+            return Err(closed());
+        }
+        Ok(guard)
     }
 
-    /// Runs `f` on the engine's reading connection: a rollout's own small reads, without a
-    /// thread hop. Each statement reads one consistent snapshot of what is committed.
-    pub(crate) async fn read<T>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.reader.with(|db| f(db)).await
-    }
-
-    /// Runs the query `sql` with `params` on the engine's reader: every row of its answer, in
-    /// order, each mapped by `row`.
-    pub(super) async fn read_rows<T>(
-        &self,
-        sql: &str,
-        params: impl rusqlite::Params + Send,
-        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T> + Send,
-    ) -> Result<Vec<T>, StoreError> {
-        self.read(|db| {
-            let mut select = db.prepare_cached(sql)?;
-            let rows = select.query_map(params, row)?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
-        .await
+    /// The engine's reading connection, once it is this caller's turn: a rollout's own small
+    /// reads. Each statement reads one consistent snapshot of what is committed.
+    pub(crate) async fn read(&self) -> Result<Reader<'_>, StoreError> {
+        let guard = self.reader.conn.lock().await;
+        if guard.is_none() {
+            return Err(closed());
+        }
+        Ok(Reader { guard })
     }
 
     /// Runs one statement that changes rows on its own (no audit event), in a transaction
-    /// of its own; the rows it changed.
-    pub(crate) async fn write_one(
+    /// of its own; the rows it changed. `bind` adds the statement's arguments.
+    pub(crate) async fn write_one<'q>(
         &self,
-        sql: &str,
-        params: impl rusqlite::Params + Clone + Send,
-    ) -> Result<usize, StoreError> {
-        self.write(|db| Ok(db.prepare_cached(sql)?.execute(params.clone())?))
-            .await
+        sql: &'q str,
+        bind: impl Fn(
+            sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        )
+            -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> Result<u64, StoreError> {
+        self.write(|mut db| {
+            let q = bind(sqlx::query(sql));
+            async move {
+                let n = q.execute(&mut *db).await?.rows_affected();
+                db.commit(n).await
+            }
+        })
+        .await
     }
-}
-
-#[cfg(feature = "testing")]
-fn injected_fault() -> StoreError {
-    let full = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL);
-    StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-        full,
-        Some("database or disk is full (injected)".to_owned()),
-    ))
-}
-
-/// The result of `f` once committed, and whether it wrote audit events.
-fn in_transaction<T>(
-    db: &mut Connection,
-    f: &mut impl FnMut(&Tx<'_>) -> Result<T, StoreError>,
-) -> Result<(T, bool), StoreError> {
-    // A `Transaction` that is dropped without `commit` (an error, a panic) rolls back.
-    let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let w = Tx {
-        db: &tx,
-        audited: Cell::new(false),
-    };
-    let out = f(&w)?;
-    let audited = w.audited.get();
-    tx.commit()?;
-    Ok((out, audited))
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension};
+use sqlx::sqlite::SqliteConnection;
 
 use super::{corrupt, event};
 use crate::domain::release::{ReleaseEventKind, TargetOutcome, SYSTEM_ACTOR};
@@ -12,6 +12,7 @@ use crate::store::rollout::NewRollout;
 use crate::store::{Store, StoreError};
 
 /// The replica's newest recorded deployment, as far as "already current" cares.
+#[derive(sqlx::FromRow)]
 struct Recorded {
     file: String,
     tag: String,
@@ -25,26 +26,21 @@ struct Recorded {
 /// `want` would deploy (file, tag, env overrides, merged env hash, under the slot's own
 /// name) and no rollout of the replica has touched it since, nor runs now. A baseline (read
 /// from the host, without an env hash) is never current.
-fn current_deployment(db: &Connection, want: &NewRollout) -> Result<Option<String>, StoreError> {
+async fn current_deployment(
+    db: &mut SqliteConnection,
+    want: &NewRollout,
+) -> Result<Option<String>, StoreError> {
     if want.deploy_as.is_some() || want.replaces.is_some() {
         return Ok(None);
     }
-    let recorded = db
-        .prepare_cached(
-            "select file, tag, env_overrides, env_sha256, deployed_as, rollout_id from deployment \
-             where host = ? and service = ? order by deployed_at desc, deployment_id desc limit 1",
-        )?
-        .query_row([&want.host, &want.service], |r| {
-            Ok(Recorded {
-                file: r.get(0)?,
-                tag: r.get(1)?,
-                env_overrides: r.get(2)?,
-                env_sha256: r.get(3)?,
-                deployed_as: r.get(4)?,
-                rollout_id: r.get(5)?,
-            })
-        })
-        .optional()?;
+    let recorded: Option<Recorded> = sqlx::query_as(
+        "select file, tag, env_overrides, env_sha256, deployed_as, rollout_id from deployment \
+         where host = ? and service = ? order by deployed_at desc, deployment_id desc limit 1",
+    )
+    .bind(&want.host)
+    .bind(&want.service)
+    .fetch_optional(&mut *db)
+    .await?;
     let Some(d) = recorded else { return Ok(None) };
     let Some(deployed_by) = d.rollout_id else {
         return Ok(None);
@@ -64,14 +60,16 @@ fn current_deployment(db: &Connection, want: &NewRollout) -> Result<Option<Strin
     }
     // A later rollout that sent a down or up (and failed without recording a deployment), or
     // one that runs now, may have changed the replica since.
-    let latest: Option<String> = db
-        .prepare_cached(
-            "select rollout_id from rollout where host = ? and service = ? \
-             and (touched_replica = 1 or status in ('pending', 'running')) \
-             order by created_at desc, rollout_id desc limit 1",
-        )?
-        .query_row([&want.host, &want.service], |r| r.get(0))
-        .optional()?;
+    let latest: Option<(String,)> = sqlx::query_as(
+        "select rollout_id from rollout where host = ? and service = ? \
+         and (touched_replica = 1 or status in ('pending', 'running')) \
+         order by created_at desc, rollout_id desc limit 1",
+    )
+    .bind(&want.host)
+    .bind(&want.service)
+    .fetch_optional(db)
+    .await?;
+    let latest = latest.map(|(id,)| id);
     Ok((latest.as_deref() == Some(deployed_by.as_str())).then_some(deployed_by))
 }
 
@@ -88,33 +86,34 @@ impl Store {
         want: &NewRollout,
         at: DateTime<Utc>,
     ) -> Result<Option<String>, StoreError> {
-        self.write(|db| {
-            let open: Option<i64> = db
-                .prepare_cached(
-                    "select 1 from release r join release_target t on t.release_id = r.release_id \
-                     where r.release_id = ? and r.status = 'running' and t.position = ? \
-                     and t.rollout_id is null and t.outcome is null",
-                )?
-                .query_row(params![release_id, i64::from(position)], |r| r.get(0))
-                .optional()?;
+        self.write(|mut db| async move {
+            let open: Option<(i64,)> = sqlx::query_as(
+                "select 1 from release r join release_target t on t.release_id = r.release_id \
+                 where r.release_id = ? and r.status = 'running' and t.position = ? \
+                 and t.rollout_id is null and t.outcome is null",
+            )
+            .bind(release_id)
+            .bind(i64::from(position))
+            .fetch_optional(&mut *db)
+            .await?;
             if open.is_none() {
-                return Ok(None);
+                return db.commit(None).await;
             }
-            let Some(deployed_by) = current_deployment(db, want)? else {
-                return Ok(None);
+            let Some(deployed_by) = current_deployment(&mut db, want).await? else {
+                return db.commit(None).await;
             };
-            db.prepare_cached(
+            sqlx::query(
                 "update release_target set outcome = ? where release_id = ? and position = ?",
-            )?
-            .execute(params![
-                TargetOutcome::AlreadyCurrent.as_str(),
-                release_id,
-                i64::from(position)
-            ])?;
+            )
+            .bind(TargetOutcome::AlreadyCurrent.as_str())
+            .bind(release_id)
+            .bind(i64::from(position))
+            .execute(&mut *db)
+            .await?;
             let detail = serde_json::json!({"position": position, "host": want.host,
                 "service": want.service, "tag": want.tag, "rollout_id": deployed_by});
             event(
-                db,
+                &mut db,
                 release_id,
                 at,
                 SYSTEM_ACTOR,
@@ -122,8 +121,9 @@ impl Store {
                 (None, None),
                 None,
                 &detail,
-            )?;
-            Ok(Some(deployed_by))
+            )
+            .await?;
+            db.commit(Some(deployed_by)).await
         })
         .await
     }
@@ -132,29 +132,38 @@ impl Store {
     /// rollout and no outcome; the number ended. For a release ended by a daemon that did not
     /// do it in the same transaction.
     pub async fn end_unstarted_targets(&self, release_id: &str) -> Result<usize, StoreError> {
-        self.write(|db| {
-            let status: Option<String> = db
-                .prepare_cached("select status from release where release_id = ?")?
-                .query_row([release_id], |r| r.get(0))
-                .optional()?;
-            match status.as_deref() {
-                Some("failed" | "aborted") => not_started(db, release_id),
-                Some(_) => Ok(0),
-                None => Err(StoreError::NotFound(release_id.to_owned())),
-            }
+        self.write(|mut db| async move {
+            let status: Option<(String,)> =
+                sqlx::query_as("select status from release where release_id = ?")
+                    .bind(release_id)
+                    .fetch_optional(&mut *db)
+                    .await?;
+            let ended = match status.as_ref().map(|(s,)| s.as_str()) {
+                Some("failed" | "aborted") => not_started(&mut db, release_id).await?,
+                Some(_) => 0,
+                None => return Err(StoreError::NotFound(release_id.to_owned())),
+            };
+            db.commit(ended).await
         })
         .await
     }
 }
 
 /// Ends `not_started` the targets of `release_id` with neither a rollout nor an outcome.
-pub(super) fn not_started(db: &Connection, release_id: &str) -> Result<usize, StoreError> {
-    Ok(db
-        .prepare_cached(
-            "update release_target set outcome = ? \
-             where release_id = ? and rollout_id is null and outcome is null",
-        )?
-        .execute(params![TargetOutcome::NotStarted.as_str(), release_id])?)
+pub(super) async fn not_started(
+    db: &mut SqliteConnection,
+    release_id: &str,
+) -> Result<usize, StoreError> {
+    let ended = sqlx::query(
+        "update release_target set outcome = ? \
+         where release_id = ? and rollout_id is null and outcome is null",
+    )
+    .bind(TargetOutcome::NotStarted.as_str())
+    .bind(release_id)
+    .execute(db)
+    .await?
+    .rows_affected();
+    Ok(usize::try_from(ended).unwrap_or(usize::MAX))
 }
 
 /// A stored outcome.

@@ -16,13 +16,8 @@ async fn a_write_sent_to_the_reading_connections_is_refused_and_changes_nothing(
         .await
         .expect_err("the readers are query_only");
     assert!(e.to_string().contains("readonly"), "{e}");
-    let e = store
-        .read(|db| {
-            Ok(db.execute(
-                "update rollout set touched_replica = 1 where rollout_id = 'r1'",
-                [],
-            )?)
-        })
+    let e = sqlx::query("update rollout set touched_replica = 1 where rollout_id = 'r1'")
+        .execute(&mut *store.read().await.expect("reader"))
         .await
         .expect_err("the engine's reader is query_only");
     assert!(e.to_string().contains("readonly"), "{e}");
@@ -55,17 +50,19 @@ async fn concurrent_writes_all_land_one_transaction_at_a_time() {
         let store = store.clone();
         tokio::spawn(async move {
             store
-                .write(|db| {
-                    let attempts: i64 = db.query_row(
+                .write(|mut db| async move {
+                    let (attempts,): (i64,) = sqlx::query_as(
                         "select attempts from step where rollout_id = 'r1' and position = 0",
-                        [],
-                        |r| r.get(0),
-                    )?;
-                    db.execute(
+                    )
+                    .fetch_one(&mut *db)
+                    .await?;
+                    sqlx::query(
                         "update step set attempts = ? where rollout_id = 'r1' and position = 0",
-                        [attempts + 1],
-                    )?;
-                    Ok(())
+                    )
+                    .bind(attempts + 1)
+                    .execute(&mut *db)
+                    .await?;
+                    db.commit(()).await
                 })
                 .await
         })

@@ -113,7 +113,7 @@ async fn pragma_rows(store: &Store, sql: &str) -> Vec<String> {
 
 /// The error of a statement the database must refuse.
 async fn refused(store: &Store, sql: &str) -> String {
-    let e = store.write_one(sql, []).await.expect_err(sql);
+    let e = store.write_one(sql, |q| q).await.expect_err(sql);
     e.to_string()
 }
 
@@ -289,7 +289,7 @@ async fn a_database_at_migration_13_migrates_its_releases_and_ends_unstarted_tar
         .write_one(
             "insert into release_event (release_id, occurred_at, actor, kind) \
              values ('rel_2', '2026-01-01T00:00:00Z', 'canaryd', 'target_already_current')",
-            [],
+            |q| q,
         )
         .await
         .expect("the new kind");

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::Duration;
+use sqlx::ConnectOptions;
 
 use super::{apply, at, change, create, rollout, temp_store};
 use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutStatus};
@@ -136,13 +137,23 @@ async fn baselines_are_recorded_together_each_only_for_a_replica_without_one() {
         "r2 was deployed by canaryd: no baseline"
     );
     // Another process holds the database's write lock: a write would wait for it and fail.
-    let other = rusqlite::Connection::open(dir.path().join("canaryd.db")).expect("open");
-    other.execute_batch("begin immediate").expect("write lock");
+    let mut other = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("canaryd.db"))
+        .connect()
+        .await
+        .expect("open");
+    sqlx::query("begin immediate")
+        .execute(&mut other)
+        .await
+        .expect("write lock");
     store
         .record_baselines(&[r1, r2])
         .await
         .expect("nothing to record: no write");
-    other.execute_batch("rollback").expect("released");
+    sqlx::query("rollback")
+        .execute(&mut other)
+        .await
+        .expect("released");
     assert_eq!(tags("r1").await.len(), 1);
 }
 

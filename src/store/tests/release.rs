@@ -41,7 +41,7 @@ async fn touch(store: &Store, id: &str) {
     store
         .write_one(
             "update rollout set touched_replica = 1 where rollout_id = ?",
-            [id],
+            |q| q.bind(id),
         )
         .await
         .expect("touched");

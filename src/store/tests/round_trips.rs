@@ -117,10 +117,7 @@ async fn a_transition_of_a_step_not_in_the_database_fails_and_writes_nothing() {
         .transition_step(&ghost, StepEvent::Start, &json!({}), None, at(1))
         .await;
     assert!(
-        matches!(
-            got,
-            Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows))
-        ),
+        matches!(got, Err(StoreError::Sqlx(sqlx::Error::RowNotFound))),
         "{got:?}"
     );
     let events = store.audit_events("ro_1", 0).await.expect("events");
@@ -310,14 +307,14 @@ async fn only_a_committed_transaction_with_audit_events_rings_the_publisher() {
     for (case, appends, fails) in cases {
         let before = rings(&store);
         let out = store
-            .write(|db| {
+            .write(|mut db| async move {
                 if appends {
-                    crate::store::audit::append(db, &entry())?;
+                    crate::store::audit::append(&mut db, &entry()).await?;
                 }
                 if fails {
                     return Err(StoreError::NotFound(case.to_owned()));
                 }
-                Ok(())
+                db.commit(()).await
             })
             .await;
         assert_eq!(out.is_err(), fails, "{case}");
