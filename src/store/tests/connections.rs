@@ -95,3 +95,73 @@ async fn a_write_after_close_fails() {
     let r = store.get_rollout("r1").await.expect("read").expect("r1");
     assert!(!r.touched_replica, "the refused write changed nothing");
 }
+
+/// A write whose future is dropped in the middle of its transaction (after a statement, before
+/// `COMMIT`) keeps nothing of it, and the next write finds the writer free and outside any
+/// transaction.
+#[tokio::test]
+async fn a_write_cancelled_mid_transaction_keeps_nothing_and_frees_the_writer() {
+    let (_dir, store) = temp_store().await;
+    store
+        .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
+        .await
+        .expect("created");
+    let (inside, reached) = tokio::sync::oneshot::channel::<()>();
+    let inside = std::sync::Mutex::new(Some(inside));
+    let cancelled = store.write(|mut db| {
+        let inside = inside.lock().expect("lock").take();
+        async move {
+            sqlx::query("update rollout set touched_replica = 1 where rollout_id = 'r1'")
+                .execute(&mut *db)
+                .await?;
+            if let Some(inside) = inside {
+                let _ = inside.send(());
+            }
+            std::future::pending::<()>().await;
+            db.commit(()).await
+        }
+    });
+    tokio::select! {
+        _ = cancelled => panic!("the write never commits"),
+        _ = reached => {}
+    }
+    // The write's future is dropped here, between its update and its commit.
+    let step = &store.steps("r1").await.expect("steps")[0];
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        store.begin_attempt(step, "compose/plan", Utc::now(), false),
+    )
+    .await
+    .expect("the writer is free again")
+    .expect("the next write commits");
+    let r = store.get_rollout("r1").await.expect("read").expect("r1");
+    assert!(!r.touched_replica, "the cancelled update was rolled back");
+    assert_eq!(store.attempts("r1").await.expect("attempts").len(), 1);
+}
+
+/// SQLite's own errors, as sqlx reports them, are told apart: the storage refusing a write
+/// (here `SQLITE_READONLY`, from a `query_only` connection) is a storage fault a rollout's
+/// task waits out; a refused change (a CHECK) is not.
+#[tokio::test]
+async fn sqlite_errors_from_sqlx_are_classified_as_storage_faults_or_refusals() {
+    let (_dir, store) = temp_store().await;
+    store
+        .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
+        .await
+        .expect("created");
+    let readonly = sqlx::query("update rollout set touched_replica = 1")
+        .execute(store.pool())
+        .await
+        .expect_err("the pool is query_only");
+    let readonly = crate::store::StoreError::from(readonly);
+    assert!(
+        crate::store::health::is_storage_fault(&readonly),
+        "{readonly}"
+    );
+    let check = store
+        .write_one("update rollout set status = 'sideways'", |q| q)
+        .await
+        .expect_err("not a status");
+    assert!(check.to_string().contains("CHECK"), "{check}");
+    assert!(!crate::store::health::is_storage_fault(&check), "{check}");
+}
