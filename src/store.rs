@@ -191,7 +191,7 @@ impl Store {
         // The writer stays open for the store's life, so the readers always share its
         // write-ahead log. Every statement the store runs on its own two stays prepared.
         let own = options.clone().statement_cache_capacity(128);
-        let writer = write::OwnedConn::open(&own).await?;
+        let writer = write::OwnedConn::open_writer(&own).await?;
         let reader = write::OwnedConn::open(&own.pragma("query_only", "true")).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)

@@ -40,19 +40,17 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.write(|mut db| async move {
-            let (asked,): (i64,) = sqlx::query_as(
+            let (asked,): (i64,) = db.query(
                 "select count(*) from audit_event where rollout_id = ? and step_name = ? and kind = ?",
             )
             .bind(rollout_id)
             .bind(step_name)
             .bind(AuditKind::ApprovalRequested.as_str())
-            .fetch_one(&mut *db)
+            .fetch_one()
             .await?;
-            sqlx::query("update step set detail = ? where step_id = ? and status = 'running'")
+            db.query("update step set detail = ? where step_id = ? and status = 'running'")
                 .bind(detail.to_string())
-                .bind(step_id)
-                .execute(&mut *db)
-                .await?;
+                .bind(step_id);
             if asked == 0 {
                 let entry = AuditEntry::new(at, "canaryd", AuditKind::ApprovalRequested)
                     .rollout(rollout_id)
@@ -77,17 +75,18 @@ impl Store {
     ) -> Result<Approval, StoreError> {
         let step = self
             .write(|mut db| async move {
-                let waiting: Option<(String,)> = sqlx::query_as(
-                    "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
+                let waiting: Option<(String,)> = db
+                    .query(
+                        "select s.name from step s join rollout r on r.rollout_id = s.rollout_id \
                      where s.rollout_id = ? and s.status = 'running' and r.active_host is not null \
                      and json_extract(s.detail, '$.awaiting_approval') = 1 \
                      and not exists (select 1 from audit_event a where a.rollout_id = s.rollout_id \
                                      and a.step_name = s.name and a.kind = ?)",
-                )
-                .bind(rollout_id)
-                .bind(AuditKind::Approved.as_str())
-                .fetch_optional(&mut *db)
-                .await?;
+                    )
+                    .bind(rollout_id)
+                    .bind(AuditKind::Approved.as_str())
+                    .fetch_optional()
+                    .await?;
                 let Some((step,)) = waiting else {
                     return Err(StoreError::NotAwaitingApproval(rollout_id.to_owned()));
                 };

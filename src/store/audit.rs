@@ -10,7 +10,7 @@ use super::{fmt_time, parse_time, Store, StoreError};
 /// which then publishes once it commits.
 pub(super) async fn append(db: &mut Tx, e: &AuditEntry) -> Result<(), StoreError> {
     db.audited();
-    let seq = sqlx::query(
+    db.query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
     )
@@ -21,11 +21,8 @@ pub(super) async fn append(db: &mut Tx, e: &AuditEntry) -> Result<(), StoreError
     .bind(e.kind.as_str())
     .bind(&e.from_state)
     .bind(&e.to_state)
-    .bind(e.detail.to_string())
-    .execute(db.conn())
-    .await?
-    .last_insert_rowid();
-    super::outbox::enqueue(db, seq, e).await
+    .bind(e.detail.to_string());
+    super::outbox::enqueue(db, e).await
 }
 
 #[derive(sqlx::FromRow)]

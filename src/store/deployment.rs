@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::SqliteConnection;
 
 use super::audit::append;
 use super::record::{AuditEntry, Deployment, Rollout};
@@ -152,7 +151,14 @@ impl Store {
             let mut db = self.read().await?;
             let mut any = false;
             for d in ds {
-                if missing(&mut db, d).await? {
+                let (n,): (i64,) = sqlx::query_as(
+                    "select count(*) from deployment where host = ? and service = ?",
+                )
+                .bind(&d.host)
+                .bind(&d.service)
+                .fetch_one(&mut *db)
+                .await?;
+                if n == 0 {
                     any = true;
                     break;
                 }
@@ -300,13 +306,13 @@ impl Store {
 }
 
 /// Whether the replica of `d` has no deployment recorded.
-async fn missing(db: &mut SqliteConnection, d: &NewDeployment) -> Result<bool, StoreError> {
-    let (n,): (i64,) =
-        sqlx::query_as("select count(*) from deployment where host = ? and service = ?")
-            .bind(&d.host)
-            .bind(&d.service)
-            .fetch_one(db)
-            .await?;
+async fn missing(db: &mut Tx, d: &NewDeployment) -> Result<bool, StoreError> {
+    let (n,): (i64,) = db
+        .query("select count(*) from deployment where host = ? and service = ?")
+        .bind(&d.host)
+        .bind(&d.service)
+        .fetch_one()
+        .await?;
     Ok(n == 0)
 }
 
@@ -315,7 +321,7 @@ async fn insert(db: &mut Tx, d: &NewDeployment) -> Result<(), StoreError> {
         table: "deployment",
         message: e.to_string(),
     })?;
-    sqlx::query(
+    db.query(
         "insert into deployment (deployment_id, host, service, file, tag, env_overrides, env_sha256, commit_sha, \
          file_sha256, image, source, rollout_id, deployed_at, deployed_as) \
          values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -333,9 +339,7 @@ async fn insert(db: &mut Tx, d: &NewDeployment) -> Result<(), StoreError> {
     .bind(d.source.as_str())
     .bind(&d.rollout_id)
     .bind(fmt_time(d.deployed_at))
-    .bind(&d.deployed_as)
-    .execute(&mut **db)
-    .await?;
+    .bind(&d.deployed_as);
     let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
             "host": d.host, "service": d.service, "deployed_as": d.deployed_as, "tag": d.tag, "file": d.file,

@@ -4,9 +4,9 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::sqlite::SqliteConnection;
 
 use super::record::AuditEntry;
+use super::write::Tx;
 use super::{fmt_time, Store, StoreError};
 use crate::domain::notification::{text, DeliveryStatus, NotifyEvent, Subject};
 use crate::domain::state::RolloutKind;
@@ -28,13 +28,10 @@ pub struct DueDelivery {
     pub payload: String,
 }
 
-/// Writes the notification `entry` causes, if any, in the caller's transaction. `seq` is the
-/// audit event's sequence number.
-pub(super) async fn enqueue(
-    db: &mut SqliteConnection,
-    seq: i64,
-    entry: &AuditEntry,
-) -> Result<(), StoreError> {
+/// Writes the notification `entry` causes, if any, in the caller's transaction, right after
+/// `entry`'s own insert (the outbox row takes the audit event's sequence number from
+/// `last_insert_rowid()`).
+pub(super) async fn enqueue(db: &mut Tx, entry: &AuditEntry) -> Result<(), StoreError> {
     let Some(rollout_id) = entry.rollout_id.as_deref() else {
         return Ok(());
     };
@@ -55,12 +52,12 @@ pub(super) async fn enqueue(
         Option<String>,
         Option<String>,
     );
-    let row: Option<Row> = sqlx::query_as(
+    let row: Option<Row> = db.query(
         "select kind, host, service, file, tag, actor, reason, rollback_of, error_code, error_message \
          from rollout where rollout_id = ?",
     )
     .bind(rollout_id)
-    .fetch_optional(&mut *db)
+    .fetch_optional()
     .await?;
     let Some((kind, host, service, file, tag, actor, reason, rollback_of, code, message)) = row
     else {
@@ -113,18 +110,15 @@ pub(super) async fn enqueue(
         "error": error,
         "text": text(event, &subject),
     });
-    sqlx::query(
+    db.query(
         "insert into outbox (outbox_id, audit_seq, event, rollout_id, payload, created_at) \
-         values (?, ?, ?, ?, ?, ?)",
+         values (?, last_insert_rowid(), ?, ?, ?, ?)",
     )
     .bind(outbox_id)
-    .bind(seq)
     .bind(event.as_str())
     .bind(rollout_id)
     .bind(payload.to_string())
-    .bind(fmt_time(entry.at))
-    .execute(db)
-    .await?;
+    .bind(fmt_time(entry.at));
     Ok(())
 }
 
@@ -157,21 +151,17 @@ impl Store {
         self.write(|mut db| async move {
             for (outbox_id, webhooks) in routes {
                 for webhook in *webhooks {
-                    sqlx::query(
+                    db.query(
                         "insert or ignore into outbox_delivery (outbox_id, webhook, status, next_attempt_at) \
                          values (?, ?, 'pending', ?)",
                     )
                     .bind(outbox_id)
                     .bind(webhook)
-                    .bind(now)
-                    .execute(&mut *db)
-                    .await?;
+                    .bind(now);
                 }
-                sqlx::query("update outbox set routed_at = ? where outbox_id = ?")
+                db.query("update outbox set routed_at = ? where outbox_id = ?")
                     .bind(now)
-                    .bind(outbox_id)
-                    .execute(&mut *db)
-                    .await?;
+                    .bind(outbox_id);
             }
             db.commit(()).await
         })

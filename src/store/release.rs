@@ -2,10 +2,10 @@
 //! creates the rollout) and its own audit trail (`release_event`).
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::SqliteConnection;
 use sqlx::Sqlite;
 
 use super::rollout::{insert_rollout, NewRollout, NewStep};
+use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::release::{ReleaseEventKind, ReleaseOnFailure, ReleaseStatus, TargetOutcome};
 use crate::domain::state::RolloutStatus;
@@ -184,7 +184,7 @@ impl Store {
     /// Stores a pending release and its targets, with its `release_created` event.
     pub async fn create_release(&self, new: &NewRelease) -> Result<(), StoreError> {
         self.write(|mut db| async move {
-            sqlx::query(
+            db.query(
                 "insert into release (release_id, status, actor, reason, file, tag, runbook, \
                  max_parallel_hosts, on_failure, created_at) values (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
             )
@@ -196,20 +196,16 @@ impl Store {
             .bind(&new.runbook)
             .bind(i64::from(new.max_parallel_hosts))
             .bind(new.on_failure.as_str())
-            .bind(fmt_time(new.created_at))
-            .execute(&mut *db)
-            .await?;
+            .bind(fmt_time(new.created_at));
             for (i, t) in new.targets.iter().enumerate() {
-                sqlx::query(
+                db.query(
                     "insert into release_target (release_id, position, host, service, plan) values (?, ?, ?, ?, ?)",
                 )
                 .bind(&new.id)
                 .bind(i as i64)
                 .bind(&t.host)
                 .bind(&t.service)
-                .bind(t.plan.to_string())
-                .execute(&mut *db)
-                .await?;
+                .bind(t.plan.to_string());
             }
             let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});
             event(
@@ -293,9 +289,9 @@ impl Store {
     ) -> Result<Release, StoreError> {
         self.write(|mut db| async move {
             let current: Option<(String,)> =
-                sqlx::query_as("select status from release where release_id = ?")
+                db.query("select status from release where release_id = ?")
                     .bind(id)
-                    .fetch_optional(&mut *db)
+                    .fetch_optional()
                     .await?;
             let Some((current,)) = current else {
                 return Err(StoreError::NotFound(id.to_owned()));
@@ -307,7 +303,7 @@ impl Store {
                     message: format!("release {id} is {current}, not {to}-able"),
                 });
             }
-            sqlx::query(
+            db.query(
                 "update release set status = ?, \
                  started_at = case when ? = 'running' then coalesce(started_at, ?) else started_at end, \
                  finished_at = case when ? in ('succeeded', 'failed', 'aborted') then ? else finished_at end, \
@@ -319,9 +315,7 @@ impl Store {
             .bind(to.as_str())
             .bind(fmt_time(at))
             .bind(error)
-            .bind(id)
-            .execute(&mut *db)
-            .await?;
+            .bind(id);
             let mut detail = match error {
                 Some(e) => serde_json::json!({"error": e}),
                 None => serde_json::json!({}),
@@ -360,14 +354,14 @@ impl Store {
         steps: &[NewStep],
     ) -> Result<(), StoreError> {
         self.write(|mut db| async move {
-            let open: Option<(i64,)> = sqlx::query_as(
+            let open: Option<(i64,)> = db.query(
                 "select 1 from release r join release_target t on t.release_id = r.release_id \
                  where r.release_id = ? and r.status = 'running' and t.position = ? and t.rollout_id is null \
                  and t.outcome is null",
             )
             .bind(release_id)
             .bind(i64::from(position))
-            .fetch_optional(&mut *db)
+            .fetch_optional()
             .await?;
             if open.is_none() {
                 return Err(StoreError::InvalidTransition {
@@ -378,14 +372,12 @@ impl Store {
                 });
             }
             insert_rollout(&mut db, new, steps).await?;
-            sqlx::query(
+            db.query(
                 "update release_target set rollout_id = ? where release_id = ? and position = ?",
             )
             .bind(&new.id)
             .bind(release_id)
-            .bind(i64::from(position))
-            .execute(&mut *db)
-            .await?;
+            .bind(i64::from(position));
             let detail = serde_json::json!({"position": position, "host": new.host, "service": new.service, "rollout_id": new.id});
             event(
                 &mut db,
@@ -605,7 +597,7 @@ impl Store {
 
 #[allow(clippy::too_many_arguments)]
 async fn event(
-    db: &mut SqliteConnection,
+    db: &mut Tx,
     release_id: &str,
     at: DateTime<Utc>,
     actor: &str,
@@ -614,7 +606,7 @@ async fn event(
     reason: Option<&str>,
     detail: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    db.query(
         "insert into release_event (release_id, occurred_at, actor, kind, from_state, to_state, reason, detail) \
          values (?, ?, ?, ?, ?, ?, ?, ?)",
     )
@@ -625,8 +617,6 @@ async fn event(
     .bind(states.0.map(ReleaseStatus::as_str))
     .bind(states.1.map(ReleaseStatus::as_str))
     .bind(reason)
-    .bind(detail.to_string())
-    .execute(db)
-    .await?;
+    .bind(detail.to_string());
     Ok(())
 }

@@ -53,12 +53,12 @@ impl Store {
             let (cutoff, statements) = (&cutoff, &statements);
             let counts = self
                 .write(|mut db| async move {
-                    let ids: Vec<(String,)> = sqlx::query_as(
+                    let ids: Vec<(String,)> = db.query(
                         "select rollout_id from rollout where active_host is null and finished_at < ? limit ?",
                     )
                     .bind(cutoff)
                     .bind(BATCH)
-                    .fetch_all(&mut *db)
+                    .fetch_all()
                     .await?;
                     let mut counts = [0u64; 7];
                     if ids.is_empty() {
@@ -67,9 +67,9 @@ impl Store {
                     let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
                     let ids = serde_json::Value::from(ids).to_string();
                     for (i, sql) in statements.iter().enumerate() {
-                        counts[i] = sqlx::query(sql)
+                        counts[i] = db.query(sql)
                             .bind(&ids)
-                            .execute(&mut *db)
+                            .execute()
                             .await?
                             .rows_affected();
                     }

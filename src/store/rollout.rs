@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::SqliteConnection;
 
 use super::audit::append;
 use super::record::{AuditEntry, Rollout};
@@ -220,11 +219,9 @@ impl Store {
         self.write(|mut db| async move {
             transition(&mut db, canary_id, change).await?;
             insert_rollout(&mut db, rollback, steps).await?;
-            sqlx::query("update rollout set rolled_back_by = ? where rollout_id = ?")
+            db.query("update rollout set rolled_back_by = ? where rollout_id = ?")
                 .bind(&rollback.id)
-                .bind(canary_id)
-                .execute(&mut *db)
-                .await?;
+                .bind(canary_id);
             db.commit(()).await
         })
         .await
@@ -235,12 +232,12 @@ impl Store {
     /// and request time.
     pub async fn link_rollback(&self, rolled_back: &str, rollback: &str) -> Result<(), StoreError> {
         self.write(|mut db| async move {
-            let linked = sqlx::query(
+            let linked = db.query(
                 "update rollout set rolled_back_by = ? where rollout_id = ? and rolled_back_by is null",
             )
             .bind(rollback)
             .bind(rolled_back)
-            .execute(&mut *db)
+            .execute()
             .await?
             .rows_affected();
             if linked > 0 {
@@ -257,10 +254,12 @@ impl Store {
 
     /// Reads one rollout.
     pub async fn get_rollout(&self, id: &str) -> Result<Option<Rollout>, StoreError> {
-        match get_in(&mut *self.read().await?, id).await {
-            Err(StoreError::NotFound(_)) => Ok(None),
-            found => found.map(Some),
-        }
+        let row: Option<RolloutRow> =
+            sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
+                .bind(id)
+                .fetch_optional(&mut *self.read().await?)
+                .await?;
+        row.map(Rollout::try_from).transpose()
     }
 
     /// The active (non-terminal) rollout of a host, if any.
@@ -292,16 +291,17 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.write(|mut db| async move {
-            let marked = sqlx::query(
-                "update rollout set abort_reason = ?, abort_actor = ? \
+            let marked = db
+                .query(
+                    "update rollout set abort_reason = ?, abort_actor = ? \
                  where rollout_id = ? and active_host is not null",
-            )
-            .bind(reason)
-            .bind(actor)
-            .bind(id)
-            .execute(&mut *db)
-            .await?
-            .rows_affected();
+                )
+                .bind(reason)
+                .bind(actor)
+                .bind(id)
+                .execute()
+                .await?
+                .rows_affected();
             if marked == 0 {
                 return Err(StoreError::InvalidTransition {
                     id: id.to_owned(),
@@ -337,11 +337,12 @@ impl Store {
     }
 }
 
-/// One rollout, read inside a write transaction or on the engine's reader.
-pub(super) async fn get_in(db: &mut SqliteConnection, id: &str) -> Result<Rollout, StoreError> {
-    let row: Option<RolloutRow> = sqlx::query_as(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
+/// One rollout, read inside a write transaction.
+pub(super) async fn get_in(db: &mut Tx, id: &str) -> Result<Rollout, StoreError> {
+    let row: Option<RolloutRow> = db
+        .query(&format!("{SELECT_ROLLOUT} where rollout_id = ?"))
         .bind(id)
-        .fetch_optional(db)
+        .fetch_optional()
         .await?;
     row.map(Rollout::try_from)
         .transpose()?
@@ -353,11 +354,11 @@ pub(super) async fn insert_rollout(
     new: &NewRollout,
     steps: &[NewStep],
 ) -> Result<(), StoreError> {
-    let busy: Option<(String,)> =
-        sqlx::query_as("select rollout_id from rollout where active_host = ?")
-            .bind(&new.host)
-            .fetch_optional(&mut **db)
-            .await?;
+    let busy: Option<(String,)> = db
+        .query("select rollout_id from rollout where active_host = ?")
+        .bind(&new.host)
+        .fetch_optional()
+        .await?;
     if let Some((rollout_id,)) = busy {
         return Err(StoreError::HostBusy {
             host: new.host.clone(),
@@ -370,7 +371,7 @@ pub(super) async fn insert_rollout(
         Some(r) => Some(serde_json::to_string(r).map_err(corrupt)?),
         None => None,
     };
-    sqlx::query(
+    db.query(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
          expect_file_sha256, active_host, deploy_as, replaces) \
@@ -395,20 +396,16 @@ pub(super) async fn insert_rollout(
     .bind(&new.expect_file_sha256)
     .bind(&new.host)
     .bind(&new.deploy_as)
-    .bind(replaces)
-    .execute(&mut **db)
-    .await?;
+    .bind(replaces);
     for (position, step) in steps.iter().enumerate() {
-        sqlx::query(
+        db.query(
             "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",
         )
         .bind(super::new_id("st"))
         .bind(&new.id)
         .bind(position as i64)
         .bind(&step.name)
-        .bind(step.kind.as_str())
-        .execute(&mut **db)
-        .await?;
+        .bind(step.kind.as_str());
     }
     let detail = serde_json::json!({
         "kind": new.kind.as_str(), "host": new.host, "service": new.service, "file": new.file,
@@ -440,7 +437,7 @@ pub(super) async fn transition(
         Some((c, m)) => (Some(c.clone()), Some(m.clone())),
         None => (None, None),
     };
-    sqlx::query(
+    db.query(
         "update rollout set status = ?, \
          started_at = coalesce(started_at, case when ? = 'running' then ? end), \
          finished_at = case when ? then ? else finished_at end, \
@@ -456,19 +453,17 @@ pub(super) async fn transition(
     .bind(next.is_terminal())
     .bind(code)
     .bind(message)
-    .bind(id)
-    .execute(&mut **db)
-    .await?;
+    .bind(id);
     // An abort is carried out by canaryd but caused by whoever asked for it: the audit event
     // names them, with their reason.
     let mut actor = change.actor.clone();
     let mut detail = change.detail.clone();
     if next == RolloutStatus::Aborted {
-        let (by,): (Option<String>,) =
-            sqlx::query_as("select abort_actor from rollout where rollout_id = ?")
-                .bind(id)
-                .fetch_one(&mut **db)
-                .await?;
+        let (by,): (Option<String>,) = db
+            .query("select abort_actor from rollout where rollout_id = ?")
+            .bind(id)
+            .fetch_one()
+            .await?;
         if let Some(by) = by {
             actor = by;
         }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::audit::append;
 use super::record::{AuditEntry, Step, StepAttempt, StepTiming};
-use super::write::Tx;
+use super::write::{Stmt, Tx};
 use super::{fmt_time, new_id, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{AttemptOutcome, StepEvent, StepStatus};
@@ -239,12 +239,10 @@ impl Store {
         let id_ref = &id;
         self.write(|mut db| async move {
             if touches {
-                sqlx::query("update rollout set touched_replica = 1 where rollout_id = ?")
-                    .bind(&step.rollout_id)
-                    .execute(&mut *db)
-                    .await?;
+                db.query("update rollout set touched_replica = 1 where rollout_id = ?")
+                    .bind(&step.rollout_id);
             }
-            sqlx::query(
+            db.query(
                 "insert into step_attempt (attempt_id, step_id, rollout_id, n, endpoint, started_at) \
                  select ?, ?, ?, count(*) + 1, ?, ? from step_attempt where step_id = ?",
             )
@@ -253,9 +251,7 @@ impl Store {
             .bind(&step.rollout_id)
             .bind(endpoint)
             .bind(fmt_time(at))
-            .bind(&step.id)
-            .execute(&mut *db)
-            .await?;
+            .bind(&step.id);
             db.commit(()).await
         })
         .await?;
@@ -326,6 +322,13 @@ impl Store {
 /// it, exactly as strictly (`InvalidTransition`, `Corrupt`, a missing row's error), and the
 /// update is made from it.
 ///
+/// In a transaction's first try the status the caller's row says is taken as the database's
+/// without waiting for the update's answer: the update is queued with a check that it changed
+/// the row ([`Tx::expect_one_changed`]), and the audit event after it, so a step boundary goes
+/// to the database in one send with its `COMMIT`. When the check fails, the transaction is
+/// rolled back and run again, carefully ([`Tx::careful`]): the update's answer is awaited and
+/// the status read as above.
+///
 /// With `unless_abort_requested`, the update also requires that the step's rollout has no
 /// abort requested, and `None` (nothing written) answers a rollout that has one: when the
 /// update changes nothing, the abort request is read before the status, so a requested
@@ -345,6 +348,7 @@ async fn transition_in(
     let deadline_s = deadline.map(fmt_time);
     let mut changed = None;
     if let Ok(next) = step.status.apply(event) {
+        let careful = db.careful();
         let update = update_step(
             db,
             step,
@@ -355,27 +359,34 @@ async fn transition_in(
             &deadline_s,
             unless_abort_requested,
         );
-        if update.await? == 1 {
-            changed = Some((step.status, next));
+        if careful {
+            if update.execute().await?.rows_affected() == 1 {
+                changed = Some((step.status, next));
+            }
+        } else {
+            // Left queued: the guard after it fails the transaction if it changed nothing.
+            db.expect_one_changed();
+            append(db, &step_entry(step, step.status, next, detail, at)).await?;
+            return Ok(Some(next));
         }
     }
     let (current, next) = match changed {
         Some(change) => change,
         None => {
             if unless_abort_requested {
-                let (abort_requested,): (bool,) = sqlx::query_as(
-                    "select abort_reason is not null from rollout where rollout_id = ?",
-                )
-                .bind(&step.rollout_id)
-                .fetch_one(&mut **db)
-                .await?;
+                let (abort_requested,): (bool,) = db
+                    .query("select abort_reason is not null from rollout where rollout_id = ?")
+                    .bind(&step.rollout_id)
+                    .fetch_one()
+                    .await?;
                 if abort_requested {
                     return Ok(None);
                 }
             }
-            let (status,): (String,) = sqlx::query_as("select status from step where step_id = ?")
+            let (status,): (String,) = db
+                .query("select status from step where step_id = ?")
                 .bind(&step.id)
-                .fetch_one(&mut **db)
+                .fetch_one()
                 .await?;
             let current = status
                 .parse::<StepStatus>()
@@ -399,30 +410,41 @@ async fn transition_in(
                 &deadline_s,
                 unless_abort_requested,
             )
+            .execute()
             .await?;
             (current, next)
         }
     };
+    append(db, &step_entry(step, current, next, detail, at)).await?;
+    Ok(Some(next))
+}
+
+/// The audit event of `step`'s change from `current` to `next`.
+fn step_entry(
+    step: &Step,
+    current: StepStatus,
+    next: StepStatus,
+    detail: &serde_json::Value,
+    at: DateTime<Utc>,
+) -> AuditEntry {
     let audit_detail = match next {
         StepStatus::Failed | StepStatus::Aborted => detail.clone(),
         // An analysis's verdict rides on its `step_succeeded` event (SSE).
         StepStatus::Succeeded => crate::domain::analysis::verdict_event(detail),
         _ => serde_json::json!({}),
     };
-    let entry = AuditEntry::new(at, "canaryd", AuditKind::step(next))
+    AuditEntry::new(at, "canaryd", AuditKind::step(next))
         .rollout(&step.rollout_id)
         .step(&step.name)
         .states(Some(current.as_str()), Some(next.as_str()))
-        .detail(audit_detail);
-    append(db, &entry).await?;
-    Ok(Some(next))
+        .detail(audit_detail)
 }
 
-/// `transition_in`'s update: `step` from `current` to `next` (and the abort check when
-/// `unless_abort_requested`); the rows it changed.
+/// `transition_in`'s update, queued: `step` from `current` to `next` (and the abort check
+/// when `unless_abort_requested`).
 #[allow(clippy::too_many_arguments)]
-async fn update_step(
-    db: &mut Tx,
+fn update_step<'t>(
+    db: &'t mut Tx,
     step: &Step,
     current: StepStatus,
     next: StepStatus,
@@ -430,8 +452,8 @@ async fn update_step(
     at: &str,
     deadline: &Option<String>,
     unless_abort_requested: bool,
-) -> Result<u64, StoreError> {
-    let changed = sqlx::query(
+) -> Stmt<'t> {
+    db.query(
         "update step set status = ?, detail = ?, \
          attempts = attempts + case when ? then 1 else 0 end, \
          started_at = coalesce(started_at, case when ? then ? end), \
@@ -451,8 +473,4 @@ async fn update_step(
     .bind(&step.id)
     .bind(current.as_str())
     .bind(unless_abort_requested)
-    .execute(&mut **db)
-    .await?
-    .rows_affected();
-    Ok(changed)
 }

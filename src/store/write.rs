@@ -2,7 +2,8 @@
 //! connection behind an async lock handed out in arrival order.
 //!
 //! [`Store::write`] runs one transaction on the writer: `BEGIN IMMEDIATE`, the caller's
-//! statements (prepared once per connection and kept in sqlx's statement cache), `COMMIT`.
+//! statements (prepared once per connection and kept in sqlx's statement cache), `COMMIT`,
+//! sent to sqlx's worker thread together as far as the caller's reads allow ([`Tx`]).
 //! Between them it awaits nothing but the database, so a transaction is never held across a
 //! network call. Its [`Tx`] owns the writer's lock for as long as the transaction is open:
 //! dropped without [`Tx::commit`] (an error, a panic, or the caller's future cancelled at any
@@ -12,8 +13,15 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use sqlx::{ConnectOptions, Connection};
+use std::borrow::Cow;
+
+use futures_util::TryStreamExt;
+use sqlx::encode::{Encode, IsNull};
+use sqlx::sqlite::{
+    SqliteArgumentValue, SqliteArguments, SqliteConnectOptions, SqliteConnection,
+    SqliteQueryResult, SqliteRow,
+};
+use sqlx::{Arguments, ConnectOptions, Connection, Either, Executor, FromRow, Sqlite};
 use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard};
 
 use super::{Store, StoreError};
@@ -44,6 +52,21 @@ impl OwnedConn {
         })
     }
 
+    /// Opens the writer: as [`OwnedConn::open`], with the table [`Tx::expect_one_changed`]
+    /// writes (temporary: this connection's alone, never in the database file).
+    pub(super) async fn open_writer(options: &SqliteConnectOptions) -> Result<Self, StoreError> {
+        let mut conn = options.connect().await?;
+        sqlx::query(&format!(
+            "create temp table {GUARD} (id integer primary key, \
+             changed integer not null constraint {GUARD} check (changed = 1))"
+        ))
+        .execute(&mut conn)
+        .await?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(Some(conn))),
+        })
+    }
+
     /// Closes the connection once the caller using it, if any, is done; every later use
     /// fails.
     pub(super) async fn close(&self) {
@@ -54,10 +77,27 @@ impl OwnedConn {
     }
 }
 
-/// A write transaction on the writer connection ([`Store::write`]); it derefs to sqlx's
-/// `SqliteConnection`, so statements run on it with `&mut **db` (or [`Tx::conn`]). It also
-/// remembers whether the transaction wrote an audit event ([`Tx::audited`], called by
-/// `audit::append`): only then is there something to publish after the commit, so a
+/// The writer's own temporary table behind [`Tx::expect_one_changed`]: one row, whose
+/// check fails for anything but one row changed.
+const GUARD: &str = "expected_change";
+
+/// Whether `e` is a failed [`Tx::expect_one_changed`].
+fn is_unexpected_change(e: &StoreError) -> bool {
+    matches!(e, StoreError::Sqlx(sqlx::Error::Database(d)) if d.message().contains(GUARD))
+}
+
+/// A write transaction on the writer connection ([`Store::write`]), run in as few trips to
+/// sqlx's worker thread as its reads allow.
+///
+/// [`Tx::query`] queues a statement with its arguments; nothing is sent yet. A statement
+/// whose answer the caller needs ([`Stmt::execute`], [`Stmt::fetch_one`],
+/// [`Stmt::fetch_optional`], [`Stmt::fetch_all`]) is sent together with everything queued
+/// before it, as one multi-statement query (the first one opened by `BEGIN IMMEDIATE`), and
+/// [`Tx::commit`] sends what is left with `COMMIT`: a transaction that reads nothing in the
+/// middle is one round trip. An error from a queued statement surfaces at the next send.
+///
+/// It also remembers whether the transaction wrote an audit event ([`Tx::audited`], called
+/// by `audit::append`): only then is there something to publish after the commit, so a
 /// transaction that wrote none (notification routing, a retention batch) does not wake the
 /// publisher for a read that finds nothing.
 pub(crate) struct Tx {
@@ -65,7 +105,17 @@ pub(crate) struct Tx {
     guard: Option<OwnedMutexGuard<Option<SqliteConnection>>>,
     /// Until `COMMIT` succeeded: dropping rolls back.
     open: bool,
+    /// `BEGIN IMMEDIATE` was sent (it opens the first send).
+    begun: bool,
+    /// Not the transaction's first try: see [`Tx::careful`].
+    careful: bool,
     audited: bool,
+    /// Statements queued and not yet sent, each ended by `;`, and how many.
+    sql: String,
+    queued: usize,
+    /// Their arguments, in order (`?` placeholders only: sqlx binds a multi-statement
+    /// query's arguments statement after statement).
+    args: Vec<SqliteArgumentValue<'static>>,
 }
 
 /// A transaction's result once committed: only [`Tx::commit`] makes one, so a closure given
@@ -75,31 +125,190 @@ pub(crate) struct Committed<T> {
     audited: bool,
 }
 
+/// One statement queued in a [`Tx`]: its arguments are added with [`Stmt::bind`]; left as
+/// it is, it is sent with the transaction's next send.
+pub(crate) struct Stmt<'t> {
+    tx: &'t mut Tx,
+}
+
+impl Stmt<'_> {
+    /// Adds the next `?`'s value (copied: the statement outlives the caller's borrow).
+    pub(crate) fn bind<'q, V: Encode<'q, Sqlite>>(self, value: V) -> Self {
+        let mut buf: Vec<SqliteArgumentValue<'q>> = Vec::with_capacity(1);
+        match value.encode(&mut buf) {
+            Ok(IsNull::No) => self.tx.args.extend(buf.into_iter().map(owned)),
+            // Encoding into a buffer of values does not fail for the types the store binds;
+            // a value that did would read as NULL.
+            Ok(IsNull::Yes) | Err(_) => self.tx.args.push(SqliteArgumentValue::Null),
+        }
+        self
+    }
+
+    /// Sends it (with what is queued before it); its result: the rows it changed.
+    pub(crate) async fn execute(self) -> Result<SqliteQueryResult, StoreError> {
+        let (done, _) = self.tx.send(None).await?;
+        Ok(done)
+    }
+
+    /// Sends it (with what is queued before it); all its rows.
+    pub(crate) async fn fetch_all<R>(self) -> Result<Vec<R>, StoreError>
+    where
+        R: for<'r> FromRow<'r, SqliteRow>,
+    {
+        let (_, rows) = self.tx.send(None).await?;
+        rows.iter()
+            .map(|r| R::from_row(r).map_err(StoreError::from))
+            .collect()
+    }
+
+    /// Sends it (with what is queued before it); its first row, if any.
+    pub(crate) async fn fetch_optional<R>(self) -> Result<Option<R>, StoreError>
+    where
+        R: for<'r> FromRow<'r, SqliteRow>,
+    {
+        let (_, rows) = self.tx.send(None).await?;
+        rows.first()
+            .map(|r| R::from_row(r).map_err(StoreError::from))
+            .transpose()
+    }
+
+    /// Sends it (with what is queued before it); its first row, which must exist.
+    pub(crate) async fn fetch_one<R>(self) -> Result<R, StoreError>
+    where
+        R: for<'r> FromRow<'r, SqliteRow>,
+    {
+        self.fetch_optional()
+            .await?
+            .ok_or(StoreError::Sqlx(sqlx::Error::RowNotFound))
+    }
+}
+
+/// `v` with its own copy of any borrowed text or bytes.
+fn owned(v: SqliteArgumentValue<'_>) -> SqliteArgumentValue<'static> {
+    match v {
+        SqliteArgumentValue::Null => SqliteArgumentValue::Null,
+        SqliteArgumentValue::Text(t) => SqliteArgumentValue::Text(Cow::Owned(t.into_owned())),
+        SqliteArgumentValue::Blob(b) => SqliteArgumentValue::Blob(Cow::Owned(b.into_owned())),
+        SqliteArgumentValue::Double(d) => SqliteArgumentValue::Double(d),
+        SqliteArgumentValue::Int(i) => SqliteArgumentValue::Int(i),
+        SqliteArgumentValue::Int64(i) => SqliteArgumentValue::Int64(i),
+    }
+}
+
+/// `values` as sqlx's arguments of one query.
+fn arguments(values: Vec<SqliteArgumentValue<'static>>) -> SqliteArguments<'static> {
+    let mut args = SqliteArguments::default();
+    args.reserve(values.len(), 0);
+    for v in values {
+        // Adding a plain value to SQLite's arguments does not fail.
+        let _ = match v {
+            SqliteArgumentValue::Null => args.add(None::<i64>),
+            SqliteArgumentValue::Text(t) => args.add(t),
+            SqliteArgumentValue::Blob(b) => args.add(b.into_owned()),
+            SqliteArgumentValue::Double(d) => args.add(d),
+            SqliteArgumentValue::Int(i) => args.add(i),
+            SqliteArgumentValue::Int64(i) => args.add(i),
+        };
+    }
+    args
+}
+
 impl Tx {
-    /// Takes the writer's lock (in arrival order) and begins `IMMEDIATE`: the write lock of
-    /// the database is taken up front, so read-then-write transactions never hit a stale
-    /// snapshot.
+    /// Takes the writer's lock (in arrival order). `BEGIN IMMEDIATE` opens the first send:
+    /// the write lock of the database is taken before the transaction's first statement, so
+    /// read-then-write transactions never hit a stale snapshot.
     async fn begin(slot: &Slot) -> Result<Self, StoreError> {
         let guard = Arc::clone(slot).lock_owned().await;
         if guard.is_none() {
             return Err(closed());
         }
-        // Made before `BEGIN` is sent: a cancelled `BEGIN` is rolled back too.
-        let mut tx = Self {
+        Ok(Self {
             guard: Some(guard),
             open: true,
+            begun: false,
+            careful: false,
             audited: false,
-        };
-        sqlx::query("BEGIN IMMEDIATE").execute(tx.conn()).await?;
-        Ok(tx)
+            sql: String::new(),
+            queued: 0,
+            args: Vec::new(),
+        })
     }
 
-    /// The writer connection, inside the transaction.
-    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+    /// Queues statement `sql` (one statement, `?` placeholders); see [`Stmt`].
+    pub(crate) fn query(&mut self, sql: &str) -> Stmt<'_> {
+        self.push(sql);
+        Stmt { tx: self }
+    }
+
+    fn push(&mut self, sql: &str) {
+        self.sql.push_str(sql);
+        self.sql.push_str(";\n");
+        self.queued += 1;
+    }
+
+    /// Sends every queued statement (and `tail`, if any) as one query; the result and the
+    /// rows of the last statement before `tail`.
+    async fn send(
+        &mut self,
+        tail: Option<&str>,
+    ) -> Result<(SqliteQueryResult, Vec<SqliteRow>), StoreError> {
+        let mut sql = String::with_capacity(self.sql.len() + 20);
+        // Statements whose result is not the caller's: `BEGIN IMMEDIATE` and all queued
+        // before the last.
+        let mut skip = self.queued.saturating_sub(1);
+        if !self.begun {
+            sql.push_str("BEGIN IMMEDIATE;\n");
+            skip += 1;
+        }
+        sql.push_str(&self.sql);
+        if let Some(tail) = tail {
+            sql.push_str(tail);
+        }
+        let args = arguments(std::mem::take(&mut self.args));
+        self.sql.clear();
+        self.queued = 0;
+        // Set before it is sent: a send cancelled half-way is rolled back too.
+        self.begun = true;
+        let conn = self.conn();
+        let mut stream = conn.fetch_many(sqlx::query_with(&sql, args));
+        let mut done = SqliteQueryResult::default();
+        let mut rows = Vec::new();
+        let mut ended = 0;
+        while let Some(item) = stream.try_next().await? {
+            match item {
+                Either::Left(r) => {
+                    if ended == skip {
+                        done = r;
+                    }
+                    ended += 1;
+                }
+                Either::Right(row) if ended == skip => rows.push(row),
+                Either::Right(_) => {}
+            }
+        }
+        Ok((done, rows))
+    }
+
+    fn conn(&mut self) -> &mut SqliteConnection {
         self.guard
             .as_mut()
             .and_then(|g| g.as_mut())
             .expect("a transaction holds an open connection")
+    }
+
+    /// Whether this is a try after a failed [`Tx::expect_one_changed`]: the caller then
+    /// awaits each update's answer instead of expecting it.
+    pub(super) fn careful(&self) -> bool {
+        self.careful
+    }
+
+    /// Queues a check that the statement queued last changed exactly one row; when it did
+    /// not, the transaction fails at its next send, is rolled back, and [`Store::write`]
+    /// runs it again at once with [`Tx::careful`] set.
+    pub(super) fn expect_one_changed(&mut self) {
+        self.push(&format!(
+            "insert or replace into temp.{GUARD} (id, changed) values (1, changes())"
+        ));
     }
 
     /// Marks this transaction as one that wrote audit events.
@@ -107,9 +316,12 @@ impl Tx {
         self.audited = true;
     }
 
-    /// Commits, and hands `out` back as the transaction's result.
+    /// Sends what is queued and `COMMIT` (one round trip; none for a transaction that
+    /// wrote nothing), and hands `out` back as the transaction's result.
     pub(crate) async fn commit<T>(mut self, out: T) -> Result<Committed<T>, StoreError> {
-        sqlx::query("COMMIT").execute(self.conn()).await?;
+        if self.begun || self.queued > 0 {
+            self.send(Some("COMMIT;")).await?;
+        }
         self.open = false;
         Ok(Committed {
             out,
@@ -118,19 +330,15 @@ impl Tx {
     }
 }
 
-impl std::ops::Deref for Tx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
-        self.guard
-            .as_ref()
-            .and_then(|g| g.as_ref())
-            .expect("a transaction holds an open connection")
-    }
-}
-
-impl std::ops::DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        self.conn()
+impl Tx {
+    /// [`Tx::commit`] answering the rows changed by the last statement queued.
+    async fn commit_changes(mut self) -> Result<Committed<u64>, StoreError> {
+        let (done, _) = self.send(Some("COMMIT;")).await?;
+        self.open = false;
+        Ok(Committed {
+            out: done.rows_affected(),
+            audited: self.audited,
+        })
     }
 }
 
@@ -139,7 +347,7 @@ impl Drop for Tx {
         let Some(mut guard) = self.guard.take() else {
             return;
         };
-        if !self.open {
+        if !self.open || !self.begun {
             return;
         }
         // Rolled back from a task that holds the writer's lock until it is done. `ROLLBACK`
@@ -183,7 +391,8 @@ impl Store {
     /// and nothing of it is kept. When `f` wrote audit events, subscribers are told after the
     /// commit (`publish`). Writers wait for the connection in arrival order.
     ///
-    /// `f` is called again for each try (see `health::Retry`), so it captures references:
+    /// `f` is called again for each try (see `health::Retry`, and [`Tx::careful`] after an
+    /// expected change that did not happen), so it captures references:
     /// `self.write(|mut db| async move { ...; db.commit(out).await })`.
     pub(crate) async fn write<T, F, Fut>(&self, mut f: F) -> Result<T, StoreError>
     where
@@ -193,9 +402,11 @@ impl Store {
         // Inside a rollout's task a write that fails on the storage is waited out
         // (`health::Retry`): `f` runs again on each try, in a new transaction.
         let mut retry = super::health::Retry::new(&self.health);
+        let mut careful = false;
         let done = loop {
             let tried = async {
-                let tx = Tx::begin(&self.writer.conn).await?;
+                let mut tx = Tx::begin(&self.writer.conn).await?;
+                tx.careful = careful;
                 #[cfg(feature = "testing")]
                 if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
                     return Err(super::health::injected_fault());
@@ -203,6 +414,10 @@ impl Store {
                 f(tx).await
             }
             .await;
+            if !careful && tried.as_ref().is_err_and(is_unexpected_change) {
+                careful = true;
+                continue;
+            }
             match retry.after(tried) {
                 super::health::Then::Return(done) => break done?,
                 super::health::Then::RetryIn(wait) => tokio::time::sleep(wait).await,
@@ -248,21 +463,16 @@ impl Store {
     }
 
     /// Runs one statement that changes rows on its own (no audit event), in a transaction
-    /// of its own; the rows it changed. `bind` adds the statement's arguments.
-    pub(crate) async fn write_one<'q>(
+    /// of its own (one round trip); the rows it changed. `bind` adds the statement's
+    /// arguments.
+    pub(crate) async fn write_one(
         &self,
-        sql: &'q str,
-        bind: impl Fn(
-            sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-        )
-            -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        sql: &str,
+        bind: impl for<'t> Fn(Stmt<'t>) -> Stmt<'t>,
     ) -> Result<u64, StoreError> {
         self.write(|mut db| {
-            let q = bind(sqlx::query(sql));
-            async move {
-                let n = q.execute(&mut *db).await?.rows_affected();
-                db.commit(n).await
-            }
+            bind(db.query(sql));
+            db.commit_changes()
         })
         .await
     }

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::SqliteConnection;
 
 use super::{corrupt, event};
 use crate::domain::release::{ReleaseEventKind, TargetOutcome, SYSTEM_ACTOR};
 use crate::store::rollout::NewRollout;
+use crate::store::write::Tx;
 use crate::store::{Store, StoreError};
 
 /// The replica's newest recorded deployment, as far as "already current" cares.
@@ -26,21 +26,19 @@ struct Recorded {
 /// `want` would deploy (file, tag, env overrides, merged env hash, under the slot's own
 /// name) and no rollout of the replica has touched it since, nor runs now. A baseline (read
 /// from the host, without an env hash) is never current.
-async fn current_deployment(
-    db: &mut SqliteConnection,
-    want: &NewRollout,
-) -> Result<Option<String>, StoreError> {
+async fn current_deployment(db: &mut Tx, want: &NewRollout) -> Result<Option<String>, StoreError> {
     if want.deploy_as.is_some() || want.replaces.is_some() {
         return Ok(None);
     }
-    let recorded: Option<Recorded> = sqlx::query_as(
-        "select file, tag, env_overrides, env_sha256, deployed_as, rollout_id from deployment \
+    let recorded: Option<Recorded> = db
+        .query(
+            "select file, tag, env_overrides, env_sha256, deployed_as, rollout_id from deployment \
          where host = ? and service = ? order by deployed_at desc, deployment_id desc limit 1",
-    )
-    .bind(&want.host)
-    .bind(&want.service)
-    .fetch_optional(&mut *db)
-    .await?;
+        )
+        .bind(&want.host)
+        .bind(&want.service)
+        .fetch_optional()
+        .await?;
     let Some(d) = recorded else { return Ok(None) };
     let Some(deployed_by) = d.rollout_id else {
         return Ok(None);
@@ -60,15 +58,16 @@ async fn current_deployment(
     }
     // A later rollout that sent a down or up (and failed without recording a deployment), or
     // one that runs now, may have changed the replica since.
-    let latest: Option<(String,)> = sqlx::query_as(
-        "select rollout_id from rollout where host = ? and service = ? \
+    let latest: Option<(String,)> = db
+        .query(
+            "select rollout_id from rollout where host = ? and service = ? \
          and (touched_replica = 1 or status in ('pending', 'running')) \
          order by created_at desc, rollout_id desc limit 1",
-    )
-    .bind(&want.host)
-    .bind(&want.service)
-    .fetch_optional(db)
-    .await?;
+        )
+        .bind(&want.host)
+        .bind(&want.service)
+        .fetch_optional()
+        .await?;
     let latest = latest.map(|(id,)| id);
     Ok((latest.as_deref() == Some(deployed_by.as_str())).then_some(deployed_by))
 }
@@ -87,29 +86,26 @@ impl Store {
         at: DateTime<Utc>,
     ) -> Result<Option<String>, StoreError> {
         self.write(|mut db| async move {
-            let open: Option<(i64,)> = sqlx::query_as(
-                "select 1 from release r join release_target t on t.release_id = r.release_id \
+            let open: Option<(i64,)> = db
+                .query(
+                    "select 1 from release r join release_target t on t.release_id = r.release_id \
                  where r.release_id = ? and r.status = 'running' and t.position = ? \
                  and t.rollout_id is null and t.outcome is null",
-            )
-            .bind(release_id)
-            .bind(i64::from(position))
-            .fetch_optional(&mut *db)
-            .await?;
+                )
+                .bind(release_id)
+                .bind(i64::from(position))
+                .fetch_optional()
+                .await?;
             if open.is_none() {
                 return db.commit(None).await;
             }
             let Some(deployed_by) = current_deployment(&mut db, want).await? else {
                 return db.commit(None).await;
             };
-            sqlx::query(
-                "update release_target set outcome = ? where release_id = ? and position = ?",
-            )
-            .bind(TargetOutcome::AlreadyCurrent.as_str())
-            .bind(release_id)
-            .bind(i64::from(position))
-            .execute(&mut *db)
-            .await?;
+            db.query("update release_target set outcome = ? where release_id = ? and position = ?")
+                .bind(TargetOutcome::AlreadyCurrent.as_str())
+                .bind(release_id)
+                .bind(i64::from(position));
             let detail = serde_json::json!({"position": position, "host": want.host,
                 "service": want.service, "tag": want.tag, "rollout_id": deployed_by});
             event(
@@ -133,11 +129,11 @@ impl Store {
     /// do it in the same transaction.
     pub async fn end_unstarted_targets(&self, release_id: &str) -> Result<usize, StoreError> {
         self.write(|mut db| async move {
-            let status: Option<(String,)> =
-                sqlx::query_as("select status from release where release_id = ?")
-                    .bind(release_id)
-                    .fetch_optional(&mut *db)
-                    .await?;
+            let status: Option<(String,)> = db
+                .query("select status from release where release_id = ?")
+                .bind(release_id)
+                .fetch_optional()
+                .await?;
             let ended = match status.as_ref().map(|(s,)| s.as_str()) {
                 Some("failed" | "aborted") => not_started(&mut db, release_id).await?,
                 Some(_) => 0,
@@ -150,19 +146,17 @@ impl Store {
 }
 
 /// Ends `not_started` the targets of `release_id` with neither a rollout nor an outcome.
-pub(super) async fn not_started(
-    db: &mut SqliteConnection,
-    release_id: &str,
-) -> Result<usize, StoreError> {
-    let ended = sqlx::query(
-        "update release_target set outcome = ? \
+pub(super) async fn not_started(db: &mut Tx, release_id: &str) -> Result<usize, StoreError> {
+    let ended = db
+        .query(
+            "update release_target set outcome = ? \
          where release_id = ? and rollout_id is null and outcome is null",
-    )
-    .bind(TargetOutcome::NotStarted.as_str())
-    .bind(release_id)
-    .execute(db)
-    .await?
-    .rows_affected();
+        )
+        .bind(TargetOutcome::NotStarted.as_str())
+        .bind(release_id)
+        .execute()
+        .await?
+        .rows_affected();
     Ok(usize::try_from(ended).unwrap_or(usize::MAX))
 }
 

@@ -51,17 +51,14 @@ async fn concurrent_writes_all_land_one_transaction_at_a_time() {
         tokio::spawn(async move {
             store
                 .write(|mut db| async move {
-                    let (attempts,): (i64,) = sqlx::query_as(
-                        "select attempts from step where rollout_id = 'r1' and position = 0",
-                    )
-                    .fetch_one(&mut *db)
-                    .await?;
-                    sqlx::query(
+                    let (attempts,): (i64,) = db
+                        .query("select attempts from step where rollout_id = 'r1' and position = 0")
+                        .fetch_one()
+                        .await?;
+                    db.query(
                         "update step set attempts = ? where rollout_id = 'r1' and position = 0",
                     )
-                    .bind(attempts + 1)
-                    .execute(&mut *db)
-                    .await?;
+                    .bind(attempts + 1);
                     db.commit(()).await
                 })
                 .await
@@ -111,8 +108,9 @@ async fn a_write_cancelled_mid_transaction_keeps_nothing_and_frees_the_writer() 
     let cancelled = store.write(|mut db| {
         let inside = inside.lock().expect("lock").take();
         async move {
-            sqlx::query("update rollout set touched_replica = 1 where rollout_id = 'r1'")
-                .execute(&mut *db)
+            // Sent (not only queued): the update ran inside the open transaction.
+            db.query("update rollout set touched_replica = 1 where rollout_id = 'r1'")
+                .execute()
                 .await?;
             if let Some(inside) = inside {
                 let _ = inside.send(());
@@ -137,6 +135,63 @@ async fn a_write_cancelled_mid_transaction_keeps_nothing_and_frees_the_writer() 
     let r = store.get_rollout("r1").await.expect("read").expect("r1");
     assert!(!r.touched_replica, "the cancelled update was rolled back");
     assert_eq!(store.attempts("r1").await.expect("attempts").len(), 1);
+}
+
+/// A transaction's queued statements go out together, each taking its own arguments in
+/// order; a read in the middle sees what was queued before it; a queued statement that
+/// fails fails the commit and nothing of the transaction is kept.
+#[tokio::test]
+async fn queued_statements_bind_in_order_and_a_failing_one_keeps_nothing() {
+    let (_dir, store) = temp_store().await;
+    store
+        .create_rollout(&rollout("r1", "gpu01", "svc-r2", 0), &steps())
+        .await
+        .expect("created");
+    let seen = store
+        .write(|mut db| async move {
+            db.query("update step set attempts = ? where rollout_id = ? and position = ?")
+                .bind(7_i64)
+                .bind("r1")
+                .bind(0_i64);
+            db.query("update rollout set touched_replica = 1 where rollout_id = ?")
+                .bind("r1");
+            db.query("update step set detail = ? where rollout_id = ? and position = ?")
+                .bind("{\"n\":1}")
+                .bind("r1")
+                .bind(0_i64);
+            let (attempts, detail): (i64, String) = db
+                .query("select attempts, detail from step where rollout_id = ? and position = 0")
+                .bind("r1")
+                .fetch_one()
+                .await?;
+            db.commit((attempts, detail)).await
+        })
+        .await
+        .expect("committed");
+    assert_eq!(seen, (7, "{\"n\":1}".to_string()));
+    let r = store.get_rollout("r1").await.expect("read").expect("r1");
+    assert!(r.touched_replica);
+
+    let e = store
+        .write(|mut db| async move {
+            db.query("update step set attempts = 99 where rollout_id = ?")
+                .bind("r1");
+            db.query("update rollout set status = 'sideways' where rollout_id = ?")
+                .bind("r1");
+            db.commit(()).await
+        })
+        .await
+        .expect_err("not a status");
+    assert!(e.to_string().contains("CHECK"), "{e}");
+    assert_eq!(store.steps("r1").await.expect("steps")[0].attempts, 7);
+    // The writer is free and outside any transaction.
+    store
+        .write_one(
+            "update step set attempts = 8 where rollout_id = 'r1'",
+            |q| q,
+        )
+        .await
+        .expect("the next write commits");
 }
 
 /// SQLite's own errors, as sqlx reports them, are told apart: the storage refusing a write
