@@ -70,8 +70,9 @@ pub struct Metrics {
     storage_waiting: Gauge,
     releases: Family<OutcomeLabel, Counter>,
     release_targets: Family<StateLabel, Gauge>,
-    /// What a step's running event read of it (`Store::step_timing`), by rollout id and step
-    /// name, until its end event: the end then needs no read of its own. Bounded:
+    /// What a step's running event said of it (handed over with the event, or read with
+    /// `Store::step_timing` for one read back), by rollout id and step name, until its end
+    /// event. Bounded:
     /// an entry leaves at its step's end, a rollout's at the rollout's end, and all of them
     /// when `KEPT_ROLLOUTS` rollouts are kept (an end that never arrives, e.g. a catch-up
     /// whose read failed, would otherwise stay).
@@ -361,8 +362,18 @@ impl Metrics {
                 return;
             }
         }
-        let Ok(Some(step)) = store.step_timing(rollout_id, name).await else {
-            return;
+        // The step as its transition wrote it, handed over with the event; read only for an
+        // event read back from the database, or an end whose start the writer did not know.
+        let handed = event
+            .step_timing
+            .clone()
+            .filter(|t| outcome == StepStatus::Running || t.started_at.is_some());
+        let step = match handed {
+            Some(step) => step,
+            None => match store.step_timing(rollout_id, name).await {
+                Ok(Some(step)) => step,
+                _ => return,
+            },
         };
         if outcome == StepStatus::Running {
             {

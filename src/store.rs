@@ -85,9 +85,8 @@ pub enum StoreError {
 /// The database handle over one SQLite file in WAL mode, every connection sqlx's: one that
 /// writes (`writer`, used only through [`Store::write`]), one that reads for the engine
 /// (`reader`, [`Store::read`]) and a small pool that reads for the API (`pool`). The readers are `query_only`, so a write sent there by mistake fails
-/// instead of contending. Every audit event is also published,
-/// after its transaction commits, to subscribers (`subscribe`): the live event stream, metrics
-/// and notifications listen there.
+/// instead of contending. Every audit event is also handed, when its transaction commits, to
+/// subscribers (`subscribe`): the live event stream, metrics and releases listen there.
 ///
 /// One writer because SQLite has one write lock: with several writing connections, a
 /// transaction that finds the lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... ms)
@@ -107,13 +106,14 @@ pub struct Store {
     health: std::sync::Arc<StorageHealth>,
 }
 
+/// Where a commit hands what it wrote (`write::Tx::commit`), under the writer's lock.
 #[derive(Debug)]
 struct EventBus {
+    /// The committed audit events, in sequence order.
     tx: tokio::sync::broadcast::Sender<AuditEvent>,
-    /// Rung after every commit that wrote audit events; one publisher task answers.
-    wake: tokio::sync::Notify,
-    /// How many times `wake` was rung (what the store's tests count).
-    rings: std::sync::atomic::AtomicU64,
+    /// Counts the commits that wrote a notification to the outbox: the notifier waits for
+    /// it to change.
+    outbox: tokio::sync::watch::Sender<u64>,
 }
 
 /// Makes `step_kind` (what the triggers on `step.kind` accept, migration 0011) the registered
@@ -200,8 +200,7 @@ impl Store {
         let (tx, _) = tokio::sync::broadcast::channel(1024);
         let bus = EventBus {
             tx,
-            wake: tokio::sync::Notify::new(),
-            rings: Default::default(),
+            outbox: tokio::sync::watch::Sender::new(0),
         };
         let store = Self {
             pool,
@@ -211,39 +210,20 @@ impl Store {
             owner: std::sync::Arc::new(std::sync::Mutex::new(Some(owner))),
             health: Default::default(),
         };
-        let last = store.last_audit_seq().await?;
-        // The publisher lives as long as the runtime; it does not hold the database for this
-        // process: dropping every other handle gives it up, as `close` does.
-        let mut publisher = store.clone();
-        publisher.owner = Default::default();
-        tokio::spawn(publisher.run_publisher(last));
         Ok(store)
     }
 
-    /// The one task that reads committed audit events back and broadcasts them, in `seq`
-    /// order, each once. Writers only ring `wake`: they never wait on it, so a burst of
-    /// commits from many rollouts does not queue behind a shared lock.
-    async fn run_publisher(self, last: i64) {
-        let store = &self;
-        publish_committed(
-            &self.bus,
-            last,
-            |after| store.audit_events_after(after),
-            || store.pool.is_closed(),
-        )
-        .await
-    }
-    /// Audit events as they are committed (a slow subscriber may miss some: `Lagged`).
+    /// Audit events as they are committed, in sequence order, each handed over by the
+    /// transaction that wrote it (a slow subscriber may miss some: `Lagged`, and reads them
+    /// back with `audit_events_after`).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AuditEvent> {
         self.bus.tx.subscribe()
     }
 
-    /// Asks the publisher to broadcast every audit event committed so far (returns at once).
-    pub(crate) async fn publish(&self) {
-        self.bus
-            .rings
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.bus.wake.notify_one();
+    /// Changes after each commit that wrote a notification to the outbox (what the notifier
+    /// waits for); it is marked seen from the start.
+    pub(crate) fn outbox_writes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.bus.outbox.subscribe()
     }
 
     /// How many rollouts are not terminal.
@@ -279,45 +259,6 @@ impl Store {
     /// The connections that read (`query_only`).
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-}
-
-/// The publisher's loop, apart from the database it reads (`read`: the events after a `seq`, at
-/// most `audit::AUDIT_BATCH`; `closed`: whether a failed read means the store is gone). Each
-/// ring of `wake` reads until a batch comes back shorter than the limit: that batch was all
-/// there was, so it is caught up without one more read to see an empty answer. A
-/// commit that lands during a read rings `wake` while nobody waits on it; `notify_one` keeps
-/// that ring as a permit, so the next `notified()` returns at once and the event is read then.
-async fn publish_committed<F, Fut>(
-    bus: &EventBus,
-    mut last: i64,
-    mut read: F,
-    closed: impl Fn() -> bool,
-) where
-    F: FnMut(i64) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<AuditEvent>, StoreError>>,
-{
-    loop {
-        bus.wake.notified().await;
-        loop {
-            match read(last).await {
-                Ok(events) => {
-                    let caught_up = events.len() < audit::AUDIT_BATCH;
-                    for e in events {
-                        last = e.seq;
-                        let _ = bus.tx.send(e);
-                    }
-                    if caught_up {
-                        break;
-                    }
-                }
-                Err(_) if closed() => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not read back audit events to publish");
-                    break;
-                }
-            }
-        }
     }
 }
 

@@ -7,12 +7,12 @@ use super::write::Tx;
 use super::{fmt_time, parse_time, Store, StoreError};
 
 /// Inserts `e` and the notification it causes (`outbox::enqueue`) in the caller's transaction,
-/// which then publishes once it commits.
+/// which hands the event (with the sequence number SQLite gave it) to subscribers once it
+/// commits.
 pub(super) async fn append(db: &mut Tx, e: &AuditEntry) -> Result<(), StoreError> {
-    db.audited();
     db.query(
         "insert into audit_event (occurred_at, rollout_id, step_name, actor, kind, from_state, to_state, detail) \
-         values (?, ?, ?, ?, ?, ?, ?, ?)",
+         values (?, ?, ?, ?, ?, ?, ?, ?) returning seq",
     )
     .bind(fmt_time(e.at))
     .bind(&e.rollout_id)
@@ -22,6 +22,7 @@ pub(super) async fn append(db: &mut Tx, e: &AuditEntry) -> Result<(), StoreError
     .bind(&e.from_state)
     .bind(&e.to_state)
     .bind(e.detail.to_string());
+    db.audited(e);
     super::outbox::enqueue(db, e).await
 }
 
@@ -106,6 +107,7 @@ fn to_events(rows: Vec<AuditRow>) -> Result<Vec<AuditEvent>, StoreError> {
                 from_state: r.from_state,
                 to_state: r.to_state,
                 detail: serde_json::from_str(&r.detail).unwrap_or(serde_json::Value::Null),
+                step_timing: None,
             })
         })
         .collect()

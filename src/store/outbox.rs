@@ -119,6 +119,7 @@ pub(super) async fn enqueue(db: &mut Tx, entry: &AuditEntry) -> Result<(), Store
     .bind(rollout_id)
     .bind(payload.to_string())
     .bind(fmt_time(entry.at));
+    db.notified();
     Ok(())
 }
 

@@ -137,6 +137,11 @@ pub struct AuditEvent {
     pub from_state: Option<String>,
     pub to_state: Option<String>,
     pub detail: serde_json::Value,
+    /// A step event's step as its transition wrote it, when the event was handed over by
+    /// the transaction that wrote it (`None` when read back from the database): what the
+    /// metrics time the step with, without a read.
+    #[serde(skip)]
+    pub step_timing: Option<StepTiming>,
 }
 
 /// Filters of `GET /v1/rollouts`; all optional, combined with AND.
@@ -168,6 +173,8 @@ pub struct AuditEntry {
     pub(super) from_state: Option<String>,
     pub(super) to_state: Option<String>,
     pub(super) detail: serde_json::Value,
+    /// Handed to subscribers with the event (`AuditEvent::step_timing`), never stored.
+    pub(super) step_timing: Option<StepTiming>,
 }
 
 impl AuditEntry {
@@ -181,6 +188,7 @@ impl AuditEntry {
             from_state: None,
             to_state: None,
             detail: serde_json::json!({}),
+            step_timing: None,
         }
     }
     pub fn rollout(mut self, id: &str) -> Self {
@@ -199,5 +207,33 @@ impl AuditEntry {
     pub fn detail(mut self, detail: serde_json::Value) -> Self {
         self.detail = detail;
         self
+    }
+    pub(super) fn step_timing(mut self, timing: StepTiming) -> Self {
+        self.step_timing = Some(timing);
+        self
+    }
+
+    /// The event this entry is once stored with sequence number `seq`: its time and detail
+    /// as reading the row back would give them (times are stored to the millisecond).
+    pub(super) fn stored(&self, seq: i64) -> AuditEvent {
+        use chrono::SubsecRound;
+        let ms = |t: DateTime<Utc>| t.trunc_subsecs(3);
+        AuditEvent {
+            seq,
+            occurred_at: ms(self.at),
+            rollout_id: self.rollout_id.clone(),
+            step: self.step.clone(),
+            actor: self.actor.clone(),
+            kind: self.kind,
+            from_state: self.from_state.clone(),
+            to_state: self.to_state.clone(),
+            detail: self.detail.clone(),
+            step_timing: self.step_timing.as_ref().map(|t| StepTiming {
+                position: t.position,
+                kind: t.kind,
+                started_at: t.started_at.map(ms),
+                finished_at: t.finished_at.map(ms),
+            }),
+        }
     }
 }

@@ -433,11 +433,26 @@ fn step_entry(
         StepStatus::Succeeded => crate::domain::analysis::verdict_event(detail),
         _ => serde_json::json!({}),
     };
+    // The step as the update leaves it: a start keeps a start already stored (a copy that
+    // agrees on the status agrees on it), an end is at `at`.
+    let timing = StepTiming {
+        position: step.position,
+        kind: step.kind,
+        started_at: step
+            .started_at
+            .or((next == StepStatus::Running).then_some(at)),
+        finished_at: if next.is_terminal() {
+            Some(at)
+        } else {
+            step.finished_at
+        },
+    };
     AuditEntry::new(at, "canaryd", AuditKind::step(next))
         .rollout(&step.rollout_id)
         .step(&step.name)
         .states(Some(current.as_str()), Some(next.as_str()))
         .detail(audit_detail)
+        .step_timing(timing)
 }
 
 /// `transition_in`'s update, queued: `step` from `current` to `next` (and the abort check

@@ -21,10 +21,11 @@ use sqlx::sqlite::{
     SqliteArgumentValue, SqliteArguments, SqliteConnectOptions, SqliteConnection,
     SqliteQueryResult, SqliteRow,
 };
-use sqlx::{Arguments, ConnectOptions, Connection, Either, Executor, FromRow, Sqlite};
+use sqlx::{Arguments, ConnectOptions, Connection, Either, Executor, FromRow, Row, Sqlite};
 use tokio::sync::{Mutex, MutexGuard, OwnedMutexGuard};
 
-use super::{Store, StoreError};
+use super::record::{AuditEntry, AuditEvent};
+use super::{EventBus, Store, StoreError};
 
 /// One connection of the store's own; `None` once the store is closed.
 type Slot = Arc<Mutex<Option<SqliteConnection>>>;
@@ -96,10 +97,12 @@ fn is_unexpected_change(e: &StoreError) -> bool {
 /// [`Tx::commit`] sends what is left with `COMMIT`: a transaction that reads nothing in the
 /// middle is one round trip. An error from a queued statement surfaces at the next send.
 ///
-/// It also remembers whether the transaction wrote an audit event ([`Tx::audited`], called
-/// by `audit::append`): only then is there something to publish after the commit, so a
-/// transaction that wrote none (notification routing, a retention batch) does not wake the
-/// publisher for a read that finds nothing.
+/// It also keeps the audit events the transaction wrote ([`Tx::audited`], called by
+/// `audit::append`), each with the sequence number SQLite gave it (the insert's `returning
+/// seq`, read from the same send), and whether it wrote a notification to the outbox
+/// ([`Tx::notified`]). Once `COMMIT` succeeded, still holding the writer's lock, it hands the
+/// events to subscribers (`Store::subscribe`) and wakes the notifier: commits are in the
+/// writer's order, so subscribers get every event once, in sequence order, with no read.
 pub(crate) struct Tx {
     /// The writer's lock, held until the transaction is committed or rolled back.
     guard: Option<OwnedMutexGuard<Option<SqliteConnection>>>,
@@ -109,7 +112,16 @@ pub(crate) struct Tx {
     begun: bool,
     /// Not the transaction's first try: see [`Tx::careful`].
     careful: bool,
-    audited: bool,
+    /// Where committed audit events go, and the notifier's wake.
+    bus: Arc<EventBus>,
+    /// The audit events written so far, in order; the first `numbered` have their `seq`.
+    events: Vec<AuditEvent>,
+    numbered: usize,
+    /// The queued statements (by position in the queue) whose rows are audit sequence
+    /// numbers.
+    returning: Vec<usize>,
+    /// An outbox row was written.
+    notified: bool,
     /// Statements queued and not yet sent, each ended by `;`, and how many.
     sql: String,
     queued: usize,
@@ -122,7 +134,6 @@ pub(crate) struct Tx {
 /// to [`Store::write`] cannot end without committing or failing.
 pub(crate) struct Committed<T> {
     out: T,
-    audited: bool,
 }
 
 /// One statement queued in a [`Tx`]: its arguments are added with [`Stmt::bind`]; left as
@@ -217,7 +228,7 @@ impl Tx {
     /// Takes the writer's lock (in arrival order). `BEGIN IMMEDIATE` opens the first send:
     /// the write lock of the database is taken before the transaction's first statement, so
     /// read-then-write transactions never hit a stale snapshot.
-    async fn begin(slot: &Slot) -> Result<Self, StoreError> {
+    async fn begin(slot: &Slot, bus: &Arc<EventBus>) -> Result<Self, StoreError> {
         let guard = Arc::clone(slot).lock_owned().await;
         if guard.is_none() {
             return Err(closed());
@@ -227,7 +238,11 @@ impl Tx {
             open: true,
             begun: false,
             careful: false,
-            audited: false,
+            bus: Arc::clone(bus),
+            events: Vec::new(),
+            numbered: 0,
+            returning: Vec::new(),
+            notified: false,
             sql: String::new(),
             queued: 0,
             args: Vec::new(),
@@ -256,10 +271,14 @@ impl Tx {
         // Statements whose result is not the caller's: `BEGIN IMMEDIATE` and all queued
         // before the last.
         let mut skip = self.queued.saturating_sub(1);
+        // Statements sent before the first queued one.
+        let mut first = 0;
         if !self.begun {
             sql.push_str("BEGIN IMMEDIATE;\n");
             skip += 1;
+            first = 1;
         }
+        let returning = std::mem::take(&mut self.returning);
         sql.push_str(&self.sql);
         if let Some(tail) = tail {
             sql.push_str(tail);
@@ -274,6 +293,7 @@ impl Tx {
         let mut done = SqliteQueryResult::default();
         let mut rows = Vec::new();
         let mut ended = 0;
+        let mut seqs = Vec::new();
         while let Some(item) = stream.try_next().await? {
             match item {
                 Either::Left(r) => {
@@ -282,8 +302,21 @@ impl Tx {
                     }
                     ended += 1;
                 }
-                Either::Right(row) if ended == skip => rows.push(row),
-                Either::Right(_) => {}
+                Either::Right(row) => {
+                    if ended >= first && returning.contains(&(ended - first)) {
+                        seqs.push(row.try_get::<i64, _>(0)?);
+                    }
+                    if ended == skip {
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+        drop(stream);
+        for seq in seqs {
+            if let Some(e) = self.events.get_mut(self.numbered) {
+                e.seq = seq;
+                self.numbered += 1;
             }
         }
         Ok((done, rows))
@@ -311,9 +344,16 @@ impl Tx {
         ));
     }
 
-    /// Marks this transaction as one that wrote audit events.
-    pub(super) fn audited(&mut self) {
-        self.audited = true;
+    /// Records `e` as the audit event the statement queued last inserts (its rows: the
+    /// event's sequence number).
+    pub(super) fn audited(&mut self, e: &AuditEntry) {
+        self.returning.push(self.queued.saturating_sub(1));
+        self.events.push(e.stored(0));
+    }
+
+    /// Records that the transaction wrote a notification to the outbox.
+    pub(super) fn notified(&mut self) {
+        self.notified = true;
     }
 
     /// Sends what is queued and `COMMIT` (one round trip; none for a transaction that
@@ -322,23 +362,41 @@ impl Tx {
         if self.begun || self.queued > 0 {
             self.send(Some("COMMIT;")).await?;
         }
-        self.open = false;
-        Ok(Committed {
-            out,
-            audited: self.audited,
-        })
+        self.committed();
+        Ok(Committed { out })
     }
-}
 
-impl Tx {
     /// [`Tx::commit`] answering the rows changed by the last statement queued.
     async fn commit_changes(mut self) -> Result<Committed<u64>, StoreError> {
         let (done, _) = self.send(Some("COMMIT;")).await?;
-        self.open = false;
+        self.committed();
         Ok(Committed {
             out: done.rows_affected(),
-            audited: self.audited,
         })
+    }
+
+    /// After `COMMIT` succeeded, with the writer's lock still held: the audit events go to
+    /// subscribers in the order they were written, and the notifier is woken when there is
+    /// a new notification.
+    fn committed(&mut self) {
+        self.open = false;
+        if self.numbered != self.events.len() {
+            // Never expected (each insert answers its number); the events are not sent
+            // without one, and subscribers that need every event catch up on the
+            // database from their last number when they see a gap.
+            tracing::error!(
+                written = self.events.len(),
+                numbered = self.numbered,
+                "audit events committed without their sequence number"
+            );
+        }
+        for e in self.events.drain(..self.numbered) {
+            // No subscriber is not an error.
+            let _ = self.bus.tx.send(e);
+        }
+        if self.notified {
+            self.bus.outbox.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 }
 
@@ -388,8 +446,8 @@ impl std::ops::DerefMut for Reader<'_> {
 impl Store {
     /// Runs `f` in one `BEGIN IMMEDIATE` transaction on the writer connection; `f` ends with
     /// [`Tx::commit`]. An error from `f` (or a panic, or this future dropped) rolls it back
-    /// and nothing of it is kept. When `f` wrote audit events, subscribers are told after the
-    /// commit (`publish`). Writers wait for the connection in arrival order.
+    /// and nothing of it is kept. The audit events `f` wrote go to subscribers at the commit
+    /// ([`Tx::commit`]). Writers wait for the connection in arrival order.
     ///
     /// `f` is called again for each try (see `health::Retry`, and [`Tx::careful`] after an
     /// expected change that did not happen), so it captures references:
@@ -405,7 +463,7 @@ impl Store {
         let mut careful = false;
         let done = loop {
             let tried = async {
-                let mut tx = Tx::begin(&self.writer.conn).await?;
+                let mut tx = Tx::begin(&self.writer.conn, &self.bus).await?;
                 tx.careful = careful;
                 #[cfg(feature = "testing")]
                 if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
@@ -423,9 +481,6 @@ impl Store {
                 super::health::Then::RetryIn(wait) => tokio::time::sleep(wait).await,
             }
         };
-        if done.audited {
-            self.publish().await;
-        }
         Ok(done.out)
     }
 

@@ -1,18 +1,13 @@
 //! Fewer round trips keep the store's answers: a step update that trusts the
-//! caller's copy of the row only when the database agrees, and a publisher that stops reading
-//! at a short batch without losing an event committed meanwhile.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//! caller's copy of the row only when the database agrees, and audit events handed to
+//! subscribers by the transaction that wrote them, exactly as reading them back would give.
 
 use serde_json::json;
 
 use super::{at, create, rollout, temp_store};
 use crate::domain::audit::AuditKind;
 use crate::domain::state::{StepEvent, StepStatus};
-use crate::store::audit::AUDIT_BATCH;
-use crate::store::{publish_committed, AuditEvent, EventBus, Step, Store, StoreError};
+use crate::store::{AuditEvent, Step, Store, StoreError};
 
 /// The events that take a pending step to `status`.
 fn path_to(status: StepStatus) -> &'static [StepEvent] {
@@ -127,102 +122,141 @@ async fn a_transition_of_a_step_not_in_the_database_fails_and_writes_nothing() {
     );
 }
 
-fn event(seq: i64) -> AuditEvent {
-    AuditEvent {
-        seq,
-        occurred_at: at(seq),
-        rollout_id: Some("ro_1".into()),
-        step: None,
-        actor: "canaryd".into(),
-        kind: AuditKind::RolloutCreated,
-        from_state: None,
-        to_state: None,
-        detail: json!({}),
+/// Every event `rx` holds now.
+fn drain(rx: &mut tokio::sync::broadcast::Receiver<AuditEvent>) -> Vec<AuditEvent> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        out.push(e);
     }
+    out
 }
 
-fn bus(capacity: usize) -> Arc<EventBus> {
-    let (tx, _) = tokio::sync::broadcast::channel(capacity);
-    Arc::new(EventBus {
-        tx,
-        wake: tokio::sync::Notify::new(),
-        rings: Default::default(),
-    })
+/// An event as the API shows it (what reading it back gives; the step timing is not shown).
+fn shown(e: &AuditEvent) -> serde_json::Value {
+    serde_json::to_value(e).expect("serializes")
 }
 
-/// The next event published, or a failure after 10 s (a lost event would wait forever).
-async fn next_seq(rx: &mut tokio::sync::broadcast::Receiver<AuditEvent>) -> i64 {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+/// A rollout's life through the store (created, a step started, a stale copy's transition
+/// rerun carefully, a boundary, a refused transition): subscribers get, at each commit, the
+/// events it wrote, with the numbers SQLite gave them, in order, equal to reading them back;
+/// a rolled-back transaction hands over nothing.
+#[tokio::test]
+async fn committed_audit_events_reach_subscribers_as_stored_and_in_order() {
+    let (_dir, store) = temp_store().await;
+    let mut rx = store.subscribe();
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    let all = store.steps("ro_1").await.expect("steps");
+    store
+        .transition_step(&all[0], StepEvent::Start, &json!({}), None, at(1))
         .await
-        .expect("an event is published")
-        .expect("the bus is open")
-        .seq
-}
-
-/// Event 1 is committed; while the publisher reads it (a batch shorter than the limit, so it
-/// stops reading there), event 2 commits and its writer rings the publisher: event 2 is
-/// published too, from the ring kept while nobody waited.
-#[tokio::test]
-async fn an_event_committed_while_the_publisher_reads_a_batch_is_still_published() {
-    let bus = bus(16);
-    let mut rx = bus.tx.subscribe();
-    let table = Arc::new(Mutex::new(vec![event(1)]));
-    let reads = Arc::new(AtomicUsize::new(0));
-    let publisher = {
-        let (bus, table, reads) = (Arc::clone(&bus), Arc::clone(&table), Arc::clone(&reads));
-        tokio::spawn(async move {
-            let read = |after: i64| {
-                let n = reads.fetch_add(1, Ordering::SeqCst);
-                let mut rows = table.lock().expect("table");
-                let batch: Vec<AuditEvent> =
-                    rows.iter().filter(|e| e.seq > after).cloned().collect();
-                if n == 0 {
-                    // A commit after this read's snapshot, and its writer's ring.
-                    rows.push(event(2));
-                    bus.wake.notify_one();
-                }
-                std::future::ready(Ok::<_, StoreError>(batch))
-            };
-            publish_committed(&bus, 0, read, || false).await
-        })
-    };
-    bus.wake.notify_one();
-    assert_eq!(next_seq(&mut rx).await, 1);
-    assert_eq!(next_seq(&mut rx).await, 2);
+        .expect("running");
+    // A stale copy (pending, stored running): the first try's guard fails, the careful
+    // rerun writes the event once.
+    store
+        .transition_step(&all[0], StepEvent::Fail, &json!({}), None, at(2))
+        .await
+        .expect("failed");
+    let done = down(&store, "ro_1").await;
+    let mut running = done.clone();
+    store
+        .transition_step(&done, StepEvent::Start, &json!({}), None, at(3))
+        .await
+        .expect("down running");
+    running.status = StepStatus::Running;
+    running.started_at = Some(at(3));
+    store
+        .succeed_step_and_start_next(&running, &json!({}), Some((&all[2], None)), at(4))
+        .await
+        .expect("boundary");
+    let refused = store
+        .transition_step(&all[0], StepEvent::Start, &json!({}), None, at(5))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let handed = drain(&mut rx);
+    let stored = store.audit_events_after(0).await.expect("read back");
     assert_eq!(
-        reads.load(Ordering::SeqCst),
-        2,
-        "one read per ring: a short batch is the end"
+        handed.iter().map(shown).collect::<Vec<_>>(),
+        stored.iter().map(shown).collect::<Vec<_>>()
     );
-    publisher.abort();
+    assert!(handed.windows(2).all(|w| w[0].seq < w[1].seq));
+    // The boundary's end carries the step's times as stored, for the metrics.
+    let end = handed
+        .iter()
+        .find(|e| {
+            e.step.as_deref() == Some(running.name.as_str()) && e.kind == AuditKind::StepSucceeded
+        })
+        .expect("the boundary's end");
+    let timing = end.step_timing.clone().expect("handed with its timing");
+    let read = store
+        .step_timing("ro_1", &running.name)
+        .await
+        .expect("read")
+        .expect("the step");
+    assert_eq!(timing, read);
 }
 
-/// A batch as long as the limit may not be all: the publisher reads on without a new ring.
+/// A write transaction hands over audit events only when it wrote some and committed, and
+/// wakes the notifier only when it also wrote a notification: one that wrote none, or whose
+/// events were rolled back, hands over nothing.
 #[tokio::test]
-async fn a_full_batch_is_read_past_without_another_ring() {
-    let bus = bus(AUDIT_BATCH + 8);
-    let mut rx = bus.tx.subscribe();
-    let total = AUDIT_BATCH as i64 + 3;
-    let reads = Arc::new(AtomicUsize::new(0));
-    let publisher = {
-        let (bus, reads) = (Arc::clone(&bus), Arc::clone(&reads));
-        tokio::spawn(async move {
-            let read = |after: i64| {
-                reads.fetch_add(1, Ordering::SeqCst);
-                let end = (after + AUDIT_BATCH as i64).min(total);
-                std::future::ready(Ok::<_, StoreError>(
-                    (after + 1..=end).map(event).collect::<Vec<_>>(),
-                ))
-            };
-            publish_committed(&bus, 0, read, || false).await
-        })
-    };
-    bus.wake.notify_one();
-    for seq in 1..=total {
-        assert_eq!(next_seq(&mut rx).await, seq);
+async fn only_a_committed_transaction_hands_over_its_events_and_wakes_the_notifier() {
+    let (_dir, store) = temp_store().await;
+    create(&store, &rollout("ro_1", "h1", "r2", 0)).await;
+    let mut rx = store.subscribe();
+    let mut outbox = store.outbox_writes();
+    let entry = |kind| crate::store::AuditEntry::new(at(0), "test", kind).rollout("ro_1");
+    let cases: [(&str, Option<AuditKind>, bool); 5] = [
+        // (case, the audit event appended, the closure fails after it)
+        ("writes nothing", None, false),
+        (
+            "appends and commits",
+            Some(AuditKind::AbortRequested),
+            false,
+        ),
+        (
+            "appends a notifying event and commits",
+            Some(AuditKind::RolloutFailed),
+            false,
+        ),
+        (
+            "appends a notifying event, then fails",
+            Some(AuditKind::RolloutFailed),
+            true,
+        ),
+        ("fails without appending", None, true),
+    ];
+    for (case, appends, fails) in cases {
+        let out = store
+            .write(|mut db| async move {
+                if let Some(kind) = appends {
+                    crate::store::audit::append(&mut db, &entry(kind)).await?;
+                }
+                if fails {
+                    return Err(StoreError::NotFound(case.to_owned()));
+                }
+                db.commit(()).await
+            })
+            .await;
+        assert_eq!(out.is_err(), fails, "{case}");
+        let handed = drain(&mut rx);
+        assert_eq!(
+            handed.len(),
+            usize::from(appends.is_some() && !fails),
+            "{case}"
+        );
+        let notifies = appends == Some(AuditKind::RolloutFailed) && !fails;
+        assert_eq!(
+            outbox.has_changed().expect("open"),
+            notifies,
+            "{case}: notifier woken"
+        );
+        outbox.mark_unchanged();
     }
-    assert_eq!(reads.load(Ordering::SeqCst), 2);
-    publisher.abort();
+    let (n,): (i64,) = sqlx::query_as("select count(*) from audit_event where actor = 'test'")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 2, "only the committed appends are kept");
 }
 
 /// A boundary's start of the next step, whose abort check rides in the update: for the next
@@ -288,42 +322,4 @@ async fn a_boundary_reads_the_abort_before_the_next_steps_status_whatever_the_co
             }
         }
     }
-}
-
-/// A write transaction rings the publisher only when it wrote an audit event and committed:
-/// one that wrote none, or whose audit event was rolled back, has nothing to publish.
-#[tokio::test]
-async fn only_a_committed_transaction_with_audit_events_rings_the_publisher() {
-    let (_dir, store) = temp_store().await;
-    let rings = |s: &Store| s.bus.rings.load(Ordering::Relaxed);
-    let entry = || crate::store::AuditEntry::new(at(0), "test", AuditKind::RolloutCreated);
-    let cases: [(&str, bool, bool); 4] = [
-        // (case, appends an audit event, the closure fails after it)
-        ("writes nothing", false, false),
-        ("appends and commits", true, false),
-        ("appends, then fails", true, true),
-        ("fails without appending", false, true),
-    ];
-    for (case, appends, fails) in cases {
-        let before = rings(&store);
-        let out = store
-            .write(|mut db| async move {
-                if appends {
-                    crate::store::audit::append(&mut db, &entry()).await?;
-                }
-                if fails {
-                    return Err(StoreError::NotFound(case.to_owned()));
-                }
-                db.commit(()).await
-            })
-            .await;
-        assert_eq!(out.is_err(), fails, "{case}");
-        let rang = rings(&store) - before;
-        assert_eq!(rang, u64::from(appends && !fails), "{case}: rings");
-    }
-    let (n,): (i64,) = sqlx::query_as("select count(*) from audit_event")
-        .fetch_one(store.pool())
-        .await
-        .expect("count");
-    assert_eq!(n, 1, "only the committed append is kept");
 }
