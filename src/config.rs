@@ -109,7 +109,8 @@ pub struct DeliveryTuning {
     pub retry_max: Duration,
     /// Attempts before a delivery is given up and marked `failed` (default 50).
     pub max_attempts: u32,
-    /// How often the outbox is checked when nothing wakes the notifier (default 1s).
+    /// How soon the outbox is checked again after a pass that failed on the database
+    /// (default 1s); otherwise the notifier is woken by the commits that write to it.
     pub poll_interval: Duration,
 }
 

@@ -20,13 +20,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::config::{NotificationsConfig, WebhookConfig, WebhookFormat};
-use crate::domain::notification::NotifyEvent;
-use crate::domain::state::RolloutKind;
-use crate::store::{AuditEvent, DueDelivery, Store};
+use crate::store::{DueDelivery, Store};
 
 mod storage;
 
@@ -104,36 +102,57 @@ impl Worker {
         }
     }
 
-    /// Runs for the daemon's life: a pass over the outbox at each audit event, at each due
-    /// retry and at least every `poll_interval`.
+    /// Runs for the daemon's life: a pass over the outbox at start, after each commit that
+    /// wrote a notification (`Store::outbox_writes`), at each due retry, and `poll_interval`
+    /// after a pass that failed. Nothing else writes the outbox, so there is no polling.
     async fn run(self) {
-        let mut events = self.store.subscribe();
+        let mut writes = self.store.outbox_writes();
         let poll = self.config.delivery.poll_interval;
+        // What is known of the pending deliveries: `None` until read, then when the next
+        // one is due (`Some(None)`: there is none). Only routing adds one, and only this
+        // task delivers them, so it is read again only after either.
+        let mut next_due: Option<Option<DateTime<Utc>>> = None;
         loop {
+            let mut failed = false;
             for _ in 0..MAX_PASSES {
-                match self.pass().await {
+                match self.pass(&mut next_due).await {
                     Ok(true) => continue,
                     Ok(false) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "notification outbox pass failed; retrying");
+                        failed = true;
+                        next_due = None;
                         break;
                     }
                 }
             }
-            let wait = match self.store.next_delivery_at().await {
-                Ok(Some(at)) => (at - Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO)
-                    .min(poll),
-                _ => poll,
+            if next_due.is_none() && !failed {
+                match self.store.next_delivery_at().await {
+                    Ok(next) => next_due = Some(next),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the next notification retry");
+                        failed = true;
+                    }
+                }
+            }
+            let wait = if failed {
+                Some(poll)
+            } else {
+                next_due
+                    .flatten()
+                    .map(|at| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO))
             };
-            wait_for_work(&mut events, wait, poll, may_notify).await;
+            wait_for_work(&mut writes, wait, poll).await;
         }
     }
 
-    /// Routes new notifications and sends due deliveries; true when a batch was full (more
-    /// may be waiting).
-    async fn pass(&self) -> Result<bool, crate::store::StoreError> {
+    /// Routes new notifications and sends due deliveries (read only when some may be due:
+    /// `next_due` unknown or past, or this pass routed one); true when a batch was full (more
+    /// may be waiting). `next_due` is forgotten when a delivery was added or attempted.
+    async fn pass(
+        &self,
+        next_due: &mut Option<Option<DateTime<Utc>>>,
+    ) -> Result<bool, crate::store::StoreError> {
         let unrouted = self.store.unrouted_notifications(BATCH).await?;
         let targets: Vec<Vec<&str>> = unrouted
             .iter()
@@ -154,7 +173,21 @@ impl Worker {
         // One transaction for the pass's batch: routing is all-or-nothing, and read again on
         // the next pass if it failed.
         self.store.route_notifications(&routes, Utc::now()).await?;
-        let due = self.store.due_deliveries(Utc::now(), BATCH).await?;
+        if targets.iter().any(|t| !t.is_empty()) {
+            *next_due = None;
+        }
+        let now = Utc::now();
+        let may_be_due = match next_due {
+            None => true,
+            Some(next) => next.is_some_and(|at| at <= now),
+        };
+        if !may_be_due {
+            return Ok(unrouted.len() as i64 == BATCH);
+        }
+        let due = self.store.due_deliveries(now, BATCH).await?;
+        if !due.is_empty() {
+            *next_due = None;
+        }
         for d in &due {
             self.deliver(d).await?;
         }
@@ -252,40 +285,29 @@ fn link_page(payload: &mut serde_json::Value, base: &str) {
     payload["rollout"]["url"] = json!(url);
 }
 
-/// Waits for the next pass: an audit event that `wakes` (one that may have written a
-/// notification), or `wait` (the next due retry, at most the poll interval). Other events are
-/// let by: a step's start or end writes no notification, and a pass per event (three reads)
-/// was a large share of the daemon's work when hundreds of rollouts move at once. A missed
-/// event (`Lagged`) wakes, since one of them may have notified. Without a publisher any more
-/// (the store is closing) it waits `poll`, so a closed channel is no busy loop.
-async fn wait_for_work<T: Clone>(
-    events: &mut tokio::sync::broadcast::Receiver<T>,
-    wait: Duration,
+/// Waits for the next pass: a commit that wrote a notification (`writes` changed since it
+/// was last seen, during the previous pass included), or `wait` (the next due retry; `None`:
+/// none is pending). When the store is gone it waits `poll`, so a closed channel is no busy
+/// loop.
+async fn wait_for_work(
+    writes: &mut tokio::sync::watch::Receiver<u64>,
+    wait: Option<Duration>,
     poll: Duration,
-    wakes: impl Fn(&T) -> bool,
 ) {
-    use tokio::sync::broadcast::error::RecvError;
-    let timer = tokio::time::sleep(wait);
-    tokio::pin!(timer);
-    loop {
-        tokio::select! {
-            received = events.recv() => match received {
-                Ok(event) if !wakes(&event) => {}
-                Ok(_) | Err(RecvError::Lagged(_)) => return,
-                Err(RecvError::Closed) => {
-                    tokio::time::sleep(poll).await;
-                    return;
-                }
-            },
-            () = &mut timer => return,
+    let timer = async {
+        match wait {
+            Some(wait) => tokio::time::sleep(wait).await,
+            None => std::future::pending().await,
         }
+    };
+    tokio::select! {
+        changed = writes.changed() => {
+            if changed.is_err() {
+                tokio::time::sleep(poll).await;
+            }
+        }
+        () = timer => {}
     }
-}
-
-/// Whether an audit event can have written a notification (`store::outbox::enqueue` writes
-/// one for exactly these kinds, whatever the rollout's kind).
-fn may_notify(event: &AuditEvent) -> bool {
-    NotifyEvent::from_audit(event.kind, RolloutKind::Canary).is_some()
 }
 
 /// The delay before retrying after failed attempt number `attempt` (1-based): `initial`,
@@ -310,52 +332,48 @@ fn describe(e: reqwest::Error) -> String {
 mod tests {
     use super::{backoff, wait_for_work};
     use std::time::Duration;
-    use tokio::sync::broadcast;
+    use tokio::sync::watch;
     use tokio::time::Instant;
 
     const SECOND: Duration = Duration::from_secs(1);
 
-    /// The tests' "may have notified": odd events.
-    fn odd(n: &u32) -> bool {
-        n % 2 == 1
-    }
-
     #[tokio::test(start_paused = true)]
-    async fn the_notifier_waits_for_the_due_retry_or_wakes_at_an_event() {
-        let (tx, mut rx) = broadcast::channel::<u32>(4);
+    async fn the_notifier_waits_for_the_due_retry_or_wakes_at_an_outbox_write() {
+        let (tx, mut rx) = watch::channel(0u64);
         // Nothing happens: it wakes when the retry is due.
         let start = Instant::now();
-        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND, odd).await;
+        wait_for_work(&mut rx, Some(3 * SECOND), 5 * SECOND).await;
         assert_eq!(start.elapsed(), 3 * SECOND);
-        // An event arrives a second in: it wakes then, before the retry is due.
+        // A write a second in: it wakes then, before the retry is due.
         let start = Instant::now();
         let send = tokio::spawn(async move {
             tokio::time::sleep(SECOND).await;
-            tx.send(7).expect("a receiver");
+            tx.send_modify(|n| *n += 1);
             tx
         });
-        wait_for_work(&mut rx, 3 * SECOND, 5 * SECOND, odd).await;
+        wait_for_work(&mut rx, Some(3 * SECOND), 5 * SECOND).await;
         assert_eq!(start.elapsed(), SECOND);
-        // Events that cannot have notified are let by: it wakes at the one that may have.
-        let start = Instant::now();
+        // No retry pending: only a write wakes it, however late; one made while it was
+        // not waiting (during a pass) wakes it at once.
         let tx = send.await.expect("sender task");
+        let start = Instant::now();
         let send = tokio::spawn(async move {
-            for n in [2, 4, 9] {
-                tokio::time::sleep(SECOND).await;
-                tx.send(n).expect("a receiver");
-            }
+            tokio::time::sleep(60 * SECOND).await;
+            tx.send_modify(|n| *n += 1);
+            tx.send_modify(|n| *n += 1);
             tx
         });
-        wait_for_work(&mut rx, 10 * SECOND, 10 * SECOND, odd).await;
-        assert_eq!(start.elapsed(), 3 * SECOND);
-        assert!(
-            rx.try_recv().is_err(),
-            "the waking event was consumed, none left"
-        );
-        // The publisher is gone: it waits the poll interval, not at all.
-        drop(send.await.expect("sender task"));
+        wait_for_work(&mut rx, None, 5 * SECOND).await;
+        assert_eq!(start.elapsed(), 60 * SECOND);
+        let tx = send.await.expect("sender task");
+        tx.send_modify(|n| *n += 1);
         let start = Instant::now();
-        wait_for_work(&mut rx, SECOND, 5 * SECOND, odd).await;
+        wait_for_work(&mut rx, None, 5 * SECOND).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        // The store is gone: it waits the poll interval, not at all.
+        drop(tx);
+        let start = Instant::now();
+        wait_for_work(&mut rx, None, 5 * SECOND).await;
         assert_eq!(start.elapsed(), 5 * SECOND);
     }
 
