@@ -84,9 +84,10 @@ pub enum StoreError {
 
 /// The database handle over one SQLite file in WAL mode, every connection sqlx's: one that
 /// writes (`writer`, used only through [`Store::write`]), one that reads for the engine
-/// (`reader`, [`Store::read`]) and a small pool that reads for the API (`pool`). The readers are `query_only`, so a write sent there by mistake fails
-/// instead of contending. Every audit event is also handed, when its transaction commits, to
-/// subscribers (`subscribe`): the live event stream, metrics and releases listen there.
+/// (`reader`, [`Store::read`]) and a small pool that reads for the API (`pool`). The readers
+/// are `query_only`, so a write sent there by mistake fails instead of contending. Every
+/// audit event is also handed, when its transaction commits, to subscribers (`subscribe`):
+/// the live event stream, metrics and releases listen there.
 ///
 /// One writer because SQLite has one write lock: with several writing connections, a
 /// transaction that finds the lock taken sleeps in SQLite's busy handler (1, 2, 5, 10 ... ms)
