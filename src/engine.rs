@@ -3,6 +3,7 @@
 //! interrupts waits. At start, `recover` resumes every unfinished rollout from SQLite.
 
 mod admission;
+mod clock;
 #[cfg(test)]
 mod executor_tests;
 #[cfg(feature = "testing")]
@@ -129,6 +130,8 @@ pub(crate) struct Inner {
     pub tuning: ComposeTuning,
     /// The engine's own timings (`engine:` in the config).
     pub timings: EngineTuning,
+    /// The wall clock the step executors read.
+    pub clock: clock::Clock,
     pub prober: HealthProber,
     /// Calls of the engines' OpenAI-compatible APIs (`smoke`).
     pub engine_api: EngineApi,
@@ -144,7 +147,6 @@ pub(crate) struct Inner {
     pub stop: CancellationToken,
     #[cfg(feature = "testing")]
     pub hooks: hooks::Hooks,
-    /// The last doctor report of each host (`canaryd doctor`).
     /// The releases whose coordinator task is running.
     pub releases: release::Coordinators,
     /// The order in which canaries started together take their first steps.
@@ -267,6 +269,7 @@ impl Engine {
             runbooks,
             tuning: config.compose.clone(),
             timings: config.engine,
+            clock: clock::Clock::default(),
             prober: HealthProber::new(config.engine.health_timeout),
             engine_api: EngineApi::new(config.compose.connect_timeout),
             prometheus: config

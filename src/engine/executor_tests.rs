@@ -84,6 +84,16 @@ impl Bench {
         self.engine.get("ro_1").await.expect("rollout")
     }
 
+    /// Moves the engine's clock `by` ahead once `after` has passed (on the real clock): what a
+    /// step sees when its end or deadline passes while it waits.
+    fn clock_ahead_after(&self, after: Duration, by: Duration) {
+        let clock = self.engine.inner.clock.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            clock.advance(by);
+        });
+    }
+
     /// Starts step `index` and runs it to its end, as the runner does; with `abort`, the
     /// rollout's abort signal fires after that long.
     async fn run(&self, index: usize, abort: Option<Duration>) -> StepEnd {

@@ -23,7 +23,6 @@
 
 use std::collections::BTreeSet;
 
-use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::step_run::{StepEnd, StepRun};
@@ -124,7 +123,7 @@ pub(super) async fn look(
     let failed: Vec<&str> = reads.iter().filter_map(|r| r.error.as_deref()).collect();
     let blocking = run.rollout.kind == RolloutKind::Canary;
     let evidence = json!({
-        "read_at": Utc::now(),
+        "read_at": run.ctx.now(),
         "blocking": blocking,
         "sources": reads.iter().map(Read::evidence).collect::<Vec<_>>(),
     });

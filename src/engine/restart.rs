@@ -55,7 +55,7 @@ impl RestartWatch {
 
     /// Reads `docker ps` once; what it saw when the target restarted.
     pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<Restarted> {
-        let at = chrono::Utc::now();
+        let at = run.ctx.now();
         let target = match run.ctx.host.client.ps_service(run.rollout.target()).await {
             Ok(target) => target,
             Err(e) => {

@@ -222,7 +222,7 @@ async fn drive(
                 // The next step starts in the same transaction, unless the daemon is stopping
                 // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
-                let now = Utc::now();
+                let now = engine.inner.clock.now();
                 let next = db_steps
                     .get(i + 1)
                     .filter(|n| n.status == StepStatus::Pending && !engine.is_stopping())
@@ -269,7 +269,13 @@ async fn drive(
             }
             (After::Abort, StepEnd::Aborted(detail)) => {
                 store
-                    .transition_step(&step, StepEvent::Abort, &detail, None, Utc::now())
+                    .transition_step(
+                        &step,
+                        StepEvent::Abort,
+                        &detail,
+                        None,
+                        engine.inner.clock.now(),
+                    )
                     .await?;
                 return finish_aborted(engine, &rollout, None).await;
             }
@@ -325,7 +331,7 @@ async fn start_step(
         // Resumed: the row already holds its start time and original deadline.
         return Ok(step.clone());
     }
-    let now = Utc::now();
+    let now = engine.inner.clock.now();
     let deadline = steps::timeout_of(kind).map(|t| now + t);
     store
         .transition_step(step, StepEvent::Start, &json!({}), deadline, now)
@@ -375,7 +381,13 @@ async fn skip_rest(
         engine
             .inner
             .store
-            .transition_step(step, StepEvent::Skip, &json!({}), None, Utc::now())
+            .transition_step(
+                step,
+                StepEvent::Skip,
+                &json!({}),
+                None,
+                engine.inner.clock.now(),
+            )
             .await?;
     }
     Ok(())
@@ -408,7 +420,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         image,
         source: DeploymentSource::Rollout,
         rollout_id: Some(rollout.id.clone()),
-        deployed_at: Utc::now(),
+        deployed_at: engine.inner.clock.now(),
         deployed_as: rollout.deploy_as.clone(),
     };
     let detail =
@@ -444,7 +456,13 @@ async fn finish_failed(
     }
     if !failed.status.is_terminal() {
         store
-            .transition_step(failed, StepEvent::Fail, &step_detail, None, Utc::now())
+            .transition_step(
+                failed,
+                StepEvent::Fail,
+                &step_detail,
+                None,
+                engine.inner.clock.now(),
+            )
             .await?;
         engine
             .checkpoint(&rollout.id, Checkpoint::Failed(&failed.name))
@@ -501,7 +519,13 @@ async fn finish_aborted(
     if let Some(step) = current.filter(|s| s.status == StepStatus::Running) {
         let detail = json!({"error": {"code": ErrorCode::Aborted, "message": reason}});
         store
-            .transition_step(step, StepEvent::Abort, &detail, None, Utc::now())
+            .transition_step(
+                step,
+                StepEvent::Abort,
+                &detail,
+                None,
+                engine.inner.clock.now(),
+            )
             .await?;
     }
     skip_rest(engine, &store.steps(&rollout.id).await?, -1).await?;

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::clock::Clock;
 use super::{merged_env, Checkpoint, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
 use crate::config::{ComposeTuning, EngineTuning};
@@ -84,6 +85,7 @@ pub(crate) struct StepCtx<'a> {
     pub prometheus: Option<&'a Prometheus>,
     pub compose: &'a ComposeTuning,
     pub timings: EngineTuning,
+    clock: &'a Clock,
     #[cfg(feature = "testing")]
     hooks: &'a super::hooks::Hooks,
 }
@@ -102,7 +104,12 @@ impl StepCtx<'_> {
     /// Poll interval for waits without one of their own: a tenth of the time left, between
     /// `engine.poll_min` and `engine.poll_max` (50 ms and 1 s by default).
     pub(crate) fn poll_interval(&self, deadline: DateTime<Utc>) -> Duration {
-        poll_interval(deadline, &self.timings)
+        poll_interval(self.now(), deadline, &self.timings)
+    }
+
+    /// Now, on the engine's clock: what every wait compares with its deadline or its end.
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
     }
 }
 
@@ -153,6 +160,7 @@ impl<'a> StepRun<'a> {
             prometheus: inner.prometheus.as_ref(),
             compose: &inner.tuning,
             timings: inner.timings,
+            clock: &inner.clock,
             #[cfg(feature = "testing")]
             hooks: &inner.hooks,
         };
@@ -215,8 +223,12 @@ pub(crate) fn is_service(c: &PsEntry, service: &str) -> bool {
 
 /// Poll interval for waits without one of their own: a tenth of the time left, between
 /// `engine.poll_min` and `engine.poll_max` (50 ms and 1 s by default).
-pub(crate) fn poll_interval(deadline: DateTime<Utc>, t: &EngineTuning) -> Duration {
-    let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+pub(crate) fn poll_interval(
+    now: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+    t: &EngineTuning,
+) -> Duration {
+    let left = (deadline - now).to_std().unwrap_or_default();
     (left / 10).clamp(t.poll_min, t.poll_max)
 }
 
@@ -232,10 +244,9 @@ pub(crate) async fn pause(d: Duration, abort: &CancellationToken) -> bool {
 /// later (each soak ends once, so there is no wake-up to share).
 pub(crate) async fn pause_until_next_probe(
     rhythm: &mut Rhythm,
-    end: Option<DateTime<Utc>>,
+    end_in: Option<chrono::Duration>,
     abort: &CancellationToken,
 ) -> bool {
-    let end_in = end.map(|end| end - Utc::now());
     let (d, cut) = rhythm.next_pause(std::time::Instant::now(), end_in);
     if cut {
         pause_exactly(d, abort).await
@@ -560,11 +571,17 @@ mod tests {
         };
         let now = Utc::now();
         let far = now + chrono::Duration::hours(1);
-        let (low, high) = (poll_interval(now, &timings), poll_interval(far, &timings));
+        let (low, high) = (
+            poll_interval(now, now, &timings),
+            poll_interval(now, far, &timings),
+        );
         assert_eq!((low, high), (timings.poll_min, timings.poll_max));
         let defaults = EngineTuning::default();
-        assert_eq!(poll_interval(now, &defaults), Duration::from_millis(50));
-        assert_eq!(poll_interval(far, &defaults), Duration::from_secs(1));
+        assert_eq!(
+            poll_interval(now, now, &defaults),
+            Duration::from_millis(50)
+        );
+        assert_eq!(poll_interval(now, far, &defaults), Duration::from_secs(1));
     }
 
     #[test]

@@ -11,7 +11,6 @@ pub(crate) mod logs;
 pub(crate) mod observe;
 pub(crate) mod smoke;
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::step_run::{Execute, Running, StepEnd, StepRun};
@@ -36,7 +35,7 @@ macro_rules! executor_dispatch {
             ) -> StepEnd {
                 let deadline = step
                     .deadline_at
-                    .unwrap_or_else(|| Utc::now() + chrono::Duration::minutes(5));
+                    .unwrap_or_else(|| self.ctx.now() + chrono::Duration::minutes(5));
                 let mut at = Running {
                     step,
                     deadline,

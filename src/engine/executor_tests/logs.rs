@@ -77,3 +77,14 @@ async fn a_soak_fails_when_the_target_stops_answering_its_health() {
     assert_eq!(status, "failed", "{detail}");
     assert_eq!(code.as_deref(), Some("soak_health"), "{detail}");
 }
+
+#[tokio::test]
+async fn a_soak_of_an_hour_ends_at_its_first_read_once_the_clock_passes_its_end() {
+    let bench = Bench::new("  - {name: soak, kind: soak, duration: 1h, interval: 50ms}\n").await;
+    bench.clock_ahead_after(Duration::from_millis(200), Duration::from_secs(3660));
+    // Bounded by `Bench::run` (30 s): without the clock the soak would take its hour.
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    assert!(detail["probes"].as_u64() >= Some(1), "{detail}");
+}

@@ -65,3 +65,20 @@ async fn peers_healthy_fails_when_the_peer_does_not_serve_and_passes_when_it_doe
     let (status, code, detail) = ended(&end);
     assert_eq!((status, code), ("succeeded", None), "{detail}");
 }
+
+#[tokio::test]
+async fn wait_health_fails_health_timeout_once_the_clock_passes_its_deadline() {
+    let bench = Bench::new(
+        "  - {name: health, kind: wait_health, timeout: 1h, interval: 50ms, consecutive: 2}\n",
+    )
+    .await;
+    bench.sim.faults().set_health_never(R2, true);
+    bench.clock_ahead_after(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(7200),
+    );
+    let end = bench.run(0, None).await;
+    let (status, code, detail) = ended(&end);
+    assert_eq!(status, "failed", "{detail}");
+    assert_eq!(code.as_deref(), Some("health_timeout"), "{detail}");
+}

@@ -370,7 +370,7 @@ impl StepRun<'_> {
                 e.restart = Some(restarted.reads.clone());
                 return restarted.failed(stored(&e));
             }
-            let now = Utc::now();
+            let now = self.ctx.now();
             let in_window = now >= warm_end;
             let pages = futures_util::future::join_all(
                 replicas
@@ -389,7 +389,7 @@ impl StepRun<'_> {
                 e.ended_early = Some(true);
                 return StepEnd::failed(ErrorCode::AnalysisFailed, msg, stored(&e));
             }
-            let now = Utc::now();
+            let now = self.ctx.now();
             if now >= end {
                 break;
             }
@@ -424,7 +424,7 @@ impl StepRun<'_> {
         step: &Step,
         spec: &AnalyzeSpec,
     ) -> (Step, Watched, DateTime<Utc>, DateTime<Utc>) {
-        let now = Utc::now();
+        let now = self.ctx.now();
         let started = step.started_at.unwrap_or(now);
         let warm_end = started + chrono::Duration::from_std(spec.warmup).unwrap_or_default();
         let planned = warm_end + chrono::Duration::from_std(spec.duration).unwrap_or_default();
@@ -471,7 +471,7 @@ impl StepRun<'_> {
         if asking.is_empty() {
             return StepEnd::Succeeded(stored(&e));
         }
-        let asked_at = Utc::now();
+        let asked_at = self.ctx.now();
         let names = asking.join(", ");
         e.asking = Some(asking);
         let wait = chrono::Duration::from_std(spec.approve_timeout).unwrap_or_default();

@@ -32,7 +32,13 @@ pub(crate) async fn wait(
 ) -> Waited {
     let store = run.ctx.store;
     if let Err(e) = store
-        .request_approval(&step.rollout_id, &step.id, &step.name, waiting, Utc::now())
+        .request_approval(
+            &step.rollout_id,
+            &step.id,
+            &step.name,
+            waiting,
+            run.ctx.now(),
+        )
         .await
     {
         // The wait goes on: an approval is still read back below, and a store that stays
@@ -47,7 +53,7 @@ pub(crate) async fn wait(
                 tracing::warn!(error = %e, "could not read the approval of step {}", step.name)
             }
         }
-        if Utc::now() >= deadline {
+        if run.ctx.now() >= deadline {
             return Waited::TimedOut;
         }
         if pause(
@@ -76,7 +82,7 @@ impl Execute for Approve {
     /// Waits for an operator's approval until the step's deadline.
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let step = at.step;
-        let since = step.started_at.unwrap_or_else(Utc::now);
+        let since = step.started_at.unwrap_or_else(|| run.ctx.now());
         let base = ApproveEvidence {
             waiting_since: Some(since),
             ..ApproveEvidence::default()

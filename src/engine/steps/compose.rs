@@ -454,7 +454,7 @@ impl Execute for Up {
     /// companion `up` (its detail names `services`) changes nothing of the target.
     fn carry(run: &mut StepRun<'_>, step: &Step, detail: &serde_json::Value) {
         if evidence::<Up>(detail).is_none_or(|d| d.services.is_none()) {
-            run.up_done_at = Some(step.finished_at.unwrap_or_else(Utc::now));
+            run.up_done_at = Some(step.finished_at.unwrap_or_else(|| run.ctx.now()));
         }
     }
 }
@@ -532,7 +532,7 @@ where
             endpoint: endpoint.to_owned(),
             services: watched.to_vec(),
             outcome: outcome.as_str().to_owned(),
-            at: Utc::now(),
+            at: run.ctx.now(),
         });
     }
     match called {
@@ -612,7 +612,10 @@ where
             return Call::Aborted;
         }
         let touch = touches && !run.touched.load(std::sync::atomic::Ordering::Relaxed);
-        let attempt = match store.begin_attempt(step, endpoint, Utc::now(), touch).await {
+        let attempt = match store
+            .begin_attempt(step, endpoint, run.ctx.now(), touch)
+            .await
+        {
             Ok(id) => {
                 if touch {
                     run.touched
@@ -662,7 +665,7 @@ where
         };
         let detail = json!({"error": error.to_string(), "code": error.code(), "retried": true});
         finish(run, &attempt, outcome, detail).await;
-        let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+        let left = (deadline - run.ctx.now()).to_std().unwrap_or_default();
         if left < backoff {
             return Call::OutOfTime {
                 last_error: error.to_string(),
@@ -747,7 +750,7 @@ async fn reconcile_previous_attempt(
                     &last.id,
                     AttemptOutcome::Unknown,
                     &json!({"reconciled": true}),
-                    Utc::now(),
+                    run.ctx.now(),
                 )
                 .await;
             let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
@@ -780,20 +783,20 @@ async fn outcome_unknown(
     abort: &CancellationToken,
 ) -> StepEnd {
     let client = &run.ctx.host.client;
-    let started = Utc::now();
+    let started = run.ctx.now();
     let limit = deadline.max(started + chrono::Duration::seconds(30));
     let settle = settle(run, watched, limit, abort).await;
     run.settle_checked
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if settle.aborted {
         // Nothing is sent either way; the outcome stays for a human to judge.
-        let waited_ms = (Utc::now() - started).num_milliseconds();
+        let waited_ms = (run.ctx.now() - started).num_milliseconds();
         return StepEnd::Aborted(
             json!({"call": detail, "outcome": "unknown", "host_idle": settle.host_idle, "target_settled": false, "waited_ms": waited_ms}),
         );
     }
     let idle = settle.host_idle;
-    let waited_ms = (Utc::now() - started).num_milliseconds();
+    let waited_ms = (run.ctx.now() - started).num_milliseconds();
     let ps = client.ps().await.ok();
     let target = ps.as_ref().and_then(|ps| {
         ps.iter()
@@ -892,7 +895,7 @@ async fn settle(
             }
             None => last = None,
         }
-        if Utc::now() >= limit {
+        if run.ctx.now() >= limit {
             return out;
         }
         let wait = match &last {
@@ -1027,7 +1030,7 @@ async fn finish(
     if let Err(e) = run
         .ctx
         .store
-        .finish_attempt(attempt, outcome, &detail, Utc::now())
+        .finish_attempt(attempt, outcome, &detail, run.ctx.now())
         .await
     {
         tracing::error!(rollout.id = %run.rollout.id, error = %e, "could not record the outcome of attempt {attempt}");

@@ -241,7 +241,7 @@ impl StepRun<'_> {
         loop {
             rhythm.begin();
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
-                match watch.observe(&output, Utc::now()) {
+                match watch.observe(&output, self.ctx.now()) {
                     LogVerdict::Satisfied => {
                         let mut detail = log_detail(&watch, &reads);
                         if spec.service != self.rollout.target() {
@@ -262,7 +262,7 @@ impl StepRun<'_> {
             if reads.exhausted() {
                 return reads.unavailable(&spec.service, detail);
             }
-            if Utc::now() >= deadline {
+            if self.ctx.now() >= deadline {
                 let msg = format!(
                     "required log lines of {} never seen: {:?}{}",
                     spec.service,
@@ -296,7 +296,7 @@ impl StepRun<'_> {
             Ok(url) => url,
             Err(end) => return end,
         };
-        let now = Utc::now();
+        let now = self.ctx.now();
         // What earlier drives of the step saved: the part of the window watched, the container
         // the target is held to (`container_id`, or the first read of a restart's evidence).
         let saved = evidence::<Soak>(&step.detail).unwrap_or_default();
@@ -329,7 +329,7 @@ impl StepRun<'_> {
                 return restarted.failed(stored(&evidence));
             }
             let sample = self.ctx.prober.sample_url(&url).await;
-            watched.observe(Utc::now());
+            watched.observe(self.ctx.now());
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };
             worst = worst.max(misses);
@@ -349,7 +349,8 @@ impl StepRun<'_> {
                 return StepEnd::failed(ErrorCode::SoakHealth, msg, stored(&evidence));
             }
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
-                if let LogVerdict::Forbidden { pattern, line } = watch.observe(&output, Utc::now())
+                if let LogVerdict::Forbidden { pattern, line } =
+                    watch.observe(&output, self.ctx.now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
                     evidence.forbidden = Some(ForbiddenLine { pattern, line });
@@ -363,7 +364,7 @@ impl StepRun<'_> {
             }
             // The soak ends only on a successful read: lines printed while the logs could
             // not be read are still to be checked.
-            if Utc::now() >= deadline && !reads.blind() {
+            if self.ctx.now() >= deadline && !reads.blind() {
                 return StepEnd::Succeeded(detail);
             }
             progress
@@ -376,7 +377,7 @@ impl StepRun<'_> {
                 )
                 .await;
             // The last probe falls on the deadline, not up to an interval after it.
-            if pause_until_next_probe(&mut rhythm, Some(deadline), abort).await {
+            if pause_until_next_probe(&mut rhythm, Some(deadline - self.ctx.now()), abort).await {
                 return StepEnd::Aborted(detail);
             }
         }

@@ -123,7 +123,7 @@ impl StepRun<'_> {
                 image: running.map(|c| c.image.clone()),
                 source: crate::domain::state::DeploymentSource::Baseline,
                 rollout_id: None,
-                deployed_at: Utc::now(),
+                deployed_at: self.ctx.now(),
             });
         }
         if let Err(e) = store.record_baselines(&baselines).await {
@@ -178,7 +178,7 @@ impl StepRun<'_> {
                 .into_iter()
                 .map(|(peer, sample)| (peer, stored(&sample)))
                 .collect();
-            if Utc::now() >= deadline {
+            if self.ctx.now() >= deadline {
                 let names: Vec<&String> = unhealthy.keys().collect();
                 let msg = format!("peers not healthy before the deadline: {names:?}");
                 let detail = PeersHealthyEvidence {
@@ -280,7 +280,7 @@ impl StepRun<'_> {
             if streak >= consecutive {
                 return StepEnd::Succeeded(detail);
             }
-            if Utc::now() >= deadline {
+            if self.ctx.now() >= deadline {
                 let msg = format!(
                     "{url} did not answer 200 {consecutive} times in a row before the deadline"
                 );

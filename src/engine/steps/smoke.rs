@@ -244,7 +244,7 @@ impl StepRun<'_> {
         F: FnOnce(Duration) -> Fut,
         Fut: std::future::Future<Output = Result<ApiAnswer, ApiCallError>>,
     {
-        let left = (deadline - Utc::now()).to_std().unwrap_or_default();
+        let left = (deadline - self.ctx.now()).to_std().unwrap_or_default();
         if left.is_zero() {
             let msg = format!("the smoke test's deadline passed before {what}");
             return Call::Failed(StepEnd::failed(

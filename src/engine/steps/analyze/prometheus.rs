@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::{next_wait, saved_container};
@@ -125,7 +124,7 @@ impl StepRun<'_> {
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
         secrets.extend(prom.token().map(|t| t.expose().to_owned()));
         let queries = self.queries(spec);
-        let now = Utc::now();
+        let now = self.ctx.now();
         let answers =
             futures_util::future::join_all(queries.iter().map(|q| prom.instant(&q.query, now)))
                 .await;
@@ -197,7 +196,7 @@ impl StepRun<'_> {
                 e.restart = Some(restarted.reads.clone());
                 return restarted.failed(stored(&e));
             }
-            let now = Utc::now();
+            let now = self.ctx.now();
             watched.observe(now);
             if now >= end {
                 break;
