@@ -55,7 +55,9 @@ impl RestartWatch {
 
     /// Reads `docker ps` once; what it saw when the target restarted.
     pub(super) async fn check(&mut self, run: &StepRun<'_>) -> Option<Restarted> {
-        let at = run.ctx.now();
+        // The system clock, not the engine's: it is compared with the container's uptime,
+        // which docker reports on the system clock.
+        let at = chrono::Utc::now();
         let target = match run.ctx.host.client.ps_service(run.rollout.target()).await {
             Ok(target) => target,
             Err(e) => {
