@@ -2,22 +2,35 @@
 //! the system's in the shipped binary; a test moves it forward to see what a step does once
 //! its deadline or its end has passed, without waiting for it.
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicI64, Ordering};
+#[cfg(test)]
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-/// The system's clock, ahead by what a test asked ([`Clock::advance`], feature `testing`
-/// or unit tests); never ahead in the shipped binary.
+/// The system's clock. In unit tests it can be moved ahead ([`Clock::advance`]); the shipped
+/// binary has no way to: the offset exists only in test builds.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Clock {
+    #[cfg(test)]
     ahead_ms: Arc<AtomicI64>,
 }
 
 impl Clock {
     /// Now, on this clock.
     pub(crate) fn now(&self) -> DateTime<Utc> {
-        Utc::now() + chrono::Duration::milliseconds(self.ahead_ms.load(Ordering::Relaxed))
+        Utc::now() + self.ahead()
+    }
+
+    #[cfg(not(test))]
+    fn ahead(&self) -> chrono::Duration {
+        chrono::Duration::zero()
+    }
+
+    #[cfg(test)]
+    fn ahead(&self) -> chrono::Duration {
+        chrono::Duration::milliseconds(self.ahead_ms.load(Ordering::Relaxed))
     }
 
     /// Moves the clock forward by `by`, for every reader of it from now on.

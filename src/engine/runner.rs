@@ -108,7 +108,15 @@ async fn drive(
     if rollout::next(rollout.status, &[], true) == Next::Start {
         engine.checkpoint(id, Checkpoint::RolloutStart).await;
         rollout = store
-            .transition_rollout(id, &change(RolloutEvent::Start, None, json!({})))
+            .transition_rollout(
+                id,
+                &change(
+                    RolloutEvent::Start,
+                    None,
+                    json!({}),
+                    engine.inner.clock.now(),
+                ),
+            )
             .await?;
         tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
     }
@@ -304,6 +312,7 @@ async fn finish_unconfigured(
             RolloutEvent::Fail,
             Some((code.as_str(), message)),
             json!({}),
+            engine.inner.clock.now(),
         );
         engine.inner.store.transition_rollout(id, &ch).await?;
         return Ok(());
@@ -350,17 +359,19 @@ fn started_row(step: &Step, deadline: Option<DateTime<Utc>>, now: DateTime<Utc>)
     started
 }
 
+/// A change of the rollout's status by canaryd itself, at `at` (the engine's clock).
 pub(super) fn change(
     event: RolloutEvent,
     error: Option<(&str, &str)>,
     detail: serde_json::Value,
+    at: DateTime<Utc>,
 ) -> RolloutChange {
     RolloutChange {
         event,
         actor: SYSTEM_ACTOR.to_owned(),
         error: error.map(|(c, m)| (c.to_owned(), m.to_owned())),
         detail,
-        at: Utc::now(),
+        at,
     }
 }
 
@@ -430,7 +441,12 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         .store
         .succeed_rollout(
             &rollout.id,
-            &change(RolloutEvent::Succeed, None, detail),
+            &change(
+                RolloutEvent::Succeed,
+                None,
+                detail,
+                engine.inner.clock.now(),
+            ),
             &deployment,
         )
         .await?;
@@ -474,6 +490,7 @@ async fn finish_failed(
         RolloutEvent::Fail,
         Some((code, &msg)),
         json!({"step": failed.name, "code": code}),
+        engine.inner.clock.now(),
     );
     rollback::finish_failed_canary(engine, rollout, ch).await
 }
@@ -533,6 +550,7 @@ async fn finish_aborted(
         RolloutEvent::Abort,
         Some((ErrorCode::Aborted.as_str(), &reason)),
         json!({"reason": reason}),
+        engine.inner.clock.now(),
     );
     super::left_down::end(engine, &fresh, ch).await?;
     tracing::info!(rollout.id = %rollout.id, "rollout {} aborted: {reason}", rollout.id);
