@@ -42,7 +42,6 @@ pub use health::{
 };
 pub use history::{CsvPage, CSV_COLUMNS};
 pub use outbox::{DueDelivery, Unrouted};
-pub use owner::lock_path;
 pub use record::{
     AuditEntry, AuditEvent, Deployment, Rollout, RolloutFilter, Step, StepAttempt, StepTiming,
 };

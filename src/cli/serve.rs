@@ -40,7 +40,10 @@ pub async fn serve(
         Err(e) => match e.downcast_ref::<StoreError>() {
             // Another daemon drives this database: touch nothing (safety rule 17).
             Some(in_use @ StoreError::InUse { .. }) => {
-                eprintln!("error: {in_use}");
+                eprintln!(
+                    "error: {in_use}; stop it, or start with `--wait-for-lock DURATION` to take \
+                     over once it exits"
+                );
                 return Ok(ExitCode::from(EXIT_BAD_CONFIG));
             }
             _ => return Err(e),

@@ -16,9 +16,16 @@ use crate::helpers::sim_config;
 
 /// A second config in the same folder: another port, the same `database: canaryd.db`.
 fn second_config(first: &Path, port: u16) -> PathBuf {
+    second_config_on(first, port, "canaryd.db")
+}
+
+/// A second config in the same folder: another port, `database: <database>`.
+fn second_config_on(first: &Path, port: u16, database: &str) -> PathBuf {
     let text = std::fs::read_to_string(first).expect("first config");
     let listen = text.lines().next().expect("listen line").to_owned();
-    let text = text.replacen(&listen, &format!("listen: 127.0.0.1:{port}"), 1);
+    let text = text
+        .replacen(&listen, &format!("listen: 127.0.0.1:{port}"), 1)
+        .replacen("database: canaryd.db", &format!("database: {database}"), 1);
     let path = first.with_file_name("canaryd-second.yaml");
     std::fs::write(&path, text).expect("second config");
     path
@@ -105,7 +112,7 @@ async fn a_second_serve_on_the_same_database_exits_2_naming_the_owner_and_touche
     assert_eq!(status.code(), Some(2), "exit 2: {said}");
     let db = dir.path().join("canaryd.db");
     let expected = format!(
-        "database {} is in use by canaryd pid {} (since ",
+        "database {} is in use by canaryd pid {}; stop it, or start with `--wait-for-lock",
         db.display(),
         first.id()
     );
@@ -132,6 +139,66 @@ async fn a_second_serve_on_the_same_database_exits_2_naming_the_owner_and_touche
         .filter(|c| c.path == "/compose/up" && c.body.get("dry_run").is_none())
         .count();
     assert_eq!(ups, 1, "one real up");
+    let _ = first.kill();
+    let _ = first.wait();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_symlink_or_a_hard_link_to_the_database_is_refused_like_the_file_itself() {
+    let Owner {
+        sim,
+        dir,
+        config,
+        base,
+        mut first,
+        id,
+    } = Owner::mid_up().await;
+    let calls_before = sim.calls().len();
+    let events_before = get(&base, &format!("/v1/rollouts/{id}/audit")).await;
+    let aliases = dir.path().join("aliases");
+    std::fs::create_dir(&aliases).expect("aliases dir");
+    let db = dir.path().join("canaryd.db");
+    std::os::unix::fs::symlink(&db, aliases.join("symlink.db")).expect("symlink");
+    std::fs::hard_link(&db, aliases.join("hard.db")).expect("hard link");
+    // Where the old design kept `<database>.lock`: a symlink to a file of the operator's
+    // that must never be followed, truncated or written.
+    let precious = dir.path().join("precious.txt");
+    std::fs::write(&precious, "keep me\n").expect("precious");
+    std::os::unix::fs::symlink(&precious, aliases.join("symlink.db.lock")).expect("lock link");
+
+    for alias in ["aliases/symlink.db", "aliases/hard.db"] {
+        let port = free_port();
+        let second_config = second_config_on(&config, port, alias);
+        let log = dir.path().join(format!("{}.log", alias.replace('/', "-")));
+        let mut second = serve_with(&second_config, &sim, &log, &[]);
+        let Some(status) = exit_of(&mut second, Duration::from_secs(10)).await else {
+            let _ = second.kill();
+            let _ = first.kill();
+            panic!("the daemon on {alias} did not exit");
+        };
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(status.code(), Some(2), "{alias}: exit 2: {said}");
+        assert!(
+            said.contains(&format!("is in use by canaryd pid {}", first.id())),
+            "{alias}: names the owner: {said}"
+        );
+    }
+    assert_eq!(
+        sim.calls().len(),
+        calls_before,
+        "nothing was sent to the host"
+    );
+    let events_after = get(&base, &format!("/v1/rollouts/{id}/audit")).await;
+    assert_eq!(audit_kinds(&events_after), audit_kinds(&events_before));
+    assert_eq!(
+        std::fs::read_to_string(&precious).expect("precious"),
+        "keep me\n",
+        "a symlinked lock name was never followed"
+    );
+    sim.faults().release_stalls();
+    let canary = wait_terminal(&base, &id).await;
+    assert_eq!(canary["status"], "succeeded", "{canary:#}");
     let _ = first.kill();
     let _ = first.wait();
     sim.shutdown().await;
