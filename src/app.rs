@@ -144,13 +144,28 @@ impl App {
             self.state.config.public_url.clone(),
         );
         let header_read_timeout = self.state.config.http.header_read_timeout;
+        let open_files = crate::http::raise_open_files_limit();
+        let max_connections =
+            crate::http::connection_cap(self.state.config.http.max_connections, open_files);
+        tracing::info!(
+            open_files,
+            max_connections,
+            "serving at most {max_connections} connections at once (open-file limit {})",
+            open_files.map_or("unknown".to_owned(), |n| n.to_string())
+        );
         let app = router(self.state);
         let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
         let shutdown = async move {
             shutdown.await;
             let _ = signalled_tx.send(true);
         };
-        let serve = crate::http::serve(self.listener, app, header_read_timeout, shutdown);
+        let serve = crate::http::serve(
+            self.listener,
+            app,
+            header_read_timeout,
+            max_connections,
+            shutdown,
+        );
         // Long-lived answers (event streams) must not hold the shutdown forever.
         let grace = self.grace;
         let overdue = async move {

@@ -389,6 +389,10 @@ pub struct HttpTuning {
     pub header_read_timeout: Duration,
     /// Longest wait for a request's body once its headers arrived (default 30s): `408`.
     pub body_read_timeout: Duration,
+    /// Most inbound connections served at once (default 512); the next ones wait in the
+    /// listen backlog until one closes. Never more than half the open-file limit, so calls to
+    /// hosts always find descriptors.
+    pub max_connections: usize,
 }
 
 impl Default for HttpTuning {
@@ -396,6 +400,7 @@ impl Default for HttpTuning {
         Self {
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(30),
+            max_connections: 512,
         }
     }
 }

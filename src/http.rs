@@ -32,7 +32,7 @@ use crate::engine::Engine;
 pub use auth::Actor;
 pub use body::MAX_BODY_BYTES;
 pub use error::{ApiError, ERROR_CODES};
-pub use serve::serve;
+pub use serve::{connection_cap, raise_open_files_limit, serve};
 
 /// What every handler can reach.
 #[derive(Clone)]

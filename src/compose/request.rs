@@ -216,36 +216,20 @@ pub(crate) fn check_service(service: &str) -> Result<(), ComposeError> {
     Ok(())
 }
 
-/// A git ref: non-empty, `[A-Za-z0-9._/-]` only.
+/// The plans' tag rule (`domain::plan::tag_problem`), checked again on every call.
 fn check_tag(tag: &str) -> Result<(), ComposeError> {
-    if tag.is_empty() {
-        return Err(refuse("tag is empty".into()));
+    match crate::domain::plan::tag_problem(tag) {
+        None => Ok(()),
+        Some(why) => Err(refuse(format!("tag {tag:?} {why}"))),
     }
-    if tag
-        .chars()
-        .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-')))
-    {
-        return Err(refuse(format!(
-            "tag {tag:?} has characters outside [A-Za-z0-9._/-]"
-        )));
-    }
-    Ok(())
 }
 
-/// A relative path inside the compose repo: no `..`, not absolute, no control characters.
+/// The plans' file rule (`domain::plan::file_problem`), checked again on every call.
 fn check_file(file: &str) -> Result<(), ComposeError> {
-    if file.trim().is_empty() {
-        return Err(refuse("file is empty".into()));
+    match crate::domain::plan::file_problem(file) {
+        None => Ok(()),
+        Some(why) => Err(refuse(format!("file {file:?} {why}"))),
     }
-    if file.starts_with('/') || file.split('/').any(|part| part == "..") {
-        return Err(refuse(format!(
-            "file {file:?} is not a relative path inside the compose repo"
-        )));
-    }
-    if file.chars().any(char::is_control) {
-        return Err(refuse(format!("file {file:?} has control characters")));
-    }
-    Ok(())
 }
 
 /// Keys `[A-Za-z_][A-Za-z0-9_]*`, values without newlines (as compose-manager checks too).
@@ -273,6 +257,29 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ComposeError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_call_checks_the_plans_file_and_tag_rules() {
+        for file in [
+            "prod/%2e%2e/evil.yaml",
+            "prod/..\\evil.yaml",
+            "prod/../evil.yaml",
+            "/prod/x.yaml",
+            "prod/a\u{0}.yaml",
+        ] {
+            let err = check_file(file).expect_err(file);
+            assert!(
+                err.to_string()
+                    .contains(file.escape_debug().to_string().as_str()),
+                "{err}"
+            );
+        }
+        check_file("prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml").expect("a real file");
+        for tag in ["x.lock", "..", "-v1", "a//b", ""] {
+            assert!(check_tag(tag).is_err(), "{tag:?}");
+        }
+        check_tag("v0.0.452").expect("a real tag");
+    }
 
     fn up(service: &str) -> ComposeRequest {
         ComposeRequest {

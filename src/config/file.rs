@@ -135,6 +135,7 @@ struct ComposeFile {
 struct HttpFile {
     header_read_timeout: Option<String>,
     body_read_timeout: Option<String>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -608,7 +609,12 @@ fn duration(
 
 fn resolve_http(src: &Source<'_>, h: HttpFile) -> Result<HttpTuning, ConfigError> {
     let d = HttpTuning::default();
+    if h.max_connections == Some(0) {
+        let at = [Seg::Key("http"), Seg::Key("max_connections")];
+        return Err(src.error(&at, "must be at least 1"));
+    }
     Ok(HttpTuning {
+        max_connections: h.max_connections.unwrap_or(d.max_connections),
         header_read_timeout: duration(
             src,
             "http",

@@ -332,38 +332,59 @@ fn check_service(field: &str, code: &'static str, service: &str) -> Result<(), P
 }
 
 fn check_file(file: &str) -> Result<(), PlanError> {
-    let fail = |why: &str| {
-        Err(PlanError::new(
-            "invalid_file",
-            Some("file"),
-            format!("{why}, got \"{file}\""),
-        ))
+    let Some(why) = file_problem(file) else {
+        return Ok(());
     };
+    let shown: String = file.escape_debug().take(160).collect();
+    Err(PlanError::new(
+        "invalid_file",
+        Some("file"),
+        format!("{why}, got \"{shown}\""),
+    ))
+}
+
+/// Why `file` is not a compose file canaryd names to compose-manager: a relative path under
+/// `prod/` of the compose repo, in `[A-Za-z0-9._/-]`, with no `..`, empty or `.` segment,
+/// ending `.yaml` or `.yml`; `None` when it is one. compose-manager builds the raw-file URL of
+/// the git host from it, and a URL parser decodes `%2e` and resolves the dots: so no `%` at
+/// all, nor a backslash (a slash to some parsers), nor any character outside the set (a
+/// full-width dot, NUL, a control character), and `..` in no spelling (safety rule 24). The
+/// one rule: plans, releases, rollbacks' `replaces` and every compose call check it.
+pub fn file_problem(file: &str) -> Option<&'static str> {
     if file.is_empty() {
-        return fail("must be a compose file path such as prod/NAME.yaml");
+        return Some("must be a compose file path such as prod/NAME.yaml");
     }
-    if file.starts_with('/') || file.starts_with('\\') || file.contains(':') {
-        return fail("must be a path relative to the compose repo");
+    if file.starts_with('/') || file.starts_with('\\') || file.starts_with('~') {
+        return Some("must be a path relative to the compose repo (not absolute)");
+    }
+    if file.contains('%') {
+        return Some("must not be percent-encoded (`%`): compose-manager's URL would decode it");
+    }
+    if file.contains('\\') {
+        return Some("must not contain backslashes");
+    }
+    if file.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("must not contain spaces, NUL or control characters");
     }
     if file.contains("..") {
-        return fail("must not contain `..`");
+        return Some("must not contain `..`");
+    }
+    if !file
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
+    {
+        return Some("may only contain letters, digits and `._/-`");
     }
     if !file.starts_with("prod/") {
-        return fail("must be under prod/");
+        return Some("must be under prod/");
     }
     if file.split('/').any(|seg| seg.is_empty() || seg == ".") {
-        return fail("must not contain empty or `.` path segments");
-    }
-    if file
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
-    {
-        return fail("must not contain spaces, control characters or backslashes");
+        return Some("must not contain empty or `.` path segments");
     }
     if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
-        return fail("must be a .yaml or .yml file");
+        return Some("must be a .yaml or .yml file");
     }
-    Ok(())
+    None
 }
 
 /// The longest tag accepted: git allows more, but no release tag comes close, and a tag ends

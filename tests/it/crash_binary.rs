@@ -66,12 +66,31 @@ fn serve(config: &Path, sim: &SimHost, log: &Path) -> Child {
 
 /// `canaryd serve --config CONFIG ARGS...`, its stderr appended to `log`.
 pub(crate) fn serve_with(config: &Path, sim: &SimHost, log: &Path, args: &[&str]) -> Child {
+    serve_under(&[], config, sim, log, args)
+}
+
+/// `serve_with`, run by `wrapper` (a command that execs the rest, such as `prlimit ... --`).
+pub(crate) fn serve_under(
+    wrapper: &[&str],
+    config: &Path,
+    sim: &SimHost,
+    log: &Path,
+    args: &[&str],
+) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("log file");
-    Command::new(env!("CARGO_BIN_EXE_canaryd"))
+    let (program, before) = match wrapper {
+        [first, rest @ ..] => (std::ffi::OsStr::new(*first), rest),
+        [] => (std::ffi::OsStr::new(env!("CARGO_BIN_EXE_canaryd")), &[][..]),
+    };
+    let mut command = Command::new(program);
+    if !wrapper.is_empty() {
+        command.args(before).arg(env!("CARGO_BIN_EXE_canaryd"));
+    }
+    command
         .args(["serve", "--config"])
         .arg(config)
         .args(args)

@@ -156,6 +156,58 @@ async fn a_rebound_host_name_is_refused_421_without_tokens() {
     }
 }
 
+/// `..` in every spelling a URL parser or a shell would resolve, an absolute path, a
+/// backslash, NUL and control characters: refused 422 `invalid_file` by plans and releases,
+/// nothing created, nothing sent (safety rule 24).
+pub(crate) const HOSTILE_FILES: &[&str] = &[
+    "prod/%2e%2e/%2e%2e/%2e%2e/%2e%2e/attacker/repo/main/evil.yaml",
+    "prod/%2E%2E/evil.yaml",
+    "prod/%252e%252e/evil.yaml",
+    "prod/.%2e/evil.yaml",
+    "prod%2f..%2fevil.yaml",
+    "prod/%2fetc/passwd.yaml",
+    "prod/..\\evil.yaml",
+    "prod\\..\\evil.yaml",
+    "prod/\u{ff0e}\u{ff0e}/evil.yaml",
+    "prod/../evil.yaml",
+    "prod/x/../../evil.yaml",
+    "/etc/passwd.yaml",
+    "~/prod/evil.yaml",
+    "prod/evil\u{0}.yaml",
+    "prod/evil\n.yaml",
+    "prod/evil\t.yaml",
+];
+
+#[tokio::test]
+async fn a_file_with_dots_in_any_spelling_is_refused_422_by_plans_and_releases() {
+    let app = TestApp::spawn().await;
+    for file in HOSTILE_FILES {
+        let mut plan = TestApp::plan("v0.0.452");
+        plan["file"] = json!(file);
+        let (status, body) = app.post_plan(&plan).await;
+        assert_eq!(status, 422, "{file:?}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_file", "{file:?}: {body}");
+        let release = json!({"file": file, "tag": "v0.0.452", "reason": "r",
+            "targets": [{"host": "gpu02", "service": crate::helpers::R2}]});
+        let (status, body) = app.post("/v1/releases", &release).await;
+        assert_eq!(status, 422, "release {file:?}: {body}");
+        assert!(
+            body["error"]["code"] == "invalid_file"
+                || body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("(invalid_file)")),
+            "release {file:?}: {body}"
+        );
+    }
+    let (_, releases) = send(&app, |c, url| c.get(format!("{url}/v1/releases"))).await;
+    assert_eq!(
+        releases["items"].as_array().map(Vec::len),
+        Some(0),
+        "{releases}"
+    );
+    nothing_happened(&app).await;
+}
+
 #[tokio::test]
 async fn a_tag_that_is_not_a_git_tag_name_or_a_json_key_given_twice_is_refused_422() {
     let app = TestApp::spawn().await;

@@ -211,6 +211,7 @@ fn quick_reads() -> TestOptions {
         http: Some(HttpTuning {
             header_read_timeout: Duration::from_millis(300),
             body_read_timeout: Duration::from_millis(300),
+            ..HttpTuning::default()
         }),
         ..TestOptions::default()
     }

@@ -20,6 +20,7 @@ mod docs_links;
 mod doctor;
 mod edge;
 mod fleet;
+mod flood;
 mod helpers;
 mod hostile;
 mod http_errors;
