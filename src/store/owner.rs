@@ -159,7 +159,7 @@ mod tests {
                      2: FLOCK  ADVISORY  READ 11 fe:00:77 0 EOF\n\
                      3: FLOCK  ADVISORY  WRITE 12 fe:00:78 0 EOF\n\
                      4: FLOCK  ADVISORY  WRITE 13 fe:00:77 0 EOF\n";
-        let dev = (0xfe << 8) | 0x00;
+        let dev = 0xfe << 8;
         assert_eq!(flock_holder(locks, dev, 77), Some(13));
         assert_eq!(flock_holder(locks, dev, 79), None);
         // A large major and minor: 259:65536.
