@@ -143,6 +143,13 @@ impl App {
             self.state.config.notifications.clone(),
             self.state.config.public_url.clone(),
         );
+        let recovery = tokio::spawn(
+            self.state
+                .engine
+                .store()
+                .clone()
+                .watch_storage_recovery(Duration::from_secs(2)),
+        );
         let header_read_timeout = self.state.config.http.header_read_timeout;
         let open_files = crate::http::raise_open_files_limit();
         let max_connections =
@@ -195,6 +202,7 @@ impl App {
             );
         }
         notifier.stop().await;
+        recovery.abort();
         // The database is given up with the stop: another daemon may take it now.
         store.close().await;
         served

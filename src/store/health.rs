@@ -174,7 +174,7 @@ impl StorageHealth {
     }
 
     /// A write succeeded; `rollout` when it was that task's (its wait is over).
-    fn succeeded(&self, rollout: Option<&str>) {
+    pub(super) fn succeeded(&self, rollout: Option<&str>) {
         if !self.troubled.load(Ordering::Acquire) {
             return;
         }

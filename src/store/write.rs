@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::borrow::Cow;
 
@@ -482,6 +483,42 @@ impl Store {
             }
         };
         Ok(done.out)
+    }
+
+    /// While a write has failed on the storage and no rollout waits to retry one of its own,
+    /// rewrites the probe row every `every`: the first one that goes through clears the
+    /// failure, so `/readyz` comes back by itself once the disk has room, with no other write
+    /// (safety rule 18). A probe that fails is neither counted nor logged above debug.
+    pub async fn watch_storage_recovery(self, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !self.health.failing().is_some_and(|f| f.waiting == 0) {
+                continue;
+            }
+            match self.probe_write().await {
+                Ok(()) => {
+                    self.health.succeeded(None);
+                    tracing::warn!("the database can be written again");
+                }
+                Err(e) => tracing::debug!(error = %e, "the database still cannot be written"),
+            }
+        }
+    }
+
+    async fn probe_write(&self) -> Result<(), StoreError> {
+        let mut tx = Tx::begin(&self.writer.conn, &self.bus).await?;
+        #[cfg(feature = "testing")]
+        if self.health.fault.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(super::health::injected_fault());
+        }
+        tx.query(
+            "insert into storage_probe (id, at) values (1, ?) \
+             on conflict (id) do update set at = excluded.at",
+        )
+        .bind(super::fmt_time(chrono::Utc::now()));
+        tx.commit(()).await.map(|_| ())
     }
 
     /// Test hook: while `on`, every write fails as on a full disk (`SQLITE_FULL`), before

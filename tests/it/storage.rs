@@ -181,3 +181,45 @@ async fn a_full_disk_during_a_down_is_told_waited_out_and_recorded_without_resen
     let (_, metrics) = get(&app, "/metrics").await;
     assert_eq!(metric(&metrics, "canaryd_rollouts_waiting_on_storage"), 0.0);
 }
+
+/// On an idle daemon, one API write that fails on a full disk makes `/readyz` answer 503;
+/// once the disk has room again, readiness comes back by itself within seconds, with no
+/// other write sent to the daemon.
+#[tokio::test]
+async fn readiness_comes_back_by_itself_once_the_disk_has_room_with_no_other_write() {
+    let app = TestApp::spawn().await;
+    let store = app.engine.store().clone();
+    store.inject_storage_fault(true);
+    let (status, body) = app.post_plan(&TestApp::plan("v0.0.452")).await;
+    assert!(status >= 500, "the write fails: {status} {body}");
+    let (status, body) = get(&app, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("cannot be written"), "{body}");
+    // Still full: the daemon's own probes keep it unready, without counting as errors.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let (status, _) = get(&app, "/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        store.health().errors_total(),
+        1,
+        "probes are not counted as errors"
+    );
+
+    store.inject_storage_fault(false);
+    let mut ready = false;
+    for _ in 0..100 {
+        let (status, _) = get(&app, "/readyz").await;
+        if status == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "ready again within 10 s of the disk having room");
+    let (_, list) = get(&app, "/v1/rollouts").await;
+    assert!(
+        list.contains("\"items\":[]"),
+        "no other write was made: {list}"
+    );
+    assert!(app.sim.calls().is_empty(), "nothing sent to the host");
+}
