@@ -494,7 +494,7 @@ impl Store {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if !self.health.failing().is_some_and(|f| f.waiting == 0) {
+            if self.health.failing().is_none_or(|f| f.waiting != 0) {
                 continue;
             }
             match self.probe_write().await {
