@@ -251,10 +251,7 @@ impl Worker {
         if let Some(base) = &self.public_url {
             link_page(&mut payload, base);
         }
-        let body = match webhook.format {
-            WebhookFormat::Json => payload,
-            WebhookFormat::Slack => json!({"text": payload["text"]}),
-        };
+        let body = body_for(webhook.format, payload);
         let res = self
             .client
             .post(webhook.url.expose())
@@ -274,6 +271,17 @@ impl Worker {
 
 /// Adds the rollout's page (`<public_url>/rollouts/<id>`) to a notification: `rollout.url`,
 /// and at the end of its `text`.
+/// What a webhook of `format` is sent for `payload`: the payload itself, or Slack's
+/// `{"text"}` with the line escaped as Slack requires (safety rule 24).
+pub(crate) fn body_for(format: WebhookFormat, payload: serde_json::Value) -> serde_json::Value {
+    match format {
+        WebhookFormat::Json => payload,
+        WebhookFormat::Slack => json!({
+            "text": crate::domain::notification::slack_text(payload["text"].as_str().unwrap_or_default())
+        }),
+    }
+}
+
 fn link_page(payload: &mut serde_json::Value, base: &str) {
     let Some(id) = payload["rollout"]["id"].as_str() else {
         return;

@@ -162,9 +162,48 @@ pub fn text(event: NotifyEvent, s: &Subject<'_>) -> String {
     }
 }
 
+/// `text` as Slack's `text` field takes it: `&`, `<` and `>` escaped (`&amp;`, `&lt;`,
+/// `&gt;`), so that nothing a user wrote (a reason, a tag, an error quoting the host) reaches
+/// the channel as a mention (`<!channel>`, `<@U…>`) or a disguised link (`<http://…|text>`).
+/// canaryd's own lines carry no Slack markup (a page link is a plain URL), so the whole line
+/// is escaped.
+pub fn slack_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slack_text_escapes_mentions_and_disguised_links() {
+        let cases = [
+            ("<!channel> wake up", "&lt;!channel&gt; wake up"),
+            ("<!here>", "&lt;!here&gt;"),
+            ("ping <@U024BE7LH>", "ping &lt;@U024BE7LH&gt;"),
+            (
+                "<http://evil.example|the runbook>",
+                "&lt;http://evil.example|the runbook&gt;",
+            ),
+            ("a &amp; b", "a &amp;amp; b"),
+            (
+                "plain https://canaryd.example.com/rollouts/ro_1",
+                "plain https://canaryd.example.com/rollouts/ro_1",
+            ),
+        ];
+        for (raw, sent) in cases {
+            assert_eq!(slack_text(raw), sent, "{raw}");
+        }
+    }
 
     #[test]
     fn audit_events_map_to_notifications_and_a_successful_rollback_is_rolled_back() {

@@ -5,7 +5,7 @@
 use chrono::SecondsFormat;
 use serde_json::{json, Value};
 
-use crate::config::{WebhookConfig, WebhookFormat};
+use crate::config::WebhookConfig;
 use crate::domain::notification::NotifyEvent;
 use crate::store::{Store, WaitingRollout};
 
@@ -32,10 +32,7 @@ pub(super) async fn alert_when_waiting(
                 waiting.since.timestamp_millis()
             );
             for webhook in &wanted {
-                let body = match webhook.format {
-                    WebhookFormat::Json => payload.clone(),
-                    WebhookFormat::Slack => json!({"text": payload["text"]}),
-                };
+                let body = super::body_for(webhook.format, payload.clone());
                 let sent = client
                     .post(webhook.url.expose())
                     .header("Idempotency-Key", &key)

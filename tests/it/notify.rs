@@ -18,7 +18,7 @@ use canaryd::config::{DeliveryTuning, NotificationsConfig, Secret, WebhookConfig
 use canaryd::domain::notification::NotifyEvent;
 use canaryd::engine::Engine;
 use canaryd_sim::SimHost;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::helpers::{canaryd_async, fast_runbooks, sim_config, TestApp, R2};
 
@@ -526,6 +526,52 @@ async fn with_a_public_url_notifications_and_show_link_the_rollouts_page() {
     let out = String::from_utf8_lossy(&show.stdout);
     assert!(show.status.success(), "{out}");
     assert!(out.contains(&format!("page: {page}")), "{out}");
+    app.stop().await;
+    sim.shutdown().await;
+}
+
+/// Every field a user wrote reaches Slack escaped (safety rule 24): a reason with a channel
+/// mention, a user mention and a disguised link notifies nobody and links nowhere.
+#[tokio::test]
+async fn a_slack_notification_escapes_mentions_and_links_the_user_wrote() {
+    let receiver = Receiver::start(0, 0).await;
+    let sim = SimHost::start(sim_config()).await.expect("sim");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hooks = vec![webhook(
+        "chat",
+        receiver.url("chat"),
+        WebhookFormat::Slack,
+        &[NotifyEvent::Started],
+    )];
+    let app = NotifyingApp::boot(&sim, dir.path().join("canaryd.db"), hooks).await;
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["reason"] =
+        json!("<!channel> <!here> <@U024BE7LH> see <http://evil.example|the runbook> & co");
+    let res = reqwest::Client::new()
+        .post(format!("{}/v1/rollouts", app.url))
+        .json(&plan)
+        .send()
+        .await
+        .expect("daemon answers");
+    assert_eq!(res.status(), 201);
+    let body: Value = res.json().await.expect("json");
+    let id = body["id"].as_str().expect("id").to_owned();
+    app.wait_terminal(&id).await;
+    receiver.wait_accepted("chat", 1).await;
+    let seen = receiver.accepted("chat");
+    let text = seen
+        .values()
+        .next()
+        .and_then(|s| s.body["text"].as_str().map(str::to_owned))
+        .expect("a Slack text");
+    assert!(
+        text.contains(
+            "&lt;!channel&gt; &lt;!here&gt; &lt;@U024BE7LH&gt; see \
+             &lt;http://evil.example|the runbook&gt; &amp; co"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains('<') && !text.contains('>'), "{text}");
     app.stop().await;
     sim.shutdown().await;
 }
