@@ -427,3 +427,75 @@ async fn every_busy_refusal_is_a_call_in_the_api_with_its_time() {
     assert!(times.windows(2).all(|w| w[0] < w[1]), "in order: {times:?}");
     app.stop().await;
 }
+
+/// A call whose stream ends without `done` while the host stays busy ends its step at the
+/// step's deadline, not 30 s after the cut: the step's settle wait is bounded by its timeout,
+/// and the automatic rollback waits for the host itself before its first call, sending
+/// nothing while the host is busy (safety rule 13).
+#[tokio::test]
+async fn an_unknown_outcome_ends_its_step_by_the_deadline_and_the_rollback_sends_nothing_while_busy(
+) {
+    let app = TestApp::spawn().await;
+    let faults = app.sim.faults();
+    // The up's lines come slowly, and its stream ends without `done`.
+    faults.cut_stream(Some(canaryd_sim::SimOp::Up));
+    faults.set_line_delay(Some(Duration::from_millis(100)));
+    let id = app.start_canary(&TestApp::plan(CANARY_TAG)).await;
+    let real_up = |app: &TestApp| {
+        app.compose_calls()
+            .iter()
+            .any(|c| !is_dry_run(c) && c.path == "/compose/up" && c.body["tag"] == CANARY_TAG)
+    };
+    for _ in 0..500 {
+        if real_up(&app) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(real_up(&app), "the up is in flight");
+    // From now on the host reads busy (another operation, or the abandoned child).
+    let busy = Duration::from_secs(12);
+    let busy_until = chrono::Utc::now() + busy;
+    faults.busy_for(busy);
+    let canary = app.wait_terminal(&id).await;
+    assert_eq!(
+        canary.error.as_ref().map(|e| e.code.as_str()),
+        Some("compose_outcome_unknown"),
+        "{canary:#?}"
+    );
+    let up = canary.steps.iter().find(|s| s.name == "up").expect("up");
+    let (Some(deadline), Some(finished)) = (up.deadline_at, up.finished_at) else {
+        panic!("the up has a deadline and an end: {up:#?}");
+    };
+    let past = (finished - deadline).num_milliseconds();
+    // Before, the wait ran at least 30 s past the cut (25 s past this 5 s up's deadline); it
+    // now ends at the deadline (what is left is one read of the host and the write).
+    assert!(
+        past < 10_000,
+        "the up ended {past} ms past its deadline: {up:#?}"
+    );
+    assert_eq!(up.detail["host_idle"], false, "{:#}", up.detail);
+    let rollback_id = canary.rolled_back_by.clone().expect("automatic rollback");
+    tokio::time::sleep(busy).await;
+    let rollback = app.wait_terminal(&rollback_id).await;
+    assert_eq!(rollback.status, "succeeded", "{rollback:#?}");
+    let calls = app.compose_calls();
+    let cut = calls
+        .iter()
+        .position(|c| !is_dry_run(c) && c.path == "/compose/up" && c.body["tag"] == CANARY_TAG)
+        .expect("the canary's up");
+    let early: Vec<_> = calls[cut + 1..]
+        .iter()
+        .filter(|c| c.at < busy_until)
+        .map(|c| c.path.as_str())
+        .collect();
+    assert!(
+        early.is_empty(),
+        "nothing sent while the host is busy: {early:?}"
+    );
+    assert!(
+        calls.len() > cut + 1,
+        "the rollback sent its calls once the host was idle"
+    );
+    app.stop().await;
+}

@@ -318,8 +318,11 @@ async fn reconcile_previous_attempt(
     }
 }
 
-/// Waits for the host to settle (safety rule 13), then fails `compose_outcome_unknown`: the
-/// outcome is for a human to judge from `docker ps`, never a blind resend.
+/// Waits for the host to settle (safety rule 13), within the step's own deadline, then fails
+/// `compose_outcome_unknown`: the outcome is for a human to judge from `docker ps`, never a
+/// blind resend. A call cut at the deadline gets one read of the host (its evidence) and no
+/// wait past it: what comes next (the automatic rollback) waits for the host to settle
+/// before its first call (`settle_before_first_call`), inside its own step's time.
 async fn outcome_unknown(
     run: &StepRun<'_>,
     endpoint: &str,
@@ -330,8 +333,7 @@ async fn outcome_unknown(
 ) -> StepEnd {
     let client = &run.ctx.host.client;
     let started = run.ctx.now();
-    let limit = deadline.max(started + chrono::Duration::seconds(30));
-    let settle = settle(run, watched, limit, abort).await;
+    let settle = settle(run, watched, deadline, abort).await;
     run.settle_checked
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if settle.aborted {
