@@ -54,6 +54,9 @@ pub struct ClientOptions {
     pub stream_idle_timeout: Duration,
     /// `X-Triggered-By` value.
     pub triggered_by: String,
+    /// Where the token comes from (`the env var X (hosts.h.token_env)`): a `401` says it, so
+    /// that whoever reads the error knows what to fix.
+    pub token_source: Option<String>,
     /// compose project of the host, used to turn `<project>-<service>-<n>` into `<service>`.
     pub project: String,
 }
@@ -65,6 +68,7 @@ impl Default for ClientOptions {
             request_timeout: Duration::from_secs(30),
             stream_idle_timeout: Duration::from_secs(600),
             triggered_by: "canaryd".to_owned(),
+            token_source: None,
             project: "work".to_owned(),
         }
     }
@@ -278,7 +282,26 @@ impl ComposeClient {
                 &text,
                 format!("the capability probe (an empty evict body) was accepted with {status}"),
             )),
-            _ => Err(ComposeError::from_status(EVICT, status, &text)),
+            _ => Err(self.refused(EVICT, status, &text)),
+        }
+    }
+
+    /// The error of a non-success answer; a `401` names where the token comes from.
+    fn refused(&self, endpoint: &str, status: u16, text: &str) -> ComposeError {
+        match (
+            ComposeError::from_status(endpoint, status, text),
+            &self.opts.token_source,
+        ) {
+            (ComposeError::Unauthorized { endpoint, message }, Some(source)) => {
+                ComposeError::Unauthorized {
+                    endpoint,
+                    message: format!(
+                        "{message}; canaryd sends the token in {source}: set it to this host's \
+                         compose-manager token and restart canaryd (`canaryd doctor` checks it)"
+                    ),
+                }
+            }
+            (e, _) => e,
         }
     }
 
@@ -347,7 +370,7 @@ impl ComposeClient {
                 .ok()
                 .and_then(Result::ok)
                 .unwrap_or_default();
-            return Err(ComposeError::from_status(endpoint, status.as_u16(), &text));
+            return Err(self.refused(endpoint, status.as_u16(), &text));
         }
         let streamed = stream::read_stream(response, endpoint, idle).await;
         if let Ok(streamed) = &streamed {
@@ -416,7 +439,7 @@ impl ComposeClient {
     ) -> Result<T, ComposeError> {
         self.send_whole_with(endpoint, request, |status, body| {
             let text = body_text(body);
-            Self::decode(endpoint, status, &text)
+            self.decode(endpoint, status, &text)
         })
         .await?
     }
@@ -431,7 +454,7 @@ impl ComposeClient {
         self.send_whole_with(endpoint, request, |status, body| {
             let text = body_text(body);
             if status != 200 {
-                return Err(ComposeError::from_status(endpoint, status, &text));
+                return Err(self.refused(endpoint, status, &text));
             }
             output::output_of(&text).map_err(|e| {
                 ComposeError::protocol(endpoint, 0, &text, format!("unexpected answer: {e}"))
@@ -442,12 +465,13 @@ impl ComposeClient {
 
     /// A whole call's answer: JSON of type `T` when `status` is 200, its error otherwise.
     fn decode<T: DeserializeOwned>(
+        &self,
         endpoint: &'static str,
         status: u16,
         text: &str,
     ) -> Result<T, ComposeError> {
         if status != 200 {
-            return Err(ComposeError::from_status(endpoint, status, text));
+            return Err(self.refused(endpoint, status, text));
         }
         serde_json::from_str(text).map_err(|e| {
             ComposeError::protocol(endpoint, 0, text, format!("unexpected answer: {e}"))

@@ -190,6 +190,9 @@ pub struct HostConfig {
     pub compose_manager_url: String,
     /// compose-manager bearer token.
     pub token: Secret,
+    /// The env var the token was read from (`token_env`); `None` when it came from elsewhere
+    /// (`canaryd dev`'s simulated host).
+    pub token_env: Option<String>,
     /// The host's full env map (from its env file), sent on every compose call.
     pub env: EnvMap,
     /// Compose project; `work` (compose-manager's default) unless configured. compose-manager
@@ -235,6 +238,15 @@ impl ReplicaConfig {
 }
 
 impl HostConfig {
+    /// Where this host's token comes from, for a message that tells what to fix:
+    /// `the env var CANARYD_GPU02_TOKEN (hosts.gpu02.token_env)`.
+    pub fn token_source(&self) -> String {
+        match &self.token_env {
+            Some(var) => format!("the env var {var} (hosts.{}.token_env)", self.name),
+            None => format!("the env var named by hosts.{}.token_env", self.name),
+        }
+    }
+
     /// The other replicas of `service`'s group on this host (empty for an unknown service).
     /// A former name (`aliases`) stands for its replica.
     pub fn peers(&self, service: &str) -> Vec<&str> {

@@ -112,7 +112,7 @@ async fn run(engine: &Engine, host: &HostRuntime) -> DoctorReport {
     );
     let token_refused = matches!(&token, Err(ComposeError::Unauthorized { .. }));
     let mut checks = vec![
-        token_check(host, token),
+        token_check(token),
         dry_run_check(dry_run),
         version_check(host, &version),
     ];
@@ -212,15 +212,14 @@ async fn check_token(host: &HostRuntime) -> Result<String, ComposeError> {
     }
 }
 
-fn token_check(host: &HostRuntime, outcome: Result<String, ComposeError>) -> DoctorCheck {
+fn token_check(outcome: Result<String, ComposeError>) -> DoctorCheck {
     match outcome {
         Ok(detail) => pass("token_accepted", detail),
         Err(e @ ComposeError::Unauthorized { .. }) => fail(
             "token_accepted",
             format!(
-                "{e}: the token in the env var named by hosts.{}.token_env is not the host's \
-                 BEARER_TOKEN; every authenticated call (dry run, down, up, logs) would fail",
-                host.config.name
+                "{e}; it is not the host's BEARER_TOKEN, so every authenticated call (dry run, \
+                 down, up, logs) would fail"
             ),
         ),
         Err(e) => fail("token_accepted", format!("could not check the token: {e}")),

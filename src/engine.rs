@@ -244,6 +244,7 @@ impl Engine {
                 request_timeout: config.compose.request_timeout,
                 stream_idle_timeout: config.compose.stream_idle_timeout,
                 triggered_by: "canaryd".to_owned(),
+                token_source: Some(host.token_source()),
                 project: host.project.clone(),
             };
             let mut client = ComposeClient::with_http(

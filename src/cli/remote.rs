@@ -12,6 +12,7 @@ use super::client::created_id;
 use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
 use crate::api::RolloutOut;
+use crate::domain::state::{OnFailure, RolloutKind, RolloutStatus};
 
 mod doctor;
 mod release;
@@ -20,6 +21,14 @@ mod watch;
 pub use doctor::{doctor, DoctorArgs};
 pub use release::{release, watch as watch_release, ReleaseCommand};
 pub use watch::follow;
+
+/// A flag's parser that takes only `values` (the domain's names of an enum): a bad value is a
+/// usage error (exit 2, listing them) before anything is sent.
+pub(crate) fn one_of(
+    values: impl IntoIterator<Item = &'static str>,
+) -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(values)
+}
 
 #[derive(Debug, Subcommand)]
 pub enum RolloutCommand {
@@ -84,7 +93,7 @@ pub struct StartArgs {
     pub runbook: Option<String>,
     /// `rollback` (default): a canary that fails after touching its replica rolls it back by
     /// itself; `halt`: it leaves the replica as it is.
-    #[arg(long, value_name = "rollback|halt")]
+    #[arg(long, value_parser = one_of(OnFailure::ALL.iter().map(|v| v.as_str())))]
     pub on_failure: Option<String>,
     /// An env override, KEY=VALUE (repeatable).
     #[arg(long = "env")]
@@ -132,10 +141,10 @@ pub struct HistoryArgs {
     #[arg(long)]
     pub service: Option<String>,
     /// Only this status: pending, running, succeeded, failed or aborted.
-    #[arg(long)]
+    #[arg(long, value_parser = one_of(RolloutStatus::ALL.iter().map(|v| v.as_str())))]
     pub status: Option<String>,
     /// Only this kind: canary or rollback.
-    #[arg(long)]
+    #[arg(long, value_parser = one_of(RolloutKind::ALL.iter().map(|v| v.as_str())))]
     pub kind: Option<String>,
     /// Only rollouts to this tag.
     #[arg(long)]

@@ -46,6 +46,19 @@ pub async fn serve(
                 );
                 return Ok(ExitCode::from(EXIT_BAD_CONFIG));
             }
+            // The `listen` address is taken or not this machine's: the config's to change.
+            _ if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                    matches!(
+                        io.kind(),
+                        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AddrNotAvailable
+                    )
+                })
+            }) =>
+            {
+                eprintln!("error: {e:#}");
+                return Ok(ExitCode::from(EXIT_BAD_CONFIG));
+            }
             _ => return Err(e),
         },
     };

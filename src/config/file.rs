@@ -548,6 +548,7 @@ fn resolve_host(
         name: name.to_string(),
         compose_manager_url: url,
         token,
+        token_env: Some(h.token_env.clone()),
         env: EnvMap::new(host_env),
         project,
         replicas,

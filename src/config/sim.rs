@@ -45,6 +45,7 @@ pub fn dev_config(
         name: DEV_HOST.to_owned(),
         compose_manager_url: sim.url(),
         token: Secret::new(sim.token().to_owned()),
+        token_env: None,
         env: EnvMap::new(env),
         project: "work".to_owned(),
         replicas,

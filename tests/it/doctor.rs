@@ -291,6 +291,7 @@ impl WrongToken {
         let mut config = dev_config(&sim, listen, dir.path().join("canaryd.db"), env);
         let host = config.hosts.get_mut(HOST).expect("the dev host");
         host.token = Secret::new("rotated-away-token");
+        host.token_env = Some("GPU02_COMPOSE_MANAGER_TOKEN".to_owned());
         let app = App::build(config, fast_runbooks())
             .await
             .expect("daemon builds");
@@ -324,7 +325,10 @@ async fn a_refused_compose_manager_token_fails_the_token_check_and_the_logs_it_b
     );
     let token = detail(&report, "token_accepted");
     assert!(token.contains("401"), "{token}");
-    assert!(token.contains("token_env"), "{token}");
+    assert!(
+        token.contains("the env var GPU02_COMPOSE_MANAGER_TOKEN (hosts.gpu02.token_env)"),
+        "{token}"
+    );
     assert!(!token.contains("rotated-away-token"), "no secret: {token}");
     assert!(detail(&report, &format!("compose_logs:{R1}")).contains("token_accepted"));
     let logs_calls = daemon
@@ -341,6 +345,36 @@ async fn a_refused_compose_manager_token_fails_the_token_check_and_the_logs_it_b
         stdout(&out).contains("FAIL  token_accepted"),
         "{}",
         stdout(&out)
+    );
+    // A canary sent anyway fails at its first call, naming the env var to fix.
+    let created: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/rollouts", daemon.url))
+        .json(&crate::helpers::TestApp::plan("v0.0.452"))
+        .send()
+        .await
+        .expect("posted")
+        .json()
+        .await
+        .expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let mut ended = serde_json::Value::Null;
+    for _ in 0..300 {
+        ended = reqwest::get(format!("{}/v1/rollouts/{id}", daemon.url))
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("json");
+        if ended["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(ended["error"]["code"], "compose_unauthorized", "{ended:#}");
+    let message = ended["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the env var GPU02_COMPOSE_MANAGER_TOKEN (hosts.gpu02.token_env)"),
+        "{message}"
     );
     let _ = daemon.stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), daemon.server).await;

@@ -237,6 +237,21 @@ async fn a_tag_unknown_before_anything_changed_still_fails_at_once() {
         Some("tag_not_found"),
         "the tag never resolved in this rollout: not retried"
     );
+    let message = canary
+        .error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_default();
+    for says in [
+        "nothing on the host was touched",
+        "exists in the compose repo",
+        "older than the host's minimum tag age",
+    ] {
+        assert!(
+            message.contains(says),
+            "the message says what to check: {message}"
+        );
+    }
     app.stop().await;
 }
 

@@ -90,7 +90,7 @@ pub struct ReleaseStartArgs {
     #[arg(long)]
     pub max_parallel_hosts: Option<u32>,
     /// `halt` (default) or `rollback_release`.
-    #[arg(long)]
+    #[arg(long, value_parser = super::one_of(crate::domain::release::ReleaseOnFailure::ALL.iter().map(|v| v.as_str())))]
     pub on_failure: Option<String>,
     /// The runbook of every target (default single-replica-canary).
     #[arg(long)]

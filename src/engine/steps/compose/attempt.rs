@@ -512,13 +512,14 @@ pub(super) async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeE
     )
     .await;
     let mut message = error.to_string();
-    if matches!(error, ComposeError::Unauthorized { .. }) {
-        // Where the token comes from, as `canaryd doctor` says it.
-        message.push_str(&format!(
-            " (canaryd sends the token in the env var named by hosts.{}.token_env: set it to \
-             this host's compose-manager token and restart canaryd; `canaryd doctor` checks it)",
-            run.rollout.host
-        ));
+    let touched = run.touched.load(std::sync::atomic::Ordering::Relaxed);
+    match &error {
+        ComposeError::TagNotFound { tag, .. } if !touched => message.push_str(&format!(
+            ": nothing on the host was touched. Check that the tag {tag} exists in the compose \
+             repo (`git ls-remote --tags`) and is older than the host's minimum tag age; the git \
+             host's rate limit reads the same, so a tag that exists may resolve on a retry"
+        )),
+        _ => {}
     }
     StepEnd::failed(error.code(), message, json!({}))
 }

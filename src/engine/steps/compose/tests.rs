@@ -31,6 +31,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         // Never called: the tests hand `call` the compose answers themselves.
         compose_manager_url: "http://127.0.0.1:9".into(),
         token: Secret::new("t"),
+        token_env: None,
         env: EnvMap::new(BTreeMap::new()),
         project: "work".into(),
         replicas: BTreeMap::new(),
