@@ -391,3 +391,104 @@ async fn ctrl_c_on_watch_says_it_detached_and_the_rollout_goes_on() {
     assert_eq!(app.rollout(&id).await.status, "running");
     app.sim.faults().release_stalls();
 }
+
+/// A bad enum value is a usage error (exit 2, listing the values) before anything is sent,
+/// as docs/cli.md says; nothing listens at the server it would have asked.
+#[test]
+fn a_bad_enum_value_on_the_command_line_exits_two_listing_the_values() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "rollout",
+                "start",
+                "--host",
+                HOST,
+                "--file",
+                FILE,
+                "--service",
+                R2,
+                "--tag",
+                "v1",
+                "--reason",
+                "r",
+                "--on-failure",
+                "explode",
+            ],
+            "[possible values: rollback, halt]",
+        ),
+        (
+            &["history", "--status", "nope"],
+            "[possible values: pending, running, succeeded, failed, aborted]",
+        ),
+        (
+            &["history", "--kind", "deploy"],
+            "[possible values: canary, rollback]",
+        ),
+        (
+            &[
+                "release",
+                "start",
+                "--file",
+                FILE,
+                "--tag",
+                "v1",
+                "--reason",
+                "r",
+                "--target",
+                "gpu02/r2",
+                "--on-failure",
+                "x",
+            ],
+            "[possible values: halt, rollback_release]",
+        ),
+    ];
+    for (args, values) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_canaryd"))
+            .args(args)
+            .args(["--server", "http://127.0.0.1:9"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(values), "{args:?}: {err}");
+        assert!(!err.contains("cannot reach"), "nothing was sent: {err}");
+    }
+}
+
+/// `serve` whose `listen` address is taken exits 2 (a configuration to change), naming it.
+#[tokio::test]
+async fn serve_on_a_taken_port_exits_two_naming_the_address() {
+    let sim = canaryd_sim::SimHost::start(crate::helpers::sim_config())
+        .await
+        .expect("sim");
+    let dir = tempfile::tempdir().expect("dir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let config = crate::crash_binary::write_config(dir.path(), &sim, port);
+    let log = dir.path().join("serve.log");
+    let mut child = crate::crash_binary::serve_with(&config, &sim, &log, &[]);
+    let mut status = None;
+    for _ in 0..200 {
+        if let Ok(Some(s)) = child.try_wait() {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("serve did not exit: {said}");
+    };
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("binding 127.0.0.1:{port}")),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join("canaryd.db").exists(),
+        "no database was created"
+    );
+    drop(taken);
+    sim.shutdown().await;
+}

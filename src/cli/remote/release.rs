@@ -98,6 +98,10 @@ pub struct ReleaseStartArgs {
     /// An env override, KEY=VALUE (repeatable).
     #[arg(long = "env")]
     pub env: Vec<String>,
+    /// A startup log line every target's rollout must see, added to the file's
+    /// `require_logs` (repeatable).
+    #[arg(long = "require-log")]
+    pub require_logs: Vec<String>,
     /// Follow the release until it ends.
     #[arg(long)]
     pub wait: bool,
@@ -158,7 +162,21 @@ fn body_of(args: &ReleaseStartArgs) -> anyhow::Result<Value> {
     }
     if !args.env.is_empty() {
         let env: BTreeMap<String, String> = parse_env_flags(&args.env)?;
-        body["env"] = json!(env);
+        if !body["env"].is_object() && !body["env"].is_null() {
+            bail!("the release file's env is not a mapping: cannot apply --env to it");
+        }
+        for (key, value) in env {
+            body["env"][key] = json!(value);
+        }
+    }
+    if !args.require_logs.is_empty() {
+        let logs = body
+            .as_object_mut()
+            .map(|b| b.entry("require_logs").or_insert_with(|| json!([])));
+        let Some(Value::Array(logs)) = logs else {
+            bail!("the release file's require_logs is not a list: cannot add --require-log to it");
+        };
+        logs.extend(args.require_logs.iter().map(|l| json!(l)));
     }
     for field in ["file", "tag", "reason"] {
         if body.get(field).is_none() {
@@ -332,5 +350,45 @@ async fn follow_release(client: &ApiClient, id: &str) -> anyhow::Result<ExitCode
             },
             None => tokio::time::sleep(WATCH_INTERVAL).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Line {
+        #[command(flatten)]
+        args: ReleaseStartArgs,
+    }
+
+    #[test]
+    fn flags_apply_over_the_release_file_key_by_key() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("release.yaml");
+        std::fs::write(
+            &file,
+            "file: prod/a.yaml\ntag: v1\nreason: r\nenv: {A: '1', B: '2'}\nrequire_logs: [ready]\n",
+        )
+        .expect("file");
+        let line = Line::try_parse_from([
+            "release".as_ref(),
+            file.as_os_str(),
+            "--env".as_ref(),
+            "B=3".as_ref(),
+            "--require-log".as_ref(),
+            "armed".as_ref(),
+            "--runbook".as_ref(),
+            "recreate-in-place".as_ref(),
+        ])
+        .expect("parses");
+        let body = body_of(&line.args).expect("body");
+        assert_eq!(body["env"], json!({"A": "1", "B": "3"}));
+        assert_eq!(body["require_logs"], json!(["ready", "armed"]));
+        assert_eq!(body["runbook"], "recreate-in-place");
+        assert_eq!(body["tag"], "v1");
     }
 }
