@@ -14,6 +14,7 @@ use crate::helpers::{canaryd_async, is_dry_run, FILE, R1, R2};
 
 mod check;
 mod events;
+mod guide;
 
 impl Fleet {
     async fn release(&self, id: &str) -> ReleaseOut {

@@ -182,8 +182,61 @@ async fn plan(
         }
         Err(violation) => {
             detail.violation = Some(violation.to_string());
-            StepEnd::failed(violation.code(), violation.to_string(), stored(&detail))
+            let mut message = violation.to_string();
+            if violation.missing_target && !companion {
+                message.push_str(&unchanged_hint(run).await);
+            }
+            StepEnd::failed(violation.code(), message, stored(&detail))
         }
+    }
+}
+
+/// Why a dry run may not plan the target, when the replica's recorded deployment is already
+/// this rollout's file and tag: `; r2 runs v0.0.452 with overrides {K}; this rollout sets
+/// none`. Empty when nothing is recorded or the file or tag differ.
+async fn unchanged_hint(run: &StepRun<'_>) -> String {
+    let r = &run.rollout;
+    let Ok(newest) = run
+        .ctx
+        .store
+        .recent_deployments(&r.host, &r.service, 1)
+        .await
+    else {
+        return String::new();
+    };
+    let Some(d) = newest
+        .first()
+        .filter(|d| d.file == r.file && d.tag == r.tag)
+    else {
+        return String::new();
+    };
+    let keys =
+        |env: &std::collections::BTreeMap<String, String>| match env.keys().collect::<Vec<_>>() {
+            keys if keys.is_empty() => "none".to_owned(),
+            keys => format!(
+                "{{{}}}",
+                keys.iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    if d.env_overrides == r.env_overrides {
+        format!(
+            "; {} already runs {} with the same overrides ({}): there is nothing to deploy",
+            r.service,
+            r.tag,
+            keys(&d.env_overrides)
+        )
+    } else {
+        format!(
+            "; {} runs {} with overrides {}; this rollout sets {}: give it the same env (a \
+             release: the canary's `env`) or a new tag",
+            r.service,
+            r.tag,
+            keys(&d.env_overrides),
+            keys(&r.env_overrides)
+        )
     }
 }
 
