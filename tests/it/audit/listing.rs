@@ -448,3 +448,58 @@ async fn deployments_of_a_replica_are_listed_newest_first() {
     assert_eq!(body["error"]["code"], "unknown_replica");
     app.stop().await;
 }
+
+/// The guide's recipe "where does tag X run now" answers only what runs now: a canary of the
+/// tag that was then rolled back is not listed (it was, when the recipe read succeeded
+/// rollouts), and the replica is listed again once the tag is deployed again.
+#[tokio::test]
+async fn where_a_tag_runs_lists_what_runs_now_not_canaries_rolled_back() {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/operator-guide.md"
+    ))
+    .expect("guide");
+    let recipe = guide
+        .lines()
+        .skip_while(|l| !l.starts_with("# Where does tag v0.0.452 run now"))
+        .find(|l| l.starts_with("curl"))
+        .expect("the recipe");
+    assert!(
+        recipe.contains("/v1/replicas")
+            && recipe
+                .contains("select(.current_deployment.tag == \"v0.0.452\" and (.left_down | not))"),
+        "the test below applies the guide's filter: {recipe}"
+    );
+    // The recipe's filter, in Rust.
+    async fn runs(app: &TestApp, tag: &str) -> Vec<String> {
+        let replicas: Vec<Value> = reqwest::get(format!("{}/v1/replicas", app.url))
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("json");
+        replicas
+            .iter()
+            .filter(|r| r["current_deployment"]["tag"] == tag && r["left_down"] != true)
+            .filter_map(|r| r["service"].as_str().map(str::to_owned))
+            .collect()
+    }
+    let app = TestApp::spawn().await;
+    let canary = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    assert_eq!(app.wait_terminal(&canary).await.status, "succeeded");
+    assert_eq!(runs(&app, "v0.0.452").await, [crate::helpers::R2]);
+    let (status, out) = app
+        .post(
+            "/v1/rollbacks",
+            &json!({"host": "gpu02", "service": crate::helpers::R2, "reason": "TTFT regression"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{out}");
+    let rollback = app.wait_terminal(out["id"].as_str().expect("id")).await;
+    assert_eq!(rollback.status, "succeeded", "{rollback:#?}");
+    assert!(
+        runs(&app, "v0.0.452").await.is_empty(),
+        "a rolled-back canary is not where the tag runs"
+    );
+    app.stop().await;
+}
