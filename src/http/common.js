@@ -20,11 +20,16 @@ async function api(path, options) {
   let body = null;
   try { body = await res.json(); } catch (e) { body = null; }
   if (!res.ok) {
-    const err = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status;
-    throw new Error(err);
+    const err = new Error(body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + res.status);
+    err.status = res.status;
+    throw err;
   }
   return body;
 }
+// What to add to a failed read's message: the token hint only when the daemon asked for one
+// (401) and none is entered; a 404 is a rollout or replica that does not exist, whatever the token.
+function tokenHint(e) { return e.status === 401 && !token() ? " — enter an API token above" : ""; }
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -60,4 +65,53 @@ async function readEvents(path, onOpen, onChange, stop) {
     }
     if (changed) await onChange();
   }
+}
+
+// ---- dialogs: a reason, then a confirmation ----------------------------------------------
+// Each dialog's elements are named by a prefix ("rollback-", ...) and "panel", "reason",
+// "result", "step1" (the reason), "step2" (the question), "submit", "back", "confirm" and
+// "cancel".
+const byId = id => document.getElementById(id);
+function dialogStep(p, n) {
+  byId(p + "step1").hidden = n !== 1;
+  byId(p + "step2").hidden = n !== 2;
+}
+function openDialog(p) {
+  byId(p + "reason").value = "";
+  byId(p + "result").textContent = "";
+  dialogStep(p, 1);
+  byId(p + "panel").hidden = false;
+  byId(p + "reason").focus();
+}
+// The reason typed, or "" after saying that one is required.
+function dialogReason(p) {
+  const reason = byId(p + "reason").value.trim();
+  if (!reason) byId(p + "result").textContent = "A reason is required.";
+  return reason;
+}
+// Shows `question` for confirmation when a reason was given.
+function askDialog(p, question) {
+  if (!dialogReason(p)) return;
+  byId(p + "question").textContent = question();
+  dialogStep(p, 2);
+}
+// Runs `send(result)` with the confirm button disabled; a refusal goes back to the reason.
+async function confirmDialog(p, refused, send) {
+  const result = byId(p + "result");
+  byId(p + "confirm").disabled = true;
+  try {
+    await send(result);
+    dialogStep(p, 0);
+  } catch (e) {
+    result.textContent = refused + e.message;
+    dialogStep(p, 1);
+  } finally {
+    byId(p + "confirm").disabled = false;
+  }
+}
+function wireDialog(p, ask, confirm, close) {
+  byId(p + "submit").addEventListener("click", ask);
+  byId(p + "cancel").addEventListener("click", close);
+  byId(p + "back").addEventListener("click", () => dialogStep(p, 1));
+  byId(p + "confirm").addEventListener("click", confirm);
 }

@@ -10,6 +10,7 @@ const followed = new Map(); // rollout id -> {data, streaming}
 let historyCursor = null;
 let rollbackTarget = null;
 let approveTarget = null; // {id, step}
+let abortTarget = null; // the rollout's id
 const doctorRunning = new Set(); // hosts whose doctor runs now
 let shownRelease = null; // {id, data, streaming}
 let releaseControl = null; // {id, verb}
@@ -136,8 +137,13 @@ function renderActive() {
       approve = el("div", {class: "waiting"}, "Step " + waiting.name + " waits for an approval until " +
         time(waiting.detail.deadline) + " ", button);
     }
+    let abort = null;
+    if (!terminal(r)) {
+      abort = el("button", {type: "button", class: "danger", "data-abort": r.id}, "Abort…");
+      abort.addEventListener("click", () => openAbort(r.id));
+    }
     cards.push(el("div", {class: "card", "data-rollout": id, "data-status": r.status},
-      el("h3", {}, r.kind + " ", rolloutPage(r.id), " ", statusCell(r.status)),
+      el("h3", {}, r.kind + " ", rolloutPage(r.id), " ", statusCell(r.status), " ", abort),
       approve,
       el("div", {class: "mono"}, r.host + " / " + r.service + " → " + r.tag + "  (" + r.actor + ": " + r.reason + ")"),
       r.error ? el("div", {class: "failed"}, r.error.code + ": " + r.error.message) : null,
@@ -197,54 +203,6 @@ async function loadHistory(more) {
 }
 
 // ---- two-step dialogs: a reason, then a confirmation ------------------------------------
-// Each dialog's elements are named by a prefix ("rollback-", ...) and "panel", "reason",
-// "result", "step1" (the reason), "step2" (the question), "submit", "back", "confirm" and
-// "cancel".
-const byId = id => document.getElementById(id);
-function dialogStep(p, n) {
-  byId(p + "step1").hidden = n !== 1;
-  byId(p + "step2").hidden = n !== 2;
-}
-function openDialog(p) {
-  byId(p + "reason").value = "";
-  byId(p + "result").textContent = "";
-  dialogStep(p, 1);
-  byId(p + "panel").hidden = false;
-  byId(p + "reason").focus();
-}
-// The reason typed, or "" after saying that one is required.
-function dialogReason(p) {
-  const reason = byId(p + "reason").value.trim();
-  if (!reason) byId(p + "result").textContent = "A reason is required.";
-  return reason;
-}
-// Shows `question` for confirmation when a reason was given.
-function askDialog(p, question) {
-  if (!dialogReason(p)) return;
-  byId(p + "question").textContent = question();
-  dialogStep(p, 2);
-}
-// Runs `send(result)` with the confirm button disabled; a refusal goes back to the reason.
-async function confirmDialog(p, refused, send) {
-  const result = byId(p + "result");
-  byId(p + "confirm").disabled = true;
-  try {
-    await send(result);
-    dialogStep(p, 0);
-  } catch (e) {
-    result.textContent = refused + e.message;
-    dialogStep(p, 1);
-  } finally {
-    byId(p + "confirm").disabled = false;
-  }
-}
-function wireDialog(p, ask, confirm, close) {
-  byId(p + "submit").addEventListener("click", ask);
-  byId(p + "cancel").addEventListener("click", close);
-  byId(p + "back").addEventListener("click", () => dialogStep(p, 1));
-  byId(p + "confirm").addEventListener("click", confirm);
-}
-
 // ---- rollback -------------------------------------------------------------------------
 function openRollback(host, service) {
   rollbackTarget = {host, service};
@@ -299,6 +257,31 @@ function confirmApprove() {
     await api("/v1/rollouts/" + encodeURIComponent(id) + "/approve",
       {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({reason})});
     result.textContent = "Approved: " + id;
+    refreshRollout(id);
+  });
+}
+
+// ---- abort ----------------------------------------------------------------------------
+function openAbort(id) {
+  abortTarget = id;
+  byId("abort-rollout").textContent = id;
+  openDialog("abort-");
+}
+function askAbort() {
+  askDialog("abort-", () => {
+    const f = followed.get(abortTarget);
+    const r = (f && f.data) || {};
+    return "Really abort " + (r.kind || "rollout") + " " + abortTarget + " of " + (r.service || "") + " on " +
+      (r.host || "") + "? It stops before its next side effect; it does not roll back by itself.";
+  });
+}
+function confirmAbort() {
+  const id = abortTarget;
+  const reason = byId("abort-reason").value.trim();
+  return confirmDialog("abort-", "Abort refused: ", async result => {
+    await api("/v1/rollouts/" + encodeURIComponent(id) + "/abort",
+      {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({reason})});
+    result.textContent = "Abort requested: " + id;
     refreshRollout(id);
   });
 }
@@ -433,7 +416,7 @@ async function refreshAll() {
     if (shownRelease && !shownRelease.streaming) await refreshRelease();
     say("");
   } catch (e) {
-    say(e.message + (token() ? "" : " — enter an API token above"), true);
+    say(e.message + tokenHint(e), true);
   }
 }
 document.getElementById("token").value = token();
@@ -449,6 +432,7 @@ document.getElementById("filters").addEventListener("submit", ev => {
 document.getElementById("history-more").addEventListener("click", () => loadHistory(true).catch(e => say(e.message, true)));
 wireDialog("rollback-", askRollback, confirmRollback, closeRollback);
 wireDialog("approve-", askApprove, confirmApprove, () => { byId("approve-panel").hidden = true; });
+wireDialog("abort-", askAbort, confirmAbort, () => { byId("abort-panel").hidden = true; });
 for (const verb of ["pause", "resume", "abort"]) {
   byId("release-" + verb).addEventListener("click", () => openReleaseControl(verb));
 }

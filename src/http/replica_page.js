@@ -46,10 +46,17 @@ async function load() {
     document.getElementById("now").replaceChildren(...rows);
 
     const prior = priorOf(list);
-    document.getElementById("rollback-to").replaceChildren(prior ?
+    const active = replicas.find(x => x.host === host && x.active_rollout);
+    preempting = active ? active.active_rollout : null;
+    const said = prior ?
       el("span", {"data-rollback-to": prior.tag}, "A rollback redeploys ", el("code", {}, prior.tag), " (" + prior.file + ", deployed " + time(prior.deployed_at) + ").") :
-      el("span", {class: "mute", "data-rollback-to": ""}, "No earlier deployment differs from what runs: there is nothing to roll back to."));
-    document.getElementById("rollback-open").disabled = !prior;
+      el("span", {class: "mute", "data-rollback-to": ""}, "No earlier deployment differs from what runs: there is nothing to roll back to.");
+    document.getElementById("rollback-to").replaceChildren(preempting ?
+      el("span", {"data-preempt": preempting}, "Rollout ", rolloutLink(preempting), " is active on " + host +
+        ": the button aborts it first (before its next step), then rolls " + service + " back to its prior deployment.") : said);
+    const open = document.getElementById("rollback-open");
+    open.textContent = preempting ? "Abort " + preempting + " and roll back…" : "Roll back…";
+    open.disabled = !prior && !preempting;
     rollbackTo = prior;
 
     // Oldest first: the replica's tags over time.
@@ -63,45 +70,32 @@ async function load() {
       el("td", {class: "mono"}, Object.keys(d.env_overrides || {}).join(", ")))));
     say("");
   } catch (e) {
-    say(e.message + (token() ? "" : " — enter an API token above"), true);
+    say(e.message + tokenHint(e), true);
   }
 }
 
-// ---- rollback: a reason, then a confirmation ------------------------------------------------
+// ---- rollback: a reason, then a confirmation ----------------------------------------------
+// While a rollout is active on the host (this replica's canary, or another replica's), the
+// button aborts it first (the API's `preempt`): on-call's "abort and roll back".
 let rollbackTo = null;
-const byId = x => document.getElementById(x);
-function step(n) { byId("rollback-step1").hidden = n !== 1; byId("rollback-step2").hidden = n !== 2; }
-byId("rollback-open").addEventListener("click", () => {
-  byId("rollback-reason").value = "";
-  byId("rollback-result").textContent = "";
-  step(1);
-  byId("rollback-panel").hidden = false;
-  byId("rollback-reason").focus();
-});
-byId("rollback-cancel").addEventListener("click", () => { byId("rollback-panel").hidden = true; });
-byId("rollback-back").addEventListener("click", () => step(1));
-byId("rollback-submit").addEventListener("click", () => {
-  if (!byId("rollback-reason").value.trim()) { byId("rollback-result").textContent = "A reason is required."; return; }
-  byId("rollback-question").textContent = "Really roll back " + service + " on " + host + " to " +
-    (rollbackTo ? rollbackTo.tag : "its prior deployment") + "? The replica restarts; its peers keep serving.";
-  step(2);
-  byId("rollback-confirm").focus();
-});
-byId("rollback-confirm").addEventListener("click", async () => {
-  byId("rollback-confirm").disabled = true;
-  try {
-    const r = await api("/v1/rollbacks", {method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({host, service, reason: byId("rollback-reason").value.trim(), to_tag: null, preempt: false})});
+let preempting = null; // the host's active rollout id, or null
+function rollbackQuestion() {
+  const to = rollbackTo && !preempting ? rollbackTo.tag : "its prior deployment (the daemon chooses it)";
+  return (preempting ? "Really abort " + preempting + " and roll back " : "Really roll back ") +
+    service + " on " + host + " to " + to + "? The replica restarts; its peers keep serving.";
+}
+function confirmRollback() {
+  const body = {host, service, reason: byId("rollback-reason").value.trim(), to_tag: null, preempt: !!preempting};
+  return confirmDialog("rollback-", "Rollback refused: ", async result => {
+    const r = await api("/v1/rollbacks", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
     byId("rollback-panel").hidden = true;
-    byId("rollback-result").replaceChildren("Rollback started: ", rolloutLink(r.id));
+    result.replaceChildren("Rollback started: ", rolloutLink(r.id));
     load();
-  } catch (e) {
-    byId("rollback-result").textContent = "Rollback refused: " + e.message;
-    step(1);
-  } finally {
-    byId("rollback-confirm").disabled = false;
-  }
-});
+  });
+}
+byId("rollback-open").addEventListener("click", () => openDialog("rollback-"));
+wireDialog("rollback-", () => askDialog("rollback-", rollbackQuestion), confirmRollback,
+  () => { byId("rollback-panel").hidden = true; });
 
 document.getElementById("replica-name").textContent = host + "/" + service;
 document.getElementById("token").value = token();

@@ -62,6 +62,8 @@ function renderHeader(r) {
   if (r.rolled_back_by) row("rolled back by", rolloutLink(r.rolled_back_by));
   if (r.release_id) row("release", el("a", {href: "/#release=" + encodeURIComponent(r.release_id), class: "mono", "data-release-link": r.release_id}, r.release_id));
   document.getElementById("summary").replaceChildren(...rows);
+  document.getElementById("abort-box").hidden = terminal(r);
+  if (terminal(r)) document.getElementById("abort-panel").hidden = true;
   const box = document.getElementById("error");
   box.hidden = !r.error;
   if (r.error) {
@@ -376,7 +378,7 @@ async function refresh() {
     renderAudit(audit.items || []);
     say("");
   } catch (e) {
-    say(e.message + (token() ? "" : " — enter an API token above"), true);
+    say(e.message + tokenHint(e), true);
   }
 }
 async function follow() {
@@ -394,6 +396,25 @@ async function follow() {
   if (terminal(rollout)) live.textContent = "";
   else setTimeout(follow, 3000);
 }
+
+// ---- abort: a reason, then a confirmation ---------------------------------------------------
+function abortQuestion() {
+  const r = rollout || {};
+  return "Really abort " + (r.kind || "rollout") + " " + id + " of " + (r.service || "") + " on " + (r.host || "") +
+    "? It stops before its next side effect; a compose call in flight finishes. A canary that already touched " +
+    "its replica is not rolled back by the abort: roll it back from the replica page if needed.";
+}
+function confirmAbort() {
+  const reason = byId("abort-reason").value.trim();
+  return confirmDialog("abort-", "Abort refused: ", async result => {
+    await api("/v1/rollouts/" + encodeURIComponent(id) + "/abort",
+      {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify({reason})});
+    result.textContent = "Abort requested: the rollout stops before its next side effect.";
+    refresh();
+  });
+}
+byId("abort-open").addEventListener("click", () => openDialog("abort-"));
+wireDialog("abort-", () => askDialog("abort-", abortQuestion), confirmAbort, () => { byId("abort-panel").hidden = true; });
 
 document.getElementById("rollout-id").textContent = id;
 document.getElementById("token").value = token();

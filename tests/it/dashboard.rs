@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{fast_runbooks, sim_config, FAST_CANARY, HOST, R1, R2};
 
+mod abort;
 mod approve;
 mod doctor;
 mod left_down;
