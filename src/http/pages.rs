@@ -59,9 +59,23 @@ async fn oncall_hints() -> impl IntoResponse {
 }
 
 /// Each code of the failure table under "## Reading a failure": `what happened — what to
-/// check`, in plain text (markdown's backticks and stars dropped).
+/// check`, in plain text: markdown's backticks dropped, and its stars (emphasis) outside code
+/// spans, so that `detail.replicas.*.last_error` keeps its star.
 fn hints(doc: &str) -> BTreeMap<String, String> {
-    let plain = |s: &str| s.replace(['`', '*'], "").trim().to_owned();
+    let plain = |s: &str| {
+        s.split('`')
+            .enumerate()
+            .map(|(i, part)| {
+                if i % 2 == 1 {
+                    part.to_owned()
+                } else {
+                    part.replace('*', "")
+                }
+            })
+            .collect::<String>()
+            .trim()
+            .to_owned()
+    };
     let mut out = BTreeMap::new();
     let Some(start) = doc.find("## Reading a failure") else {
         return out;
@@ -96,6 +110,17 @@ mod tests {
         assert!(analysis.contains("peers' median"), "{analysis}");
         assert!(!analysis.contains('`'), "{analysis}");
         assert!(h.contains_key("dry_run_failed"), "a row of several codes");
+        let all: String = h.values().cloned().collect();
+        assert!(!all.contains("**"), "no markdown emphasis is left");
+        assert!(
+            !all.contains("replicas.."),
+            "no star lost inside a code span"
+        );
+        assert!(
+            h.values()
+                .any(|v| v.contains("detail.replicas.*.last_error")),
+            "{h:#?}"
+        );
     }
 
     /// A step's evidence is drawn from its shape, not its kind: a new kind needs no change.

@@ -33,6 +33,20 @@ function num(x) {
   if (Number.isInteger(x)) return String(x);
   return Math.abs(x) >= 100 ? x.toFixed(1) : Math.abs(x) >= 1 ? x.toFixed(3) : x.toPrecision(3);
 }
+// A round top for an axis, at least `v`: 1, 2, 4 or 5 times a power of ten, so that its half
+// is round too.
+function niceCeil(v) {
+  if (!(v > 0) || !isFinite(v)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 4, 5, 10]) if (m * p >= v * (1 - 1e-9)) return m * p;
+  return 10 * p;
+}
+// A value with its unit: seconds below one as milliseconds; no unit, the number alone.
+function withUnit(v, unit) {
+  if (v === null || v === undefined || !isFinite(v)) return "-";
+  if (unit !== "s") return num(v);
+  return Math.abs(v) < 1 ? num(Math.round(v * 1e6) / 1e3) + " ms" : num(v) + " s";
+}
 function statusText(s) { return el("span", {class: "status " + s, "data-status": s}, s); }
 function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURIComponent(rid), class: "mono", "data-rollout-link": rid}, rid); }
 
@@ -288,8 +302,9 @@ function chart(c, series, targetName, d) {
                   c.max, c.min].filter(v => v !== null && v !== undefined && isFinite(v));
   const warmEnd = ms(d.warmup_ends_at);
   const t0 = Math.min(times[0], warmEnd || times[0]) - 1, t1 = times[times.length - 1];
-  const vmax = Math.max(...values, 0) * 1.1 || 1;
+  const vmax = niceCeil(Math.max(...values, 0) * 1.05);
   const counter = series.shape === "counter";
+  const unit = series.unit || null;
   const x = t => L + ((t - t0) / Math.max(t1 - t0, 1)) * (W - L - R);
   const y = v => T + (1 - v / vmax) * (H - T - B);
   const g = svg("svg", {class: "chart", viewBox: "0 0 " + W + " " + H, role: "img", "data-ymax": vmax,
@@ -301,7 +316,11 @@ function chart(c, series, targetName, d) {
   for (const f of [0, 0.5, 1]) {
     const v = vmax * f;
     g.append(svg("line", {class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v)}));
-    g.append(svg("text", {x: L - 4, y: y(v) + 4, "text-anchor": "end"}, document.createTextNode(num(v))));
+    g.append(svg("text", {x: L - 4, y: y(v) + 4, "text-anchor": "end", "data-tick": v}, document.createTextNode(withUnit(v, unit))));
+  }
+  if (counter) {
+    g.append(svg("text", {x: 0, y: 0, "text-anchor": "middle", "data-axis-title": "y",
+      transform: "translate(12," + (T + (H - T - B) / 2) + ") rotate(-90)"}, document.createTextNode("per interval")));
   }
   g.append(svg("line", {class: "axis-line", x1: L, x2: W - R, y1: H - B, y2: H - B}));
   g.append(svg("text", {x: L, y: H - 8}, document.createTextNode(time(new Date(t0 + 1).toISOString()).slice(11))));
@@ -314,14 +333,16 @@ function chart(c, series, targetName, d) {
       "data-times": pts.join(","), "data-values": pts.map(t => m.get(t)).join(",")});
   };
   if (counter) {
+    // One slot per interval inside the plot, its bars side by side with a gap: none spills
+    // over the axis labels.
     const slot = (W - L - R) / Math.max(times.length, 1);
     const w = Math.max(slot / (peers.length + 2), 1);
-    times.forEach(t => {
+    times.forEach((t, k) => {
       const series = [[targetName, targetAt, "bar-target"], ...peers.map((p, i) => [p, peerAt[i], "bar-peer"])];
       series.forEach(([name, m, cls], i) => {
         const v = m.get(t);
         if (v === null || v === undefined) return;
-        g.append(svg("rect", {class: cls, "data-bar": name, "data-value": v, x: (x(t) - slot / 2 + i * w + w / 2).toFixed(1), y: y(v).toFixed(1), width: w.toFixed(1), height: Math.max(H - B - y(v), 0).toFixed(1)}));
+        g.append(svg("rect", {class: cls, "data-bar": name, "data-value": v, x: (L + k * slot + (i + 0.5) * w).toFixed(1), y: y(v).toFixed(1), width: w.toFixed(1), height: Math.max(H - B - y(v), 0).toFixed(1)}));
       });
     });
   } else {
@@ -335,12 +356,12 @@ function chart(c, series, targetName, d) {
   for (const [bound, v] of [["max", c.max], ["min", c.min]]) {
     if (v === null || v === undefined) continue;
     g.append(svg("line", {class: "threshold", "data-line": bound, "data-value": v, x1: L, x2: W - R, y1: y(v), y2: y(v)}));
-    g.append(svg("text", {x: W - R - 4, y: y(v) - 4, "text-anchor": "end"}, document.createTextNode(bound + " " + num(v))));
+    g.append(svg("text", {x: W - R - 4, y: y(v) - 4, "text-anchor": "end"}, document.createTextNode(bound + " " + withUnit(v, unit))));
   }
   g.append(svg("text", {class: "verdict-" + c.verdict, "data-label": "verdict", x: L, y: 16},
     document.createTextNode(c.verdict.toUpperCase() + " · " + ratioText + limitText)));
   g.append(svg("text", {x: L, y: 29}, document.createTextNode(
-    "window: target " + num((c.target || {}).value) + ", peers' median " + num(c.peer_median) + (c.target && c.target.requests !== null ? ", " + num(c.target.requests) + " requests" : ""))));
+    "window: target " + withUnit((c.target || {}).value, unit) + ", peers' median " + withUnit(c.peer_median, unit) + (c.target && c.target.requests !== null ? ", " + num(c.target.requests) + " requests" : ""))));
   if (c.reasons && c.reasons.length) fig.append(el("p", {class: c.verdict, "data-reasons": c.name}, c.reasons.join("; ")));
   fig.append(g, el("div", {class: "chart-legend"},
     counter ? "bars per interval: red " + targetName + " (canary), blue the peers" :

@@ -313,7 +313,88 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
         bars.as_u64().is_some_and(|n| n >= 10),
         "a counter is drawn as bars: {bars}"
     );
+    // Every bar inside the plot (x from 56 to 548 of 560): none over the axis labels.
+    let outside = browser
+        .eval(
+            "return [...document.querySelectorAll('figure[data-chart=\"took_traffic\"] rect[data-bar]')]\
+             .filter(b => Number(b.getAttribute('x')) < 56 || Number(b.getAttribute('x')) + Number(b.getAttribute('width')) > 548.05)\
+             .map(b => b.getAttribute('x') + '+' + b.getAttribute('width'));",
+        )
+        .await;
+    assert_eq!(outside, serde_json::json!([]), "bars outside the plot");
+    // Round ticks, with a unit on the latency axis.
+    let ticks = browser
+        .eval(
+            "return [...document.querySelectorAll('figure[data-chart=\"ttft_p95\"] [data-tick]')]\
+             .map(t => [Number(t.getAttribute('data-tick')), t.textContent]);",
+        )
+        .await;
+    let ticks = ticks.as_array().expect("ticks").clone();
+    assert_eq!(ticks.len(), 3, "{ticks:?}");
+    let top = ticks
+        .iter()
+        .filter_map(|t| t[0].as_f64())
+        .fold(0.0, f64::max);
+    let mantissa = top / 10f64.powf(top.log10().floor());
+    assert!(
+        [1.0, 2.0, 4.0, 5.0]
+            .iter()
+            .any(|m| (mantissa - m).abs() < 1e-6),
+        "the top tick {top} is round: {ticks:?}"
+    );
+    for t in &ticks {
+        let text = t[1].as_str().unwrap_or_default();
+        assert!(
+            text.ends_with(" ms") || text.ends_with(" s"),
+            "a unit: {ticks:?}"
+        );
+        assert!(text.len() <= 8, "rounded: {ticks:?}");
+    }
+    // The timeline's legend draws its swatches as the bars are drawn.
+    let legend = browser
+        .eval(
+            "const css = (sel, prop) => { const e = document.querySelector(sel); return e ? getComputedStyle(e)[prop] : null; };\
+             return {\
+               swatch_ok: css('.legend .swatch.succeeded', 'backgroundColor'), bar_ok: css('rect.step-bar.succeeded', 'fill'),\
+               swatch_bad: css('.legend .swatch.failed', 'backgroundColor'), bar_bad: css('rect.step-bar.failed', 'fill'),\
+               swatch_wait: css('.legend .swatch.wait', 'borderTopColor'), bar_wait: css('rect.step-bar.wait.succeeded', 'stroke')};",
+        )
+        .await;
+    for (swatch, bar) in [
+        ("swatch_ok", "bar_ok"),
+        ("swatch_bad", "bar_bad"),
+        ("swatch_wait", "bar_wait"),
+    ] {
+        assert!(legend[swatch].is_string(), "{legend}");
+        assert_eq!(
+            legend[swatch], legend[bar],
+            "{swatch} is drawn like {bar}: {legend}"
+        );
+    }
+    // The on-call hint keeps the star of `detail.replicas.*.last_error`.
+    let hint = browser
+        .eval("const h = document.querySelector('[data-hint]'); return h && h.textContent;")
+        .await;
+    assert!(
+        hint.as_str()
+            .is_some_and(|h| h.contains("detail.replicas.*.last_error")),
+        "{hint}"
+    );
     screenshot(&browser, "rollout-failed-analysis").await;
+    // A rollout that does not exist, on a daemon without tokens: not found, no token asked.
+    browser
+        .open(&format!("{}/rollouts/ro_doesnotexist", daemon.url))
+        .await;
+    let said = browser
+        .wait_for(
+            "the page's message",
+            "const m = document.getElementById('message').textContent; return m ? m : null;",
+            |v| v.is_string(),
+        )
+        .await;
+    let said = said.as_str().unwrap_or_default();
+    assert!(said.contains("not_found"), "{said}");
+    assert!(!said.contains("API token"), "{said}");
     browser.quit().await;
     daemon.stop().await;
 }

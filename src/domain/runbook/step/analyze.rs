@@ -324,6 +324,10 @@ pub struct QueryEvidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckSeries {
     pub shape: SeriesShape,
+    /// The values' unit, when the metric's name says it: `s` for a `*_seconds` histogram's
+    /// quantile (the page draws milliseconds below a second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
     /// By replica: `[unix_ms, value]` per interval, `null` for a failed scrape.
     pub points: BTreeMap<String, Vec<(i64, Option<f64>)>>,
 }

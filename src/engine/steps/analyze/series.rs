@@ -98,7 +98,19 @@ pub(super) fn evidence<'a>(
             } else {
                 SeriesShape::Counter
             };
-            (check.name.clone(), CheckSeries { shape, points })
+            let unit = check
+                .histogram
+                .as_deref()
+                .filter(|h| shape == SeriesShape::Quantile && h.ends_with("_seconds"))
+                .map(|_| "s".to_owned());
+            (
+                check.name.clone(),
+                CheckSeries {
+                    shape,
+                    unit,
+                    points,
+                },
+            )
         })
         .collect()
 }
@@ -188,7 +200,16 @@ mod tests {
             &[h(100.0, 10.0)],
             std::slice::from_ref(&check),
         );
+        let mut seconds = check.clone();
+        seconds.histogram = Some("sglang:time_to_first_token_seconds".into());
+        let d = evidence(&[seconds], [("r2", &s)].into_iter());
+        assert_eq!(
+            d["ttft_p50"].unit.as_deref(),
+            Some("s"),
+            "a `_seconds` histogram"
+        );
         let d = evidence(&[check], [("r2", &s)].into_iter());
+        assert_eq!(d["ttft_p50"].unit, None, "a name that says no unit");
         assert_eq!(d["ttft_p50"].shape, SeriesShape::Quantile);
         let v = d["ttft_p50"].points["r2"][0].1.expect("a value");
         assert!(
