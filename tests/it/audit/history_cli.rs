@@ -105,9 +105,15 @@ async fn history_prints_a_table_json_and_csv_with_every_filter() {
     assert_eq!(records[1][0], bob, "newest first");
     assert!(records[1].iter().any(|f| f == "pin v2, \"carefully\""));
 
+    // A status that does not exist is a usage error, refused before anything is asked.
     let run = canaryd(&["history", "--status", "nope"], &app.url).await;
-    assert_eq!(run.code, Some(1));
-    assert!(run.stderr.contains("status"), "{}", run.stderr);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("--status"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("succeeded"),
+        "lists the values: {}",
+        run.stderr
+    );
     app.stop().await;
 }
 
