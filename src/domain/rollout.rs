@@ -1,26 +1,46 @@
 //! What a rollout's task does next, decided from what is stored: the policy of
 //! `engine::runner`, which only carries it out.
 //!
-//! A task asks three times around each step. [`next`]: whose turn it is, from the rollout's
-//! status and its steps' (or that there is nothing left to run). [`turn`]: what that step's
-//! turn is, once the task has read whether an abort was requested (the crash matrix pauses
-//! between the two, so an abort sent meanwhile is seen). [`after`]: what the step's end means.
+//! A task asks four times. [`begin`]: whether the rollout has ended, is to be started, or
+//! goes on. Then, around each step, [`next`]: whose turn it is, from the steps' statuses (or
+//! that there is nothing left to run); [`turn`]: what that step's turn is, once the task has
+//! read whether an abort was requested (the crash matrix pauses between the two, so an abort
+//! sent meanwhile is seen); and, when the step's wait was cut short, [`interrupted`]: whether
+//! that was a shutdown or an abort.
 
 use super::state::{RolloutStatus, StepStatus};
 
-/// What the task does, from the rollout's status and its steps' statuses.
+/// What a task does with a rollout, from its status alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub enum Begin {
     /// The rollout has ended: nothing to do.
     Done,
-    /// Mark the rollout running (it is pending).
+    /// Mark the rollout running (it is pending), then go on.
     Start,
-    /// The runbook or the host is no longer configured: abort it if an abort was requested,
-    /// else fail the step at `current` (or the rollout itself, when no step is unfinished).
-    Unconfigured {
-        /// The first unfinished step.
-        current: Option<usize>,
-    },
+    /// Go on from its steps.
+    GoOn,
+}
+
+/// What the task does with the rollout.
+pub fn begin(status: RolloutStatus) -> Begin {
+    if status.is_terminal() {
+        Begin::Done
+    } else if status == RolloutStatus::Pending {
+        Begin::Start
+    } else {
+        Begin::GoOn
+    }
+}
+
+/// The first step not ended (pending or running): where a rollout whose runbook or host is no
+/// longer configured is failed, or `None` when there is none (the rollout alone is failed).
+pub fn unfinished(steps: &[StepStatus]) -> Option<usize> {
+    steps.iter().position(|s| !s.is_terminal())
+}
+
+/// What the task does next, from a going rollout's step statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
     /// The step at this index failed, its rollout did not: finish from the recorded
     /// failure, never running the step again.
     FinishFailed(usize),
@@ -30,19 +50,8 @@ pub enum Next {
     Succeed,
 }
 
-/// What the task does next. `configured` is false when the rollout's runbook or host is no
-/// longer in the config.
-pub fn next(status: RolloutStatus, steps: &[StepStatus], configured: bool) -> Next {
-    if status.is_terminal() {
-        return Next::Done;
-    }
-    if status == RolloutStatus::Pending {
-        return Next::Start;
-    }
-    let current = steps.iter().position(|s| !s.is_terminal());
-    if !configured {
-        return Next::Unconfigured { current };
-    }
+/// What the task does next with a going rollout (`Begin::GoOn`).
+pub fn next(steps: &[StepStatus]) -> Next {
     let unfinished = steps
         .iter()
         .position(|s| !matches!(s, StepStatus::Succeeded | StepStatus::Skipped));
@@ -99,38 +108,23 @@ pub fn turn(facts: TurnFacts) -> Turn {
     }
 }
 
-/// How a step's executor ended.
+/// What a step's wait cut short by the rollout's abort signal means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The step passed.
-    Succeeded,
-    /// The step failed.
-    Failed,
-    /// The step's wait was cut short by the rollout's abort signal (an abort or a shutdown).
-    Interrupted,
-}
-
-/// What a step's end means for its rollout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum After {
-    /// Record the success (starting the next step in the same transaction) and go on.
-    Continue,
-    /// Finish the rollout failed (with its automatic rollback, if the canary asks for one).
-    Fail,
-    /// A shutdown, not an abort, interrupted the step: it stays running and resumes with its
-    /// original deadline at next start.
+pub enum Interrupted {
+    /// A shutdown, not an abort: the step stays running and resumes with its original
+    /// deadline at next start.
     Pause,
     /// Mark the step aborted and the rollout with it.
     Abort,
 }
 
-/// What `ended` means. `stopping` and `abort_requested` matter only to an interruption.
-pub fn after(ended: Ended, stopping: bool, abort_requested: bool) -> After {
-    match ended {
-        Ended::Succeeded => After::Continue,
-        Ended::Failed => After::Fail,
-        Ended::Interrupted if stopping && !abort_requested => After::Pause,
-        Ended::Interrupted => After::Abort,
+/// What an interruption means: a pause only when the daemon is stopping and no abort was
+/// requested.
+pub fn interrupted(stopping: bool, abort_requested: bool) -> Interrupted {
+    if stopping && !abort_requested {
+        Interrupted::Pause
+    } else {
+        Interrupted::Abort
     }
 }
 

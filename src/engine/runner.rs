@@ -13,7 +13,8 @@ use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
 use crate::domain::error_code::{ErrorCode, StepFailure};
-use crate::domain::rollout::{self, After, Ended, Next, Turn, TurnFacts};
+use crate::domain::rollout::{self, Begin, Interrupted, Next, Turn, TurnFacts};
+use crate::domain::runbook::{Runbook, Step as StepSpec};
 use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutKind, StepEvent, StepStatus};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
@@ -79,104 +80,150 @@ where
     false
 }
 
-/// One drive of the rollout: carries out what `domain::rollout` decides, step after step,
-/// until the rollout ends, the daemon stops or a database error stops it.
+/// One drive of the rollout: loads it, then takes step after step (decided by
+/// `domain::rollout`, carried out here) until the rollout ends, the daemon stops or a database
+/// error stops it.
 async fn drive(
     engine: &Engine,
     id: &str,
     abort: CancellationToken,
 ) -> Result<(), super::EngineError> {
-    let store = &engine.inner.store;
-    let mut rollout = engine.get(id).await?;
-    if rollout::next(rollout.status, &[], true) == Next::Done {
+    let Some(mut drive) = Drive::load(engine, id, abort).await? else {
         return Ok(());
-    }
-    // Canaries started together take their first steps in arrival order (`admission`); an
-    // abort or a shutdown ends the queueing at once, and a rollback never queues.
-    let admitted = if rollout.kind == RolloutKind::Canary {
-        tokio::select! {
-            admitted = engine.inner.start_gate.admit() => Some(admitted),
-            _ = abort.cancelled() => None,
-        }
-    } else {
-        None
     };
-    tracing::Span::current()
-        .record("host", rollout.host.as_str())
-        .record("service", rollout.service.as_str());
-    crate::store::note_rollout(&rollout.host, &rollout.service, rollout.target());
-    if rollout::next(rollout.status, &[], true) == Next::Start {
-        engine.checkpoint(id, Checkpoint::RolloutStart).await;
-        rollout = store
-            .transition_rollout(
-                id,
-                &change(
-                    RolloutEvent::Start,
-                    None,
-                    json!({}),
-                    engine.inner.clock.now(),
-                ),
-            )
-            .await?;
-        tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
-    }
-    let mut db_steps = store.steps(id).await?;
-    // The config may have changed under a resumed rollout: it is then ended clearly rather
-    // than guessed at.
-    let mut config = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
-        (Err(e), _) => Err((ErrorCode::RunbookNotLoaded, e.to_string())),
-        (_, Err(e)) => Err((ErrorCode::HostNotConfigured, e.to_string())),
-        (Ok(runbook), Ok(_)) => Ok((runbook.clone(), StepRun::new(engine, &rollout)?)),
-    };
-    // The steps before `restored` are in `run`: restored from their rows, or run by this drive.
-    let mut restored = 0;
-    // The step the previous boundary already started, in the transaction that ended the
-    // previous step (`Store::succeed_step_and_start_next`).
-    let mut started_next: Option<Step> = None;
     loop {
-        let statuses: Vec<StepStatus> = db_steps.iter().map(|s| s.status).collect();
-        let i = match rollout::next(rollout.status, &statuses, config.is_ok()) {
-            Next::Done | Next::Start => return Ok(()),
-            Next::Succeed => return finish_succeeded(engine, &rollout).await,
-            Next::Unconfigured { current } => {
-                let Err((code, message)) = &config else {
-                    unreachable!("`next` answers Unconfigured only when unconfigured")
-                };
-                let current = current.map(|i| &db_steps[i]);
-                return finish_unconfigured(engine, &rollout, &db_steps, current, *code, message)
-                    .await;
-            }
-            Next::FinishFailed(i) => {
-                // The step's failure was written but not its rollout's (a restart or a
-                // storage error in between).
-                let step = &db_steps[i];
-                let error = StepFailure::of(&step.detail).unwrap_or_default();
-                let code = error
-                    .code
-                    .unwrap_or_else(|| ErrorCode::StepFailed.as_str().to_owned());
-                let message = error.message.unwrap_or_else(|| "failed".to_owned());
-                let detail = step.detail.clone();
-                return finish_failed(engine, &rollout, &db_steps, step, &code, &message, detail)
-                    .await;
-            }
+        let statuses: Vec<StepStatus> = drive.steps.iter().map(|s| s.status).collect();
+        let i = match rollout::next(&statuses) {
+            Next::Succeed => return finish_succeeded(engine, &drive.rollout).await,
+            Next::FinishFailed(i) => return drive.finish_recorded_failure(i).await,
             Next::Turn(i) => i,
         };
-        let Ok((runbook, run)) = &mut config else {
-            unreachable!("`next` answers Turn only when configured")
+        let Some((step, spec)) = drive.begin_turn(i).await? else {
+            return Ok(());
         };
-        for done in &db_steps[restored..i] {
-            run.restore(done);
+        let end = drive.run_step(&step, spec).await;
+        if !drive.apply(i, step, end).await? {
+            return Ok(());
         }
-        let step = &db_steps[i];
+    }
+}
+
+/// A drive between steps: the rollout, its steps as stored (and as this drive changed them),
+/// and the configuration it runs by.
+struct Drive<'e> {
+    engine: &'e Engine,
+    abort: CancellationToken,
+    /// The admission of a canary started with others, released at its first waiting step.
+    admitted: Option<admission::Admitted>,
+    rollout: Rollout,
+    steps: Vec<Step>,
+    runbook: &'e Runbook,
+    run: StepRun<'e>,
+    /// The steps before `restored` are in `run`: restored from their rows, or run by this drive.
+    restored: usize,
+    /// The step the previous boundary already started, in the transaction that ended the
+    /// previous step (`Store::succeed_step_and_start_next`).
+    started_next: Option<Step>,
+}
+
+impl<'e> Drive<'e> {
+    /// Reads the rollout and starts it if pending; `None` when there is nothing to drive (it
+    /// has ended, or its runbook or host is gone from the config and it was ended for that).
+    async fn load(
+        engine: &'e Engine,
+        id: &str,
+        abort: CancellationToken,
+    ) -> Result<Option<Drive<'e>>, super::EngineError> {
+        let store = &engine.inner.store;
+        let mut rollout = engine.get(id).await?;
+        let begin = rollout::begin(rollout.status);
+        if begin == Begin::Done {
+            return Ok(None);
+        }
+        // Canaries started together take their first steps in arrival order (`admission`);
+        // an abort or a shutdown ends the queueing at once, and a rollback never queues.
+        let admitted = if rollout.kind == RolloutKind::Canary {
+            tokio::select! {
+                admitted = engine.inner.start_gate.admit() => Some(admitted),
+                _ = abort.cancelled() => None,
+            }
+        } else {
+            None
+        };
+        tracing::Span::current()
+            .record("host", rollout.host.as_str())
+            .record("service", rollout.service.as_str());
+        crate::store::note_rollout(&rollout.host, &rollout.service, rollout.target());
+        if begin == Begin::Start {
+            engine.checkpoint(id, Checkpoint::RolloutStart).await;
+            let now = engine.inner.clock.now();
+            let start = change(RolloutEvent::Start, None, json!({}), now);
+            rollout = store.transition_rollout(id, &start).await?;
+            tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
+        }
+        let steps = store.steps(id).await?;
+        // The config may have changed under a resumed rollout: it is then ended clearly
+        // rather than guessed at.
+        let configured = match (engine.runbook(&rollout.runbook), engine.host(&rollout.host)) {
+            (Err(e), _) => Err((ErrorCode::RunbookNotLoaded, e.to_string())),
+            (_, Err(e)) => Err((ErrorCode::HostNotConfigured, e.to_string())),
+            (Ok(runbook), Ok(_)) => Ok((runbook, StepRun::new(engine, &rollout)?)),
+        };
+        let (runbook, run) = match configured {
+            Ok(configured) => configured,
+            Err((code, message)) => {
+                let statuses: Vec<StepStatus> = steps.iter().map(|s| s.status).collect();
+                let current = rollout::unfinished(&statuses).map(|i| &steps[i]);
+                finish_unconfigured(engine, &rollout, &steps, current, code, &message).await?;
+                return Ok(None);
+            }
+        };
+        Ok(Some(Drive {
+            engine,
+            abort,
+            admitted,
+            rollout,
+            steps,
+            runbook,
+            run,
+            restored: 0,
+            started_next: None,
+        }))
+    }
+
+    /// The step at `i` failed, its rollout did not (a restart or a storage error in between):
+    /// finishes the rollout from the recorded failure, never running the step again.
+    async fn finish_recorded_failure(&self, i: usize) -> Result<(), super::EngineError> {
+        let step = &self.steps[i];
+        let error = StepFailure::of(&step.detail).unwrap_or_default();
+        let code = error
+            .code
+            .unwrap_or_else(|| ErrorCode::StepFailed.as_str().to_owned());
+        let message = error.message.unwrap_or_else(|| "failed".to_owned());
+        let (engine, rollout, detail) = (self.engine, &self.rollout, step.detail.clone());
+        finish_failed(engine, rollout, &self.steps, step, &code, &message, detail).await
+    }
+
+    /// The turn of the step at `i`: its started row and its runbook entry, or `None` when the
+    /// rollout ended (aborted, or failed `runbook_changed`) or the daemon is stopping.
+    async fn begin_turn(
+        &mut self,
+        i: usize,
+    ) -> Result<Option<(Step, &'e StepSpec)>, super::EngineError> {
+        let (engine, id) = (self.engine, self.rollout.id.as_str());
+        for done in &self.steps[self.restored..i] {
+            self.run.restore(done);
+        }
+        let step = &self.steps[i];
         engine.checkpoint(id, Checkpoint::Before(&step.name)).await;
-        let pre_started = started_next.take().filter(|s| s.id == step.id);
+        let pre_started = self.started_next.take().filter(|s| s.id == step.id);
         // A step started with the previous one's end was started where no abort was
         // requested: one came since only if the rollout's abort signal says so.
         let abort_requested = match &pre_started {
-            Some(_) => abort.is_cancelled() && rollout_abort_requested(engine, id).await?,
+            Some(_) => self.abort.is_cancelled() && rollout_abort_requested(engine, id).await?,
             None => rollout_abort_requested(engine, id).await?,
         };
-        let spec = runbook.steps.get(step.position as usize);
+        let spec = self.runbook.steps.get(step.position as usize);
         let facts = TurnFacts {
             abort_requested,
             stopping: engine.is_stopping(),
@@ -187,107 +234,121 @@ async fn drive(
         let (resumed, spec) = match (rollout::turn(facts), spec) {
             (Turn::Abort, _) => {
                 let current = pre_started.as_ref().unwrap_or(step);
-                return finish_aborted(engine, &rollout, Some(current)).await;
+                finish_aborted(engine, &self.rollout, Some(current)).await?;
+                return Ok(None);
             }
             (Turn::Pause, _) => {
                 tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: rollout {id} resumes at step {} at next start", step.name);
-                return Ok(());
+                return Ok(None);
             }
             (Turn::Run { resumed }, Some(spec)) => (resumed, spec),
             (Turn::NotInRunbook | Turn::Run { .. }, _) => {
-                let msg = format!("step {} is not in runbook {}", step.name, runbook.name);
+                let msg = format!("step {} is not in runbook {}", step.name, self.runbook.name);
                 let code = ErrorCode::RunbookChanged.as_str();
-                return finish_failed(engine, &rollout, &db_steps, step, code, &msg, json!({}))
-                    .await;
+                let (rollout, steps) = (&self.rollout, &self.steps);
+                finish_failed(engine, rollout, steps, step, code, &msg, json!({})).await?;
+                return Ok(None);
             }
         };
         if admission::waits(&spec.kind) {
-            if let Some(admitted) = &admitted {
+            if let Some(admitted) = &self.admitted {
                 admitted.release();
             }
         }
-        run.resumed = resumed;
+        self.run.resumed = resumed;
         let step = match pre_started {
             Some(started) => started,
             None => start_step(engine, step, &spec.kind).await?,
         };
         engine.checkpoint(id, Checkpoint::Started(&step.name)).await;
+        Ok(Some((step, spec)))
+    }
+
+    /// Runs a started step: the signals later steps need first, when it is the first call of
+    /// the target (safety rule 20), then its executor.
+    async fn run_step(&mut self, step: &Step, spec: &StepSpec) -> StepEnd {
         let span = tracing::info_span!("step", step.name = %step.name, step.kind = %step.kind);
-        // Before the first call of the target: the signals later steps need (safety rule 20).
-        let end = match super::preflight::look(run, runbook, &step, &spec.kind).await {
+        match super::preflight::look(&self.run, self.runbook, step, &spec.kind).await {
             Err(unavailable) => unavailable,
             Ok(signals) => {
-                let end = run.execute(&step, &spec.kind, &abort);
+                let end = self.run.execute(step, &spec.kind, &self.abort);
                 super::preflight::with_evidence(end.instrument(span).await, signals)
             }
-        };
-        let (ended, stopping) = (end.ended(), engine.is_stopping());
-        // Only an interruption during a shutdown asks whether it was an abort after all.
-        let abort_requested =
-            ended == Ended::Interrupted && stopping && rollout_abort_requested(engine, id).await?;
-        match (rollout::after(ended, stopping, abort_requested), end) {
-            (After::Continue, StepEnd::Succeeded(detail)) => {
+        }
+    }
+
+    /// Records how the step at `i` ended; true when the drive goes on to the next step.
+    async fn apply(
+        &mut self,
+        i: usize,
+        step: Step,
+        end: StepEnd,
+    ) -> Result<bool, super::EngineError> {
+        let (engine, id) = (self.engine, self.rollout.id.clone());
+        let store = &engine.inner.store;
+        match end {
+            StepEnd::Succeeded(detail) => {
                 // The next step starts in the same transaction, unless the daemon is stopping
                 // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
                 let now = engine.inner.clock.now();
-                let next = db_steps
+                let next = self
+                    .steps
                     .get(i + 1)
                     .filter(|n| n.status == StepStatus::Pending && !engine.is_stopping())
                     .and_then(|n| {
-                        let spec = runbook.steps.get(n.position as usize)?;
+                        let spec = self.runbook.steps.get(n.position as usize)?;
                         Some((n, steps::timeout_of(&spec.kind).map(|t| now + t)))
                     });
                 let started = store
                     .succeed_step_and_start_next(&step, &detail, next, now)
                     .await?;
                 tracing::info!(rollout.id = %id, step.name = %step.name, "step {} of {id} succeeded", step.name);
-                run.after_success(&step, &detail);
-                started_next = next
+                self.run.after_success(&step, &detail);
+                self.started_next = next
                     .filter(|_| started)
                     .map(|(n, deadline)| started_row(n, deadline, now));
-                db_steps[i] = Step {
+                self.steps[i] = Step {
                     status: StepStatus::Succeeded,
                     detail,
                     ..step
                 };
-                if let Some(started) = &started_next {
-                    db_steps[i + 1] = started.clone();
+                if let Some(started) = &self.started_next {
+                    self.steps[i + 1] = started.clone();
                 }
-                restored = i + 1;
+                self.restored = i + 1;
+                Ok(true)
             }
-            (
-                After::Fail,
-                StepEnd::Failed {
-                    code,
-                    message,
-                    detail,
-                },
-            ) => {
+            StepEnd::Failed {
+                code,
+                message,
+                detail,
+            } => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
-                let rollout = engine.get(id).await?;
+                let rollout = engine.get(&id).await?;
                 let code = code.as_str();
-                return finish_failed(engine, &rollout, &db_steps, &step, code, &message, detail)
-                    .await;
+                finish_failed(engine, &rollout, &self.steps, &step, code, &message, detail).await?;
+                Ok(false)
             }
-            (After::Pause, _) => {
-                // The step stays running and resumes with its original deadline.
-                tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: step {} of {id} resumes at next start", step.name);
-                return Ok(());
+            StepEnd::Aborted(detail) => {
+                // Only an interruption during a shutdown asks whether it was an abort after all.
+                let stopping = engine.is_stopping();
+                let abort_requested = stopping && rollout_abort_requested(engine, &id).await?;
+                match rollout::interrupted(stopping, abort_requested) {
+                    Interrupted::Pause => {
+                        // The step stays running and resumes with its original deadline.
+                        tracing::info!(rollout.id = %id, step.name = %step.name, "shutting down: step {} of {id} resumes at next start", step.name);
+                    }
+                    Interrupted::Abort => {
+                        let now = engine.inner.clock.now();
+                        store
+                            .transition_step(&step, StepEvent::Abort, &detail, None, now)
+                            .await?;
+                        finish_aborted(engine, &self.rollout, None).await?;
+                    }
+                }
+                Ok(false)
             }
-            (After::Abort, StepEnd::Aborted(detail)) => {
-                store
-                    .transition_step(
-                        &step,
-                        StepEvent::Abort,
-                        &detail,
-                        None,
-                        engine.inner.clock.now(),
-                    )
-                    .await?;
-                return finish_aborted(engine, &rollout, None).await;
-            }
-            (verdict, _) => unreachable!("`after` answered {verdict:?} to another end"),
         }
     }
 }

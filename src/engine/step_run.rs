@@ -15,7 +15,6 @@ use super::{merged_env, Checkpoint, Engine, HostRuntime};
 use crate::compose::{LogsRequest, PsEntry};
 use crate::config::{ComposeTuning, EngineTuning};
 use crate::domain::error_code::ErrorCode;
-use crate::domain::rollout::Ended;
 use crate::probe::engine_api::EngineApi;
 use crate::probe::prometheus::Prometheus;
 use crate::probe::HealthProber;
@@ -43,15 +42,6 @@ impl StepEnd {
             code,
             message: message.into(),
             detail,
-        }
-    }
-
-    /// How the step ended, without its evidence (what `domain::rollout::after` judges).
-    pub(crate) fn ended(&self) -> Ended {
-        match self {
-            StepEnd::Succeeded(_) => Ended::Succeeded,
-            StepEnd::Failed { .. } => Ended::Failed,
-            StepEnd::Aborted(_) => Ended::Interrupted,
         }
     }
 }
