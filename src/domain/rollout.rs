@@ -1,44 +1,15 @@
 //! What a rollout's task does next, decided from what is stored: the policy of
 //! `engine::runner`, which only carries it out.
 //!
-//! A task asks four times. [`begin`]: whether the rollout has ended, is to be started, or
-//! goes on. Then, around each step, [`next`]: whose turn it is, from the steps' statuses (or
-//! that there is nothing left to run); [`turn`]: what that step's turn is, once the task has
-//! read whether an abort was requested (the crash matrix pauses between the two, so an abort
+//! A task asks, around each step of a running rollout, [`next`]: whose turn it is, from the
+//! steps' statuses (or that there is nothing left to run); [`turn`]: what that step's turn
+//! is, once the task has read whether an abort was requested (the crash matrix pauses between the two, so an abort
 //! sent meanwhile is seen); and, when the step's wait was cut short, [`interrupted`]: whether
 //! that was a shutdown or an abort.
 
-use super::state::{RolloutStatus, StepStatus};
+use super::state::StepStatus;
 
-/// What a task does with a rollout, from its status alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Begin {
-    /// The rollout has ended: nothing to do.
-    Done,
-    /// Mark the rollout running (it is pending), then go on.
-    Start,
-    /// Go on from its steps.
-    GoOn,
-}
-
-/// What the task does with the rollout.
-pub fn begin(status: RolloutStatus) -> Begin {
-    if status.is_terminal() {
-        Begin::Done
-    } else if status == RolloutStatus::Pending {
-        Begin::Start
-    } else {
-        Begin::GoOn
-    }
-}
-
-/// The first step not ended (pending or running): where a rollout whose runbook or host is no
-/// longer configured is failed, or `None` when there is none (the rollout alone is failed).
-pub fn unfinished(steps: &[StepStatus]) -> Option<usize> {
-    steps.iter().position(|s| !s.is_terminal())
-}
-
-/// What the task does next, from a going rollout's step statuses.
+/// What the task does next, from a running rollout's step statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     /// The step at this index failed, its rollout did not: finish from the recorded
@@ -50,7 +21,7 @@ pub enum Next {
     Succeed,
 }
 
-/// What the task does next with a going rollout (`Begin::GoOn`).
+/// What the task does next with a running rollout.
 pub fn next(steps: &[StepStatus]) -> Next {
     let unfinished = steps
         .iter()

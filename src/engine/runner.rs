@@ -13,9 +13,11 @@ use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
 use crate::domain::error_code::{ErrorCode, StepFailure};
-use crate::domain::rollout::{self, Begin, Interrupted, Next, Turn, TurnFacts};
+use crate::domain::rollout::{self, Interrupted, Next, Turn, TurnFacts};
 use crate::domain::runbook::{Runbook, Step as StepSpec};
-use crate::domain::state::{DeploymentSource, RolloutEvent, RolloutKind, StepEvent, StepStatus};
+use crate::domain::state::{
+    DeploymentSource, RolloutEvent, RolloutKind, RolloutStatus, StepEvent, StepStatus,
+};
 use crate::store::{NewDeployment, Rollout, RolloutChange, Step};
 
 /// Runs a rollout to a terminal state. Errors of the store are logged once, here.
@@ -136,8 +138,7 @@ impl<'e> Drive<'e> {
     ) -> Result<Option<Drive<'e>>, super::EngineError> {
         let store = &engine.inner.store;
         let mut rollout = engine.get(id).await?;
-        let begin = rollout::begin(rollout.status);
-        if begin == Begin::Done {
+        if rollout.status.is_terminal() {
             return Ok(None);
         }
         // Canaries started together take their first steps in arrival order (`admission`);
@@ -154,7 +155,7 @@ impl<'e> Drive<'e> {
             .record("host", rollout.host.as_str())
             .record("service", rollout.service.as_str());
         crate::store::note_rollout(&rollout.host, &rollout.service, rollout.target());
-        if begin == Begin::Start {
+        if rollout.status == RolloutStatus::Pending {
             engine.checkpoint(id, Checkpoint::RolloutStart).await;
             let now = engine.inner.clock.now();
             let start = change(RolloutEvent::Start, None, json!({}), now);
@@ -172,8 +173,8 @@ impl<'e> Drive<'e> {
         let (runbook, run) = match configured {
             Ok(configured) => configured,
             Err((code, message)) => {
-                let statuses: Vec<StepStatus> = steps.iter().map(|s| s.status).collect();
-                let current = rollout::unfinished(&statuses).map(|i| &steps[i]);
+                // Failed at its first step not ended (pending or running), if any.
+                let current = steps.iter().find(|s| !s.status.is_terminal());
                 finish_unconfigured(engine, &rollout, &steps, current, code, &message).await?;
                 return Ok(None);
             }
