@@ -14,6 +14,7 @@ mod release;
 mod restart;
 mod rollback;
 mod runner;
+mod seams;
 mod step_run;
 mod steps;
 mod wait;

@@ -5,25 +5,26 @@
 
 use serde_json::json;
 
+use super::seams::{HostCalls, StepStore};
 use super::step_run::is_service;
-use super::{Engine, HostRuntime};
+use super::Engine;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::state::AttemptOutcome;
-use crate::store::{Rollout, RolloutChange, Store};
+use crate::store::{Rollout, RolloutChange};
 
 /// Whether `rollout`, now ending without bringing its target back, left it down: its
 /// container is absent or not running in `GET /docker/ps`. When the host cannot be read, the
 /// rollout's own calls decide: a `down` that may have run and no successful `up` after it.
 /// `None` when the replica was never touched or is running.
 pub(super) async fn check(
-    host: &HostRuntime,
-    store: &Store,
+    calls: &dyn HostCalls,
+    store: &dyn StepStore,
     rollout: &Rollout,
 ) -> Option<serde_json::Value> {
     if !rollout.touched_replica {
         return None;
     }
-    match host.client.ps().await {
+    match calls.ps().await {
         Ok(ps) => {
             // The target, or in a rename the former service it was to replace: either one
             // running serves the slot.
@@ -84,7 +85,7 @@ pub(super) async fn end(
     let store = &engine.inner.store;
     // An unconfigured host cannot be read: the rollout's own calls are all there is.
     let found = match engine.host(&rollout.host) {
-        Ok(host) => check(host, store, rollout).await,
+        Ok(host) => check(&host.client, store, rollout).await,
         Err(_) => None,
     };
     let Some(mut evidence) = found else {

@@ -199,7 +199,7 @@ impl Read {
 
 async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
     let mut secrets: Vec<String> = run.env.values().cloned().collect();
-    let replica = run.ctx.host.config.replicas.get(&run.rollout.service);
+    let replica = run.ctx.host.replicas.get(&run.rollout.service);
     secrets.extend(
         replica
             .and_then(|r| r.api_token.as_ref())
@@ -290,7 +290,7 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
         return Ok(());
     };
     let url = crate::probe::HealthUrl::new(url.to_owned());
-    let sample = run.ctx.prober.sample_url(&url).await;
+    let sample = run.ctx.prober.sample(&url).await;
     if sample.is_healthy() {
         return Ok(());
     }
@@ -307,7 +307,7 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
 /// `GET {api_url}/v1/models` of the target: 200 with a list of models.
 async fn api(run: &StepRun<'_>) -> Read {
     let service = &run.rollout.service;
-    let Some(replica) = run.ctx.host.config.replicas.get(service) else {
+    let Some(replica) = run.ctx.host.replicas.get(service) else {
         return Read {
             source: "engine_api",
             evidence: json!({"replica": service}),

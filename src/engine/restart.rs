@@ -58,7 +58,7 @@ impl RestartWatch {
         // The system clock, not the engine's: it is compared with the container's uptime,
         // which docker reports on the system clock.
         let at = chrono::Utc::now();
-        let target = match run.ctx.host.client.ps_service(run.rollout.target()).await {
+        let target = match run.ctx.calls.ps_service(run.rollout.target()).await {
             Ok(target) => target,
             Err(e) => {
                 self.failed_reads += 1;

@@ -306,3 +306,6 @@ pub(super) async fn finish_failed_canary(
     }
     super::left_down::end(engine, &fresh, ch).await
 }
+
+#[cfg(test)]
+mod tests;

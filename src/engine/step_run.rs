@@ -11,14 +11,14 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
-use super::{merged_env, Checkpoint, Engine, HostRuntime};
+use super::seams::{HostCalls, Probe, StepStore};
+use super::{merged_env, Checkpoint, Engine};
 use crate::compose::{LogsRequest, PsEntry};
-use crate::config::{ComposeTuning, EngineTuning};
+use crate::config::{ComposeTuning, EngineTuning, HostConfig};
 use crate::domain::error_code::ErrorCode;
 use crate::probe::engine_api::EngineApi;
 use crate::probe::prometheus::Prometheus;
-use crate::probe::HealthProber;
-use crate::store::{Rollout, Step, Store};
+use crate::store::{Rollout, Step};
 
 /// How a step ended.
 #[derive(Debug)]
@@ -64,27 +64,63 @@ pub(crate) trait Execute {
     fn carry(_run: &mut StepRun<'_>, _step: &Step, _detail: &serde_json::Value) {}
 }
 
-/// What a step executor uses, and nothing else: the store, the rollout's host (its
-/// compose-manager client and replicas), the engines' probes and API client, Prometheus, and
-/// the timings.
+/// What a step executor uses, and nothing else: the store's step writes, the rollout's host
+/// (its configuration and its compose-manager calls), the engines' probes and API client,
+/// Prometheus, and the timings. Built from its parts ([`StepCtx::from_parts`]): the daemon
+/// gives its own ([`StepRun::new`]), an executor unit test gives fakes.
 pub(crate) struct StepCtx<'a> {
-    pub store: &'a Store,
-    pub host: &'a HostRuntime,
-    pub prober: &'a HealthProber,
+    pub store: &'a dyn StepStore,
+    pub host: &'a HostConfig,
+    pub calls: &'a dyn HostCalls,
+    pub prober: &'a dyn Probe,
     pub engine_api: &'a EngineApi,
     pub prometheus: Option<&'a Prometheus>,
     pub compose: &'a ComposeTuning,
     pub timings: EngineTuning,
     clock: &'a Clock,
     #[cfg(feature = "testing")]
-    hooks: &'a super::hooks::Hooks,
+    hooks: Option<&'a super::hooks::Hooks>,
+}
+
+/// The parts of a [`StepCtx`].
+pub(crate) struct Parts<'a> {
+    pub store: &'a dyn StepStore,
+    pub host: &'a HostConfig,
+    pub calls: &'a dyn HostCalls,
+    pub prober: &'a dyn Probe,
+    pub engine_api: &'a EngineApi,
+    pub prometheus: Option<&'a Prometheus>,
+    pub compose: &'a ComposeTuning,
+    pub timings: EngineTuning,
+    pub clock: &'a Clock,
+}
+
+impl<'a> StepCtx<'a> {
+    /// A context of these parts (no crash-matrix checkpoints).
+    pub(crate) fn from_parts(p: Parts<'a>) -> Self {
+        StepCtx {
+            store: p.store,
+            host: p.host,
+            calls: p.calls,
+            prober: p.prober,
+            engine_api: p.engine_api,
+            prometheus: p.prometheus,
+            compose: p.compose,
+            timings: p.timings,
+            clock: p.clock,
+            #[cfg(feature = "testing")]
+            hooks: None,
+        }
+    }
 }
 
 impl StepCtx<'_> {
     /// A crash-matrix checkpoint (feature `testing`); nothing in the shipped binary.
     #[cfg(feature = "testing")]
     pub(crate) async fn checkpoint(&self, rollout_id: &str, point: Checkpoint<'_>) {
-        self.hooks.checkpoint(rollout_id, point).await;
+        if let Some(hooks) = self.hooks {
+            hooks.checkpoint(rollout_id, point).await;
+        }
     }
 
     /// A crash-matrix checkpoint (feature `testing`); nothing in the shipped binary.
@@ -140,21 +176,31 @@ impl<'a> StepRun<'a> {
     /// runner ends such a rollout `host_not_configured` before it gets here).
     pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Result<Self, super::EngineError> {
         let host = engine.host(&rollout.host)?;
-        let env = merged_env(&host.config, &rollout.env_overrides);
         let inner = &engine.inner;
-        let ctx = StepCtx {
+        #[allow(unused_mut)]
+        let mut ctx = StepCtx::from_parts(Parts {
             store: &inner.store,
-            host,
+            host: &host.config,
+            calls: &host.client,
             prober: &inner.prober,
             engine_api: &inner.engine_api,
             prometheus: inner.prometheus.as_ref(),
             compose: &inner.tuning,
             timings: inner.timings,
             clock: &inner.clock,
-            #[cfg(feature = "testing")]
-            hooks: &inner.hooks,
-        };
-        Ok(Self {
+        });
+        #[cfg(feature = "testing")]
+        {
+            ctx.hooks = Some(&inner.hooks);
+        }
+        Ok(Self::with_ctx(ctx, rollout))
+    }
+
+    /// The run of `rollout`'s steps with this context: what the daemon builds from its engine
+    /// ([`Self::new`]), and an executor unit test from fakes.
+    pub(crate) fn with_ctx(ctx: StepCtx<'a>, rollout: &Rollout) -> Self {
+        let env = merged_env(ctx.host, &rollout.env_overrides);
+        Self {
             ctx,
             rollout: rollout.clone(),
             env,
@@ -164,7 +210,7 @@ impl<'a> StepRun<'a> {
             up_done_at: None,
             companion_plans: BTreeMap::new(),
             resumed: false,
-        })
+        }
     }
 }
 
@@ -173,7 +219,6 @@ impl StepRun<'_> {
     pub(super) fn health_url(&self, service: &str) -> Option<&str> {
         self.ctx
             .host
-            .config
             .replicas
             .get(service)
             .map(|r| r.health_url.as_str())
@@ -202,7 +247,7 @@ impl StepRun<'_> {
             service: service.to_owned(),
             tail: 500,
         };
-        self.ctx.host.client.logs(&req).await
+        self.ctx.calls.logs(&req).await
     }
 }
 
@@ -406,7 +451,7 @@ impl Progress {
     /// evidence is written when the step ends, and recovery reads none of it.
     pub(super) async fn save_changes(
         &mut self,
-        store: &crate::store::Store,
+        store: &dyn StepStore,
         step_id: &str,
         detail: &serde_json::Value,
         masked: impl FnOnce() -> serde_json::Value,
@@ -438,7 +483,7 @@ impl Progress {
 
     pub(super) async fn save(
         &mut self,
-        store: &crate::store::Store,
+        store: &dyn StepStore,
         step_id: &str,
         detail: &serde_json::Value,
     ) {

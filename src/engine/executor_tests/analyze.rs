@@ -1,13 +1,14 @@
 //! `analyze` against the engines' own `/metrics` pages: the target against its peer.
 
-use super::{ended, message, Bench};
-use crate::config::sim::R2;
+use super::engine::{FakeEngines, Replica};
+use super::{ended, message, Bench, R2};
 
 const ANALYZE: &str = "  - name: analysis\n    kind: analyze\n    warmup: 100ms\n    duration: 1s\n    interval: 250ms\n    checks:\n      - {name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}\n";
 
 #[tokio::test]
 async fn an_analysis_of_a_target_that_serves_passes() {
-    let bench = Bench::new(ANALYZE).await;
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(ANALYZE).on_engines(&engines);
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!((status, code), ("succeeded", None), "{detail}");
@@ -21,8 +22,15 @@ async fn an_analysis_of_a_target_that_serves_passes() {
 
 #[tokio::test]
 async fn an_analysis_of_a_target_without_traffic_fails_its_check() {
-    let bench = Bench::new(ANALYZE).await;
-    bench.sim.faults().set_engine_traffic(R2, false);
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(ANALYZE).on_engines(&engines);
+    engines.set(
+        R2,
+        Replica {
+            idle: true,
+            ..Replica::default()
+        },
+    );
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");
@@ -32,8 +40,15 @@ async fn an_analysis_of_a_target_without_traffic_fails_its_check() {
 
 #[tokio::test]
 async fn an_analysis_whose_target_page_cannot_be_read_never_passes() {
-    let bench = Bench::new(ANALYZE).await;
-    bench.sim.faults().set_metrics_status(R2, Some(500));
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(ANALYZE).on_engines(&engines);
+    engines.set(
+        R2,
+        Replica {
+            metrics_status: Some(500),
+            ..Replica::default()
+        },
+    );
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");

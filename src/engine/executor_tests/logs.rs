@@ -3,21 +3,19 @@
 
 use std::time::Duration;
 
+use super::fakes::answered;
 use super::{ended, message, Bench};
-use crate::config::sim::R2;
+use super::{health_url, R2};
 
 #[tokio::test]
 async fn wait_logs_succeeds_once_the_required_line_is_logged() {
     let bench = Bench::new(
         "  - {name: logs, kind: wait_logs, timeout: 5s, interval: 50ms, require: [\"marker-7f3\"]}\n",
-    )
-    .await;
-    let faults = bench.sim.faults();
-    tokio::spawn(async move {
+    );
+    let (end, ()) = tokio::join!(bench.run(0, None), async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        faults.emit_log_line(R2, "INFO marker-7f3 ready");
+        bench.host.log(R2, "INFO marker-7f3 ready");
     });
-    let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!((status, code), ("succeeded", None), "{detail}");
     assert!(detail.to_string().contains("marker-7f3"), "{detail}");
@@ -27,8 +25,7 @@ async fn wait_logs_succeeds_once_the_required_line_is_logged() {
 async fn wait_logs_fails_logs_timeout_without_the_required_line() {
     let bench = Bench::new(
         "  - {name: logs, kind: wait_logs, timeout: 400ms, interval: 50ms, require: [\"never-logged\"]}\n",
-    )
-    .await;
+    );
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");
@@ -40,8 +37,7 @@ async fn wait_logs_fails_logs_timeout_without_the_required_line() {
 async fn a_soak_of_a_serving_target_succeeds_at_its_end() {
     let bench = Bench::new(
         "  - {name: soak, kind: soak, duration: 500ms, interval: 50ms, forbid: [\"CUDA error\"]}\n",
-    )
-    .await;
+    );
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!((status, code), ("succeeded", None), "{detail}");
@@ -52,14 +48,13 @@ async fn a_soak_of_a_serving_target_succeeds_at_its_end() {
 async fn a_forbidden_line_during_the_soak_fails_it() {
     let bench = Bench::new(
         "  - {name: soak, kind: soak, duration: 5s, interval: 50ms, forbid: [\"CUDA error\"]}\n",
-    )
-    .await;
-    let faults = bench.sim.faults();
-    tokio::spawn(async move {
+    );
+    let (end, ()) = tokio::join!(bench.run(0, None), async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        faults.emit_log_line(R2, "RuntimeError: CUDA error: an illegal memory access");
+        bench
+            .host
+            .log(R2, "RuntimeError: CUDA error: an illegal memory access");
     });
-    let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");
     assert_eq!(code.as_deref(), Some("forbidden_log_line"), "{detail}");
@@ -69,9 +64,8 @@ async fn a_forbidden_line_during_the_soak_fails_it() {
 #[tokio::test]
 async fn a_soak_fails_when_the_target_stops_answering_its_health() {
     let bench =
-        Bench::new("  - {name: soak, kind: soak, duration: 5s, interval: 50ms, max_misses: 2}\n")
-            .await;
-    bench.sim.faults().set_health_never(R2, true);
+        Bench::new("  - {name: soak, kind: soak, duration: 5s, interval: 50ms, max_misses: 2}\n");
+    bench.probe.script(&health_url(R2), vec![answered(503)]);
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");
@@ -80,7 +74,7 @@ async fn a_soak_fails_when_the_target_stops_answering_its_health() {
 
 #[tokio::test]
 async fn a_soak_of_an_hour_ends_at_its_first_read_once_the_clock_passes_its_end() {
-    let bench = Bench::new("  - {name: soak, kind: soak, duration: 1h, interval: 50ms}\n").await;
+    let bench = Bench::new("  - {name: soak, kind: soak, duration: 1h, interval: 50ms}\n");
     bench.clock_ahead_after(Duration::from_millis(200), Duration::from_secs(3660));
     // Bounded by `Bench::run` (30 s): without the clock the soak would take its hour.
     let end = bench.run(0, None).await;

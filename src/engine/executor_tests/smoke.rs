@@ -2,17 +2,16 @@
 
 use std::time::Duration;
 
-use canaryd_sim::ApiFault;
-
-use super::{ended, message, Bench};
-use crate::config::sim::{R1, R2};
+use super::engine::{FakeEngines, Replica};
+use super::{ended, message, Bench, R1, R2};
 
 const SMOKE: &str =
     "  - {name: smoke, kind: smoke, model: z-ai/glm-5.3-flash, prompt: \"Say hello\", timeout: 10s}\n";
 
 #[tokio::test]
 async fn a_smoke_of_a_serving_engine_succeeds_and_calls_the_target_alone() {
-    let bench = Bench::new(SMOKE).await;
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(SMOKE).on_engines(&engines);
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!((status, code), ("succeeded", None), "{detail}");
@@ -22,22 +21,23 @@ async fn a_smoke_of_a_serving_engine_succeeds_and_calls_the_target_alone() {
         Some(1),
         "{detail}"
     );
-    assert!(
-        detail["output"].as_str().is_some_and(|o| !o.is_empty()),
-        "{detail}"
-    );
-    let calls = bench.sim.api_calls();
-    assert!(calls.iter().any(|c| c.service == R2), "{calls:?}");
-    assert!(calls.iter().all(|c| c.service != R1), "{calls:?}");
+    assert_eq!(detail["output"], "Hello!", "{detail}");
+    assert!(engines.api_calls(R2) >= 2, "models and chat of the target");
+    assert_eq!(engines.api_calls(R1), 0, "never the peer");
+    assert!(bench.host.compose_calls().is_empty());
 }
 
 #[tokio::test]
 async fn a_smoke_fails_with_the_engines_status_when_chat_answers_500() {
-    let bench = Bench::new(SMOKE).await;
-    bench
-        .sim
-        .faults()
-        .set_api_fault(R2, None, Some(ApiFault::Status(500)));
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(SMOKE).on_engines(&engines);
+    engines.set(
+        R2,
+        Replica {
+            chat_status: Some(500),
+            ..Replica::default()
+        },
+    );
     let end = bench.run(0, None).await;
     let (status, code, detail) = ended(&end);
     assert_eq!(status, "failed", "{detail}");
@@ -48,11 +48,15 @@ async fn a_smoke_fails_with_the_engines_status_when_chat_answers_500() {
 
 #[tokio::test]
 async fn an_abort_stops_a_smoke_waiting_on_a_slow_engine() {
-    let bench = Bench::new(SMOKE).await;
-    bench
-        .sim
-        .faults()
-        .set_api_fault(R2, None, Some(ApiFault::Delay(Duration::from_secs(20))));
+    let engines = FakeEngines::start().await;
+    let bench = Bench::new(SMOKE).on_engines(&engines);
+    engines.set(
+        R2,
+        Replica {
+            chat_delay: Some(Duration::from_secs(20)),
+            ..Replica::default()
+        },
+    );
     // Without the abort the step would end `smoke_timeout` at its 10 s budget.
     let end = bench.run(0, Some(Duration::from_millis(200))).await;
     let (status, _, detail) = ended(&end);

@@ -259,7 +259,7 @@ impl StepRun<'_> {
         families: &[&str],
         with_target: bool,
     ) -> Vec<(serde_json::Value, Result<(), String>)> {
-        let config = &self.ctx.host.config;
+        let config = &self.ctx.host;
         let service = &self.rollout.service;
         let target = config.replicas.get(service).filter(|_| with_target);
         let peers = config.peers(service).into_iter().filter_map(|p| {
@@ -307,7 +307,7 @@ impl StepRun<'_> {
         if spec.source == AnalysisSource::Prometheus {
             return self.analyze_prometheus(step, spec, abort).await;
         }
-        let config = &self.ctx.host.config;
+        let config = &self.ctx.host;
         let Some(target) = config.replicas.get(&self.rollout.service) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
             return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));

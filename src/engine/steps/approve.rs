@@ -31,16 +31,7 @@ pub(crate) async fn wait(
     abort: &CancellationToken,
 ) -> Waited {
     let store = run.ctx.store;
-    if let Err(e) = store
-        .request_approval(
-            &step.rollout_id,
-            &step.id,
-            &step.name,
-            waiting,
-            run.ctx.now(),
-        )
-        .await
-    {
+    if let Err(e) = store.request_approval(step, waiting, run.ctx.now()).await {
         // The wait goes on: an approval is still read back below, and a store that stays
         // broken ends the wait at its deadline.
         tracing::warn!(error = %e, "could not record that step {} waits for an approval", step.name);

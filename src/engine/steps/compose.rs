@@ -43,7 +43,7 @@ fn compose_request(
     };
     let services = if scope.is_companion() {
         let names = services.unwrap_or(&scope.services).to_vec();
-        let host = &run.ctx.host.config;
+        let host = &run.ctx.host;
         if let Some(replica) = names
             .iter()
             .find(|s| *s == run.rollout.target() || host.is_replica_name(s))
@@ -84,7 +84,7 @@ async fn plan(
         Ok(req) => req,
         Err(end) => return end,
     };
-    let client = &run.ctx.host.client;
+    let client = run.ctx.calls;
     match client.supports_dry_run().await {
         Ok(true) => {}
         Ok(false) => {
@@ -376,7 +376,7 @@ async fn materialize(
     at: &mut Running<'_>,
     req: &ComposeRequest,
 ) -> Result<DryRunPlan, StepEnd> {
-    let client = &run.ctx.host.client;
+    let client = run.ctx.calls;
     if client.supports_dry_run().await != Ok(true) {
         let msg = "compose-manager does not answer the dry_run probe: the former service's file cannot be put back without a deploy; nothing sent";
         return Err(StepEnd::failed(
@@ -503,7 +503,7 @@ async fn scoped(
     which: Scoped,
     req: ComposeRequest,
 ) -> StepEnd {
-    let client = &run.ctx.host.client;
+    let client = run.ctx.calls;
     let endpoint = match which {
         Scoped::Down => "compose/down",
         Scoped::Up => "compose/up",
@@ -532,7 +532,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
     else {
         return StepEnd::Succeeded(detail);
     };
-    let version = match run.ctx.host.client.version().await {
+    let version = match run.ctx.calls.version().await {
         Ok(v) => v,
         Err(e) => {
             return StepEnd::failed(
@@ -544,7 +544,7 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
     };
     let current = version
         .projects
-        .get(&run.ctx.host.config.project)
+        .get(&run.ctx.host.project)
         .and_then(|p| p.current.clone());
     let (got_commit, got_sha) = match &current {
         Some(c) => (c.commit.clone(), c.file_sha256.clone()),

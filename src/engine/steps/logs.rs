@@ -328,7 +328,7 @@ impl StepRun<'_> {
                 };
                 return restarted.failed(stored(&evidence));
             }
-            let sample = self.ctx.prober.sample_url(&url).await;
+            let sample = self.ctx.prober.sample(&url).await;
             watched.observe(self.ctx.now());
             probes += 1;
             misses = if sample.is_healthy() { 0 } else { misses + 1 };

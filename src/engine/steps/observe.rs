@@ -61,7 +61,7 @@ impl Execute for WaitHealth {
 
 impl StepRun<'_> {
     async fn snapshot_host(&mut self) -> StepEnd {
-        let client = &self.ctx.host.client;
+        let client = self.ctx.calls;
         let ps = match client.ps().await {
             Ok(ps) => ps,
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
@@ -93,14 +93,14 @@ impl StepRun<'_> {
         let store = self.ctx.store;
         let current = version
             .projects
-            .get(&self.ctx.host.config.project)
+            .get(&self.ctx.host.project)
             .and_then(|p| p.current.clone());
         let Some(current) = current else { return };
         let Some(tag) = current.tag.clone() else {
             return;
         };
-        let mut baselines = Vec::with_capacity(self.ctx.host.config.replicas.len());
-        for (service, replica) in &self.ctx.host.config.replicas {
+        let mut baselines = Vec::with_capacity(self.ctx.host.replicas.len());
+        for (service, replica) in &self.ctx.host.replicas {
             // The name the replica runs under now: its key, or a former name (`aliases`).
             let running = std::iter::once(service)
                 .chain(&replica.aliases)
@@ -135,7 +135,6 @@ impl StepRun<'_> {
         let peers: Vec<String> = self
             .ctx
             .host
-            .config
             .peers(&self.rollout.service)
             .iter()
             .map(|s| s.to_string())
@@ -157,7 +156,10 @@ impl StepRun<'_> {
             let mut unhealthy = BTreeMap::new();
             for peer in &peers {
                 let sample = match self.health_url(peer) {
-                    Some(url) => self.ctx.prober.sample(url).await,
+                    Some(url) => {
+                        let url = crate::probe::HealthUrl::new(url.to_owned());
+                        self.ctx.prober.sample(&url).await
+                    }
                     None => HealthSample {
                         status: None,
                         error: Some("no health_url configured".into()),
@@ -205,7 +207,7 @@ impl StepRun<'_> {
                 json!({}),
             );
         };
-        let now = match self.ctx.host.client.ps().await {
+        let now = match self.ctx.calls.ps().await {
             Ok(ps) => ps,
             Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
         };
@@ -263,7 +265,7 @@ impl StepRun<'_> {
         let mut rhythm = Rhythm::new(interval);
         loop {
             rhythm.begin();
-            let sample = self.ctx.prober.sample_url(&url).await;
+            let sample = self.ctx.prober.sample(&url).await;
             if sample.is_healthy() {
                 ok += 1;
                 streak += 1;

@@ -88,7 +88,7 @@ impl StepRun<'_> {
     /// Every query the step evaluates: each check's for the target (the compose service it
     /// runs under) and, with `max_ratio_to_peers`, for each peer (by its slot).
     fn queries(&self, spec: &AnalyzeSpec) -> Vec<Query> {
-        let config = &self.ctx.host.config;
+        let config = &self.ctx.host;
         let target = self.rollout.target();
         let peers = config.peers(&self.rollout.service);
         let mut queries = Vec::new();
@@ -155,7 +155,7 @@ impl StepRun<'_> {
         };
         // The compose service the target runs under; its peers by its slot.
         let target = self.rollout.target();
-        let peers = self.ctx.host.config.peers(&self.rollout.service);
+        let peers = self.ctx.host.peers(&self.rollout.service);
         let queries = self.queries(spec);
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;
         let step = &step;

@@ -331,7 +331,7 @@ async fn outcome_unknown(
     detail: serde_json::Value,
     abort: &CancellationToken,
 ) -> StepEnd {
-    let client = &run.ctx.host.client;
+    let client = run.ctx.calls;
     let started = run.ctx.now();
     let settle = settle(run, watched, deadline, abort).await;
     run.settle_checked
@@ -403,7 +403,7 @@ async fn settle(
     limit: DateTime<Utc>,
     abort: &CancellationToken,
 ) -> Settle {
-    let client = &run.ctx.host.client;
+    let client = run.ctx.calls;
     let interval = run.ctx.compose.settle_interval;
     let mut out = Settle::default();
     // Each watched service's (id, image, state), and since when they have been seen unchanged.

@@ -1,17 +1,16 @@
 //! The prior deployment a one-click rollback redeploys: never what already runs, and the
-//! rollout it undoes.
+//! rollout it undoes (on a store of a temp SQLite file).
 
 use std::collections::BTreeMap;
 
 use chrono::{Duration, Utc};
 
-use super::super::{rollback, EngineError};
-use super::{ended, Bench};
+use super::super::EngineError;
+use super::{choose, Choice};
 use crate::config::sim::{DEV_FILE, DEV_HOST, R2};
-use crate::domain::state::DeploymentSource;
+use crate::domain::state::{DeploymentSource, StepEvent};
+use crate::store::tests::{steps, temp_store};
 use crate::store::NewDeployment;
-
-const STEPS: &str = "  - {name: peers, kind: peers_healthy}\n  - {name: plan, kind: plan}\n  - {name: down, kind: down, timeout: 10s}\n  - {name: up, kind: up}\n";
 
 fn baseline(tag: &str) -> NewDeployment {
     NewDeployment {
@@ -31,7 +30,7 @@ fn baseline(tag: &str) -> NewDeployment {
     }
 }
 
-fn no_prior(result: Result<rollback::Choice, EngineError>) -> String {
+fn no_prior(result: Result<Choice, EngineError>) -> String {
     match result {
         Err(e @ EngineError::NoPriorDeployment { .. }) => e.to_string(),
         Err(e) => panic!("another error: {e}"),
@@ -41,15 +40,14 @@ fn no_prior(result: Result<rollback::Choice, EngineError>) -> String {
 
 #[tokio::test]
 async fn a_rollback_chooses_the_newest_deployment_that_differs_from_what_runs() {
-    let bench = Bench::new(STEPS).await;
-    let choose = |to_tag| rollback::choose(bench.store(), DEV_HOST, R2, to_tag);
+    let (_dir, store) = temp_store().await;
+    let choose = |to_tag| choose(&store, DEV_HOST, R2, to_tag);
 
     let none = no_prior(choose(None).await);
     assert!(none.contains("none at all"), "{none}");
 
     // The baseline is what runs: nothing to go back to.
-    bench
-        .store()
+    store
         .record_baselines(&[baseline("v0.0.450")])
         .await
         .expect("baseline");
@@ -58,9 +56,29 @@ async fn a_rollback_chooses_the_newest_deployment_that_differs_from_what_runs() 
 
     // The canary took r2 down: it now runs what the canary put there (or nothing), so the
     // baseline is the prior deployment and the canary the rollout undone.
-    let end = bench.run(2, None).await;
-    let (status, code, detail) = ended(&end);
-    assert_eq!((status, code), ("succeeded", None), "{detail}");
+    let mut canary = crate::store::tests::rollout("ro_1", DEV_HOST, R2, 0);
+    canary.file = DEV_FILE.to_owned();
+    canary.tag = "v0.0.452".to_owned();
+    canary.created_at = Utc::now();
+    store
+        .create_rollout(&canary, &steps())
+        .await
+        .expect("rollout");
+    let down = store.steps("ro_1").await.expect("steps").remove(1);
+    store
+        .transition_step(
+            &down,
+            StepEvent::Start,
+            &serde_json::json!({}),
+            None,
+            Utc::now(),
+        )
+        .await
+        .expect("down started");
+    store
+        .begin_attempt(&down, "compose/down", Utc::now(), true)
+        .await
+        .expect("the down's attempt");
     let choice = choose(None).await.expect("a prior deployment");
     assert_eq!(choice.target.tag, "v0.0.450");
     assert_eq!(choice.undoes.as_deref(), Some("ro_1"));
