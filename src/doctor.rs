@@ -10,6 +10,7 @@
 
 mod verdict;
 
+use crate::domain::names::{ComposeFile, ServiceName};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
@@ -286,7 +287,7 @@ async fn compose_file_of(
     host: &HostRuntime,
     service: &str,
     version: Option<&VersionInfo>,
-) -> Option<String> {
+) -> Option<ComposeFile> {
     let recorded = engine
         .store()
         .recent_deployments(&host.config.name, service, 1)
@@ -300,6 +301,7 @@ async fn compose_file_of(
             .and_then(|p| p.current.as_ref())
             .and_then(|c| c.file.clone())
             .or_else(|| v.file.clone())
+            .and_then(|f| ComposeFile::parse(f).ok())
     });
     recorded.or(from_version)
 }
@@ -326,9 +328,15 @@ async fn check_logs(
              GET /version names no file",
         );
     };
+    let Ok(service_name) = ServiceName::parse(service) else {
+        return fail(
+            &name,
+            "not checked: the replica's name is not a compose service name",
+        );
+    };
     let req = LogsRequest {
         file: file.clone(),
-        service: service.to_owned(),
+        service: service_name,
         tail: LOGS_TAIL,
     };
     match bounded(limit, "POST /compose/logs", host.client.logs(&req)).await {

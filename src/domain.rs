@@ -10,6 +10,7 @@ pub mod exposition;
 pub(crate) mod fuzz;
 pub mod log_watch;
 pub mod mask;
+pub mod names;
 pub mod notification;
 pub mod pattern;
 pub mod plan;

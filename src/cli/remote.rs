@@ -12,6 +12,7 @@ use super::client::created_id;
 use super::output::{audit_trail, timeline};
 use super::{ApiClient, ServerArgs};
 use crate::api::RolloutOut;
+use crate::domain::names::{self, ComposeFile, ServiceName, Tag};
 use crate::domain::state::{OnFailure, RolloutKind, RolloutStatus};
 
 mod doctor;
@@ -77,13 +78,13 @@ pub struct StartArgs {
     #[arg(long)]
     pub host: Option<String>,
     /// The compose file on the host, relative to its repository (`prod/...yaml`).
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<ComposeFile>)]
     pub file: Option<String>,
     /// The one replica (compose service) to roll.
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<ServiceName>)]
     pub service: Option<String>,
     /// The git tag to deploy.
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<Tag>)]
     pub tag: Option<String>,
     /// Why (kept in the audit trail).
     #[arg(long)]
@@ -120,7 +121,7 @@ pub struct RollbackArgs {
     #[arg(long)]
     pub reason: String,
     /// Roll back to this recorded tag instead of the prior deployment.
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<Tag>)]
     pub to_tag: Option<String>,
     /// Abort the host's active rollout first.
     #[arg(long)]

@@ -45,9 +45,9 @@ pub(super) fn env() -> BTreeMap<String, String> {
 
 pub(super) fn up_req(service: &str) -> ComposeRequest {
     ComposeRequest {
-        tag: "v0.0.452".into(),
-        file: FILE.into(),
-        services: super::Services::one(service),
+        tag: "v0.0.452".parse().expect("a valid name"),
+        file: FILE.parse().expect("a valid name"),
+        services: super::Services::one(service.parse().expect("a valid name")),
         env: env(),
         force_recreate: None,
     }
@@ -55,9 +55,9 @@ pub(super) fn up_req(service: &str) -> ComposeRequest {
 
 pub(super) fn down_req(service: &str) -> ComposeRequest {
     ComposeRequest {
-        tag: "v0.0.451".into(),
-        file: FILE.into(),
-        services: super::Services::one(service),
+        tag: "v0.0.451".parse().expect("a valid name"),
+        file: FILE.parse().expect("a valid name"),
+        services: super::Services::one(service.parse().expect("a valid name")),
         env: env(),
         force_recreate: None,
     }

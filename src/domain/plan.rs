@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::names::{ComposeFile, InvalidName, ServiceName, Tag};
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::DEFAULT_CANARY;
 use crate::domain::state::OnFailure;
@@ -86,11 +87,11 @@ pub struct CanaryPlan {
     /// A configured host.
     pub host: String,
     /// A relative `prod/*.yaml` path without `..`.
-    pub file: String,
+    pub file: ComposeFile,
     /// A configured replica of `host`.
-    pub service: String,
-    /// A tag of `[A-Za-z0-9._/-]` characters.
-    pub tag: String,
+    pub service: ServiceName,
+    /// A git tag of the compose repo.
+    pub tag: Tag,
     /// Non-empty, trimmed.
     pub reason: String,
     /// A loaded runbook (default `single-replica-canary`).
@@ -161,22 +162,27 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
             ),
         ));
     };
-    check_service("service", "invalid_service", &spec.service)?;
-    if !replicas.contains(&spec.service) {
+    let service = parsed(
+        "service",
+        "invalid_service",
+        spec.service,
+        ServiceName::parse,
+    )?;
+    if !replicas.contains(service.as_str()) {
         let names: Vec<&str> = replicas.iter().map(String::as_str).collect();
         return Err(PlanError::new(
             "unknown_service",
             Some("service"),
             format!(
                 "\"{}\" is not a configured replica of {} (replicas: {})",
-                spec.service,
+                service,
                 spec.host,
                 names.join(", ")
             ),
         ));
     }
-    check_file(&spec.file)?;
-    check_tag(&spec.tag)?;
+    let file = parsed("file", "invalid_file", spec.file, ComposeFile::parse)?;
+    let tag = parsed("tag", "invalid_tag", spec.tag, Tag::parse)?;
     if spec.reason.len() > MAX_REASON_BYTES {
         return Err(PlanError::new(
             "invalid_body",
@@ -215,15 +221,15 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
         require_logs.push(pattern);
     }
     let replaces = match spec.replaces {
-        Some(r) => Some(check_replaces(r, &spec.host, &spec.service, known)?),
+        Some(r) => Some(check_replaces(r, &spec.host, &service, known)?),
         None => None,
     };
     Ok(CanaryPlan {
         replaces,
         host: spec.host,
-        file: spec.file,
-        service: spec.service,
-        tag: spec.tag,
+        file,
+        service,
+        tag,
         reason: spec.reason.trim().to_string(),
         runbook,
         env,
@@ -242,7 +248,12 @@ fn check_replaces(
     known: &KnownTargets,
 ) -> Result<Replaces, PlanError> {
     const CODE: &str = "invalid_replaces";
-    check_service("replaces.service", CODE, &r.service)?;
+    parsed(
+        "replaces.service",
+        CODE,
+        r.service.clone(),
+        ServiceName::parse,
+    )?;
     let fail = |why: String| Err(PlanError::new(CODE, Some("replaces.service"), why));
     let aliases = known.aliases.get(host);
     let slot = aliases.and_then(|a| a.get(&r.service));
@@ -284,167 +295,27 @@ fn check_replaces(
         }
     }
     if let Some(file) = &r.file {
-        check_file(file).map_err(|e| e.under("replaces"))?;
+        parsed("replaces.file", CODE, file.clone(), ComposeFile::parse)?;
     }
     if let Some(tag) = &r.tag {
-        check_tag(tag).map_err(|e| e.under("replaces"))?;
+        parsed("replaces.tag", CODE, tag.clone(), Tag::parse)?;
     }
     Ok(r)
 }
 
-impl PlanError {
-    /// The same refusal about `prefix.<field>` (`replaces.file`), with code
-    /// `invalid_replaces`.
-    fn under(self, prefix: &str) -> Self {
-        let field = self.field.unwrap_or_default();
-        let why = self
-            .message
-            .strip_prefix(&format!("{field}: "))
-            .unwrap_or(&self.message)
-            .to_string();
-        PlanError::new("invalid_replaces", Some(&format!("{prefix}.{field}")), why)
-    }
+/// `value` as a `T` ([`crate::domain::names`]), or the plan's refusal of `field` with `code`.
+fn parsed<T>(
+    field: &str,
+    code: &'static str,
+    value: String,
+    parse: fn(String) -> Result<T, InvalidName>,
+) -> Result<T, PlanError> {
+    parse(value)
+        .map_err(|e| PlanError::new(code, Some(field), format!("{}, got \"{}\"", e.why, e.shown)))
 }
-
-fn check_service(field: &str, code: &'static str, service: &str) -> Result<(), PlanError> {
-    let fail = |why: &str| {
-        Err(PlanError::new(
-            code,
-            Some(field),
-            format!("{why}, got \"{service}\""),
-        ))
-    };
-    if service.trim().is_empty() {
-        return fail("must name one replica");
-    }
-    if service.contains(',') || service.chars().any(char::is_whitespace) {
-        return fail(
-            "must be exactly one replica name (no commas or spaces: a plan rolls one replica)",
-        );
-    }
-    if !service
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return fail("must be a compose service name ([A-Za-z0-9._-])");
-    }
-    Ok(())
-}
-
-fn check_file(file: &str) -> Result<(), PlanError> {
-    let Some(why) = file_problem(file) else {
-        return Ok(());
-    };
-    let shown: String = file.escape_debug().take(160).collect();
-    Err(PlanError::new(
-        "invalid_file",
-        Some("file"),
-        format!("{why}, got \"{shown}\""),
-    ))
-}
-
-/// Why `file` is not a compose file canaryd names to compose-manager: a relative path under
-/// `prod/` of the compose repo, in `[A-Za-z0-9._/-]`, with no `..`, empty or `.` segment,
-/// ending `.yaml` or `.yml`; `None` when it is one. compose-manager builds the raw-file URL of
-/// the git host from it, and a URL parser decodes `%2e` and resolves the dots: so no `%` at
-/// all, nor a backslash (a slash to some parsers), nor any character outside the set (a
-/// full-width dot, NUL, a control character), and `..` in no spelling (safety rule 24). The
-/// one rule: plans, releases, rollbacks' `replaces` and every compose call check it.
-pub fn file_problem(file: &str) -> Option<&'static str> {
-    if file.is_empty() {
-        return Some("must be a compose file path such as prod/NAME.yaml");
-    }
-    if file.starts_with('/') || file.starts_with('\\') || file.starts_with('~') {
-        return Some("must be a path relative to the compose repo (not absolute)");
-    }
-    if file.contains('%') {
-        return Some("must not be percent-encoded (`%`): compose-manager's URL would decode it");
-    }
-    if file.contains('\\') {
-        return Some("must not contain backslashes");
-    }
-    if file.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Some("must not contain spaces, NUL or control characters");
-    }
-    if file.contains("..") {
-        return Some("must not contain `..`");
-    }
-    if !file
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
-    {
-        return Some("may only contain letters, digits and `._/-`");
-    }
-    if !file.starts_with("prod/") {
-        return Some("must be under prod/");
-    }
-    if file.split('/').any(|seg| seg.is_empty() || seg == ".") {
-        return Some("must not contain empty or `.` path segments");
-    }
-    if !(file.ends_with(".yaml") || file.ends_with(".yml")) {
-        return Some("must be a .yaml or .yml file");
-    }
-    None
-}
-
-/// The longest tag accepted: git allows more, but no release tag comes close, and a tag ends
-/// up in compose-manager's URLs to the git host.
-pub const MAX_TAG_BYTES: usize = 128;
 
 /// The longest `reason` accepted (it is kept in every audit row of the rollout).
 pub const MAX_REASON_BYTES: usize = 1024;
-
-/// Why `tag` is not a git tag name canaryd forwards (`git check-ref-format` for
-/// `refs/tags/<tag>`, in the letters compose-manager accepts, not starting with `-`, at most
-/// [`MAX_TAG_BYTES`]); `None` when it is one.
-pub fn tag_problem(tag: &str) -> Option<&'static str> {
-    if tag.is_empty() {
-        return Some("must be a git tag of the compose repo such as v0.0.452");
-    }
-    if tag.len() > MAX_TAG_BYTES {
-        return Some("must be at most 128 bytes");
-    }
-    if !tag
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
-    {
-        return Some("may only contain letters, digits and `._/-`");
-    }
-    if tag.starts_with('-') {
-        return Some("must not start with `-`");
-    }
-    if tag.starts_with('/') || tag.ends_with('/') || tag.contains("//") {
-        return Some("must not start or end with `/` or contain `//` (git ref rules)");
-    }
-    if tag.contains("..") {
-        return Some("must not contain `..` (git ref rules)");
-    }
-    if tag.ends_with('.') {
-        return Some("must not end with `.` (git ref rules)");
-    }
-    for part in tag.split('/') {
-        if part.starts_with('.') {
-            return Some("no `/`-separated part may start with `.` (git ref rules)");
-        }
-        if part.ends_with(".lock") {
-            return Some("no `/`-separated part may end with `.lock` (git ref rules)");
-        }
-    }
-    None
-}
-
-fn check_tag(tag: &str) -> Result<(), PlanError> {
-    let Some(why) = tag_problem(tag) else {
-        return Ok(());
-    };
-    let shown: String = tag.chars().take(64).collect();
-    let more = if shown.len() < tag.len() { "..." } else { "" };
-    Err(PlanError::new(
-        "invalid_tag",
-        Some("tag"),
-        format!("{why}, got \"{shown}{more}\""),
-    ))
-}
 
 /// Whether `key` is a valid env var name (`[A-Za-z_][A-Za-z0-9_]*`), as compose-manager checks.
 pub fn is_env_key(key: &str) -> bool {

@@ -199,7 +199,7 @@ impl Read {
 
 async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
     let mut secrets: Vec<String> = run.env.values().cloned().collect();
-    let replica = run.ctx.host.replicas.get(&run.rollout.service);
+    let replica = run.ctx.host.replicas.get(run.rollout.service.as_str());
     secrets.extend(
         replica
             .and_then(|r| r.api_token.as_ref())
@@ -307,7 +307,7 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
 /// `GET {api_url}/v1/models` of the target: 200 with a list of models.
 async fn api(run: &StepRun<'_>) -> Read {
     let service = &run.rollout.service;
-    let Some(replica) = run.ctx.host.replicas.get(service) else {
+    let Some(replica) = run.ctx.host.replicas.get(service.as_str()) else {
         return Read {
             source: "engine_api",
             evidence: json!({"replica": service}),

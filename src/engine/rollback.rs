@@ -43,7 +43,7 @@ impl Running {
     fn of_rollout(r: &Rollout) -> Self {
         Self {
             state: RunningState::of_rollout(r),
-            name: r.target().to_owned(),
+            name: r.target().to_string(),
         }
     }
 
@@ -53,8 +53,8 @@ impl Running {
     fn replaced_by(&self, target: &Deployment) -> Option<Replaces> {
         (self.name != target.name()).then(|| Replaces {
             service: self.name.clone(),
-            file: Some(self.state.file.clone()),
-            tag: Some(self.state.tag.clone()),
+            file: Some(self.state.file.to_string()),
+            tag: Some(self.state.tag.to_string()),
         })
     }
 }
@@ -73,7 +73,7 @@ async fn running_state(
     let newest = store.recent_deployments(host, service, 1).await?;
     let running = newest.first().map(|d| Running {
         state: RunningState::of_deployment(d),
-        name: d.name().to_owned(),
+        name: d.name().to_string(),
     });
     Ok((running, None))
 }

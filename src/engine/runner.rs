@@ -477,7 +477,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
     let image = match host.client.ps().await {
         Ok(ps) => ps
             .into_iter()
-            .find(|c| c.names == rollout.target())
+            .find(|c| c.names == rollout.target().as_str())
             .map(|c| c.image),
         Err(_) => None,
     };
@@ -564,7 +564,7 @@ async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::V
     let host = engine.host(&rollout.host).ok()?;
     let req = crate::compose::LogsRequest {
         file: rollout.file.clone(),
-        service: rollout.target().to_owned(),
+        service: rollout.target().clone(),
         tail: 500,
     };
     let text = match host.client.logs(&req).await {

@@ -42,7 +42,7 @@ pub(crate) trait HostCalls: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<PsEntry>, ComposeError>>;
     fn status(&self) -> BoxFuture<'_, Result<HostStatus, ComposeError>>;
     fn version(&self) -> BoxFuture<'_, Result<VersionInfo, ComposeError>>;
-    /// Whether the server honours `dry_run` (SPEC rule 4), from its version.
+    /// Whether the server honours `dry_run` (docs/safety.md), probed without side effects.
     fn supports_dry_run(&self) -> BoxFuture<'_, Result<bool, ComposeError>>;
 }
 
@@ -90,7 +90,7 @@ impl HostCalls for ComposeClient {
 
 /// What a step writes to the store, and the few reads it needs.
 pub(crate) trait StepStore: Send + Sync {
-    /// The write-ahead row of a compose call, before it is sent (SPEC rule 5); `touches`
+    /// The write-ahead row of a compose call, before it is sent (docs/safety.md); `touches`
     /// also records the rollout as having touched its replica.
     fn begin_attempt<'a>(
         &'a self,

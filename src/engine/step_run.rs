@@ -16,6 +16,7 @@ use super::{merged_env, Checkpoint, Engine};
 use crate::compose::{LogsRequest, PsEntry};
 use crate::config::{ComposeTuning, EngineTuning, HostConfig};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::names::ServiceName;
 use crate::probe::engine_api::EngineApi;
 use crate::probe::prometheus::Prometheus;
 use crate::store::{Rollout, Step};
@@ -242,9 +243,15 @@ impl StepRun<'_> {
         &self,
         service: &str,
     ) -> Result<String, crate::compose::ComposeError> {
+        // The target's name, or a runbook's (checked when the runbook was read).
+        let service = ServiceName::parse(service).map_err(|e| {
+            crate::compose::ComposeError::InvalidRequest {
+                message: e.to_string(),
+            }
+        })?;
         let req = LogsRequest {
             file: self.rollout.file.clone(),
-            service: service.to_owned(),
+            service,
             tail: 500,
         };
         self.ctx.calls.logs(&req).await

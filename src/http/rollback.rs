@@ -8,6 +8,7 @@ use axum::Router;
 use super::body::{JsonBody, JsonInput};
 use super::rollout::{created, rollout_out};
 use super::{Actor, ApiError, AppState};
+use crate::domain::names::Tag;
 use crate::engine::RollbackRequest;
 
 pub(super) fn router() -> Router<AppState> {
@@ -45,14 +46,10 @@ fn check_target(state: &AppState, req: &RollbackRequest) -> Result<(), ApiError>
             ),
         });
     };
-    if let Some(why) = req
-        .to_tag
-        .as_deref()
-        .and_then(crate::domain::plan::tag_problem)
-    {
+    if let Some(Err(e)) = req.to_tag.clone().map(Tag::parse) {
         return Err(ApiError::Unprocessable {
             code: "invalid_tag",
-            message: format!("to_tag: {why}"),
+            message: format!("to_tag: {}, got \"{}\"", e.why, e.shown),
         });
     }
     // A former name (`aliases`) stands for its replica.

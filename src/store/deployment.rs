@@ -10,15 +10,17 @@ use super::rollout::RolloutChange;
 use super::write::Tx;
 use super::{fmt_time, new_id, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
+use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::state::DeploymentSource;
+use crate::store::rollout::corrupt;
 
 /// A deployment to record.
 #[derive(Debug, Clone)]
 pub struct NewDeployment {
     pub host: String,
-    pub service: String,
-    pub file: String,
-    pub tag: String,
+    pub service: ServiceName,
+    pub file: ComposeFile,
+    pub tag: Tag,
     pub env_overrides: BTreeMap<String, String>,
     pub env_sha256: Option<String>,
     pub commit: Option<String>,
@@ -29,14 +31,14 @@ pub struct NewDeployment {
     pub deployed_at: DateTime<Utc>,
     /// The compose service it runs under, when not `service` (the replica's slot): a former
     /// name (docs/reference.md#renamed-replicas).
-    pub deployed_as: Option<String>,
+    pub deployed_as: Option<ServiceName>,
 }
 
 /// What a replica runs, as far as a rollback cares: compared with each recorded deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningState {
-    pub file: String,
-    pub tag: String,
+    pub file: ComposeFile,
+    pub tag: Tag,
     /// The overrides of the plan that deployed it (never the host's env file).
     pub env_overrides: BTreeMap<String, String>,
 }
@@ -104,9 +106,9 @@ impl TryFrom<DeploymentRow> for Deployment {
             deployed_at: parse_time("deployment", &r.deployed_at)?,
             id: r.deployment_id,
             host: r.host,
-            service: r.service,
-            file: r.file,
-            tag: r.tag,
+            service: r.service.parse().map_err(corrupt)?,
+            file: r.file.parse().map_err(corrupt)?,
+            tag: r.tag.parse().map_err(corrupt)?,
             env_sha256: r.env_sha256,
             commit: r.commit_sha,
             file_sha256: r.file_sha256,
@@ -116,7 +118,11 @@ impl TryFrom<DeploymentRow> for Deployment {
                 message,
             })?,
             rollout_id: r.rollout_id,
-            deployed_as: r.deployed_as,
+            deployed_as: r
+                .deployed_as
+                .map(|s| s.parse())
+                .transpose()
+                .map_err(corrupt)?,
         })
     }
 }
@@ -155,7 +161,7 @@ impl Store {
                     "select count(*) from deployment where host = ? and service = ?",
                 )
                 .bind(&d.host)
-                .bind(&d.service)
+                .bind(d.service.as_str())
                 .fetch_one(&mut *db)
                 .await?;
                 if n == 0 {
@@ -247,8 +253,8 @@ impl Store {
             q = q.bind(tag);
         }
         let row = q
-            .bind(&running.file)
-            .bind(&running.tag)
+            .bind(running.file.as_str())
+            .bind(running.tag.as_str())
             .bind(env)
             .fetch_optional(self.pool())
             .await?;
@@ -310,7 +316,7 @@ async fn missing(db: &mut Tx, d: &NewDeployment) -> Result<bool, StoreError> {
     let (n,): (i64,) = db
         .query("select count(*) from deployment where host = ? and service = ?")
         .bind(&d.host)
-        .bind(&d.service)
+        .bind(d.service.as_str())
         .fetch_one()
         .await?;
     Ok(n == 0)
@@ -328,9 +334,9 @@ async fn insert(db: &mut Tx, d: &NewDeployment) -> Result<(), StoreError> {
     )
     .bind(new_id("dep"))
     .bind(&d.host)
-    .bind(&d.service)
-    .bind(&d.file)
-    .bind(&d.tag)
+    .bind(d.service.as_str())
+    .bind(d.file.as_str())
+    .bind(d.tag.as_str())
     .bind(env)
     .bind(&d.env_sha256)
     .bind(&d.commit)
@@ -339,7 +345,7 @@ async fn insert(db: &mut Tx, d: &NewDeployment) -> Result<(), StoreError> {
     .bind(d.source.as_str())
     .bind(&d.rollout_id)
     .bind(fmt_time(d.deployed_at))
-    .bind(&d.deployed_as);
+    .bind(d.deployed_as.as_deref());
     let entry = AuditEntry::new(d.deployed_at, "canaryd", AuditKind::DeploymentRecorded).detail(
         serde_json::json!({
             "host": d.host, "service": d.service, "deployed_as": d.deployed_as, "tag": d.tag, "file": d.file,

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::domain::audit::AuditKind;
+use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::runbook::StepKindName;
 use crate::domain::state::{
     AttemptOutcome, DeploymentSource, OnFailure, RolloutKind, RolloutStatus, StepStatus,
@@ -18,9 +19,9 @@ pub struct Rollout {
     pub kind: RolloutKind,
     pub status: RolloutStatus,
     pub host: String,
-    pub file: String,
-    pub service: String,
-    pub tag: String,
+    pub file: ComposeFile,
+    pub service: ServiceName,
+    pub tag: Tag,
     pub runbook: String,
     pub actor: String,
     pub reason: String,
@@ -41,7 +42,7 @@ pub struct Rollout {
     pub abort_reason: Option<String>,
     /// The compose service `plan`/`up` act on when not `service`, the replica's slot (a
     /// rollback to a former name).
-    pub deploy_as: Option<String>,
+    pub deploy_as: Option<ServiceName>,
     /// The former service a rename takes down (`down` acts on it with its file and tag).
     pub replaces: Option<crate::domain::plan::Replaces>,
 }
@@ -49,8 +50,8 @@ pub struct Rollout {
 impl Rollout {
     /// The compose service this rollout deploys (`plan`, `up`, health, logs): `deploy_as`,
     /// else `service`.
-    pub fn target(&self) -> &str {
-        self.deploy_as.as_deref().unwrap_or(&self.service)
+    pub fn target(&self) -> &ServiceName {
+        self.deploy_as.as_ref().unwrap_or(&self.service)
     }
 
     /// The former service a rename takes down, if any.
@@ -103,9 +104,9 @@ pub struct StepAttempt {
 pub struct Deployment {
     pub id: String,
     pub host: String,
-    pub service: String,
-    pub file: String,
-    pub tag: String,
+    pub service: ServiceName,
+    pub file: ComposeFile,
+    pub tag: Tag,
     pub env_overrides: BTreeMap<String, String>,
     pub env_sha256: Option<String>,
     pub commit: Option<String>,
@@ -115,13 +116,13 @@ pub struct Deployment {
     pub rollout_id: Option<String>,
     pub deployed_at: DateTime<Utc>,
     /// The compose service it ran under, when not `service` (a former name).
-    pub deployed_as: Option<String>,
+    pub deployed_as: Option<ServiceName>,
 }
 
 impl Deployment {
     /// The compose service it ran under: `deployed_as`, else `service`.
-    pub fn name(&self) -> &str {
-        self.deployed_as.as_deref().unwrap_or(&self.service)
+    pub fn name(&self) -> &ServiceName {
+        self.deployed_as.as_ref().unwrap_or(&self.service)
     }
 }
 

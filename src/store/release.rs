@@ -191,8 +191,8 @@ impl Store {
             .bind(&new.id)
             .bind(&new.actor)
             .bind(&new.reason)
-            .bind(&new.file)
-            .bind(&new.tag)
+            .bind(new.file.as_str())
+            .bind(new.tag.as_str())
             .bind(&new.runbook)
             .bind(i64::from(new.max_parallel_hosts))
             .bind(new.on_failure.as_str())
@@ -204,7 +204,7 @@ impl Store {
                 .bind(&new.id)
                 .bind(i as i64)
                 .bind(&t.host)
-                .bind(&t.service)
+                .bind(t.service.as_str())
                 .bind(t.plan.to_string());
             }
             let detail = serde_json::json!({"targets": new.targets.len(), "tag": new.tag});

@@ -9,6 +9,7 @@ use super::record::{AuditEntry, Rollout};
 use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
 use crate::domain::audit::AuditKind;
+use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::plan::Replaces;
 use crate::domain::runbook::StepKindName;
 use crate::domain::state::{OnFailure, RolloutEvent, RolloutKind, RolloutStatus};
@@ -19,9 +20,9 @@ pub struct NewRollout {
     pub id: String,
     pub kind: RolloutKind,
     pub host: String,
-    pub file: String,
-    pub service: String,
-    pub tag: String,
+    pub file: ComposeFile,
+    pub service: ServiceName,
+    pub tag: Tag,
     pub runbook: String,
     pub actor: String,
     pub reason: String,
@@ -34,7 +35,7 @@ pub struct NewRollout {
     pub expect_file_sha256: Option<String>,
     pub created_at: DateTime<Utc>,
     /// The compose service `plan`/`up` act on, when not `service` (the slot's key).
-    pub deploy_as: Option<String>,
+    pub deploy_as: Option<ServiceName>,
     /// The former service `down` acts on (a rename).
     pub replaces: Option<Replaces>,
 }
@@ -108,9 +109,9 @@ impl TryFrom<RolloutRow> for Rollout {
             finished_at: parse_opt_time("rollout", r.finished_at)?,
             id: r.rollout_id,
             host: r.host,
-            file: r.file,
-            service: r.service,
-            tag: r.tag,
+            file: r.file.parse().map_err(corrupt)?,
+            service: r.service.parse().map_err(corrupt)?,
+            tag: r.tag.parse().map_err(corrupt)?,
             runbook: r.runbook,
             actor: r.actor,
             reason: r.reason,
@@ -123,7 +124,11 @@ impl TryFrom<RolloutRow> for Rollout {
             rolled_back_by: r.rolled_back_by,
             touched_replica: r.touched_replica != 0,
             abort_reason: r.abort_reason,
-            deploy_as: r.deploy_as,
+            deploy_as: r
+                .deploy_as
+                .map(|s| s.parse())
+                .transpose()
+                .map_err(corrupt)?,
             replaces: match r.replaces {
                 Some(text) => Some(serde_json::from_str(&text).map_err(corrupt)?),
                 None => None,
@@ -380,9 +385,9 @@ pub(super) async fn insert_rollout(
     .bind(&new.id)
     .bind(new.kind.as_str())
     .bind(&new.host)
-    .bind(&new.file)
-    .bind(&new.service)
-    .bind(&new.tag)
+    .bind(new.file.as_str())
+    .bind(new.service.as_str())
+    .bind(new.tag.as_str())
     .bind(&new.runbook)
     .bind(&new.actor)
     .bind(&new.reason)
@@ -395,7 +400,7 @@ pub(super) async fn insert_rollout(
     .bind(&new.expect_commit)
     .bind(&new.expect_file_sha256)
     .bind(&new.host)
-    .bind(&new.deploy_as)
+    .bind(new.deploy_as.as_deref())
     .bind(replaces);
     for (position, step) in steps.iter().enumerate() {
         db.query(

@@ -39,9 +39,9 @@ async fn fixture() -> Fixture {
 impl Fixture {
     fn up(&self, tag: &str, service: &str) -> ComposeRequest {
         ComposeRequest {
-            tag: tag.into(),
-            file: EXAMPLE_FILE.into(),
-            services: canaryd::compose::Services::one(service),
+            tag: tag.parse().expect("a valid name"),
+            file: EXAMPLE_FILE.parse().expect("a valid name"),
+            services: canaryd::compose::Services::one(service.parse().expect("a valid name")),
             env: self.env.clone(),
             force_recreate: None,
         }
@@ -49,9 +49,9 @@ impl Fixture {
 
     fn down(&self, tag: &str, service: &str) -> ComposeRequest {
         ComposeRequest {
-            tag: tag.into(),
-            file: EXAMPLE_FILE.into(),
-            services: canaryd::compose::Services::one(service),
+            tag: tag.parse().expect("a valid name"),
+            file: EXAMPLE_FILE.parse().expect("a valid name"),
+            services: canaryd::compose::Services::one(service.parse().expect("a valid name")),
             env: self.env.clone(),
             force_recreate: None,
         }
@@ -177,8 +177,8 @@ async fn down_then_up_moves_only_the_target_to_the_new_tag() {
 async fn logs_return_the_replicas_startup_lines() {
     let f = fixture().await;
     let logs = LogsRequest {
-        file: EXAMPLE_FILE.into(),
-        service: R2.into(),
+        file: EXAMPLE_FILE.parse().expect("a valid name"),
+        service: R2.parse().expect("a valid name"),
         tail: 200,
     };
     // The engine writes its lines in the background: poll like `wait_logs` does.
@@ -210,7 +210,7 @@ async fn refusals_of_the_host_map_to_their_errors() {
         .expect_err("unknown tag");
     assert_eq!(err.code(), "tag_not_found", "{err}");
     let mut req = f.up("v0.0.452", R2);
-    req.file = "prod/missing.yaml".into();
+    req.file = "prod/missing.yaml".parse().expect("a valid name");
     let err = f.client.up(&req).await.expect_err("unknown file");
     assert_eq!(err.code(), "file_not_found", "{err}");
 

@@ -208,39 +208,130 @@ async fn a_file_with_dots_in_any_spelling_is_refused_422_by_plans_and_releases()
     nothing_happened(&app).await;
 }
 
+/// Tags that break the one tag rule (`domain::names::Tag`): every entry point refuses each.
+const BAD_TAGS: [&str; 9] = [
+    "../../etc/passwd",
+    "..",
+    "a//b",
+    "x.lock",
+    "v@{1}",
+    "/v1",
+    "-v1",
+    "v1;rm -rf",
+    "v1.",
+];
+
+/// `canaryd <args>` against a daemon that is never reached: (exit code, stderr).
+fn cli(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_canaryd"))
+        .args(args)
+        .args(["--server", "http://127.0.0.1:9"])
+        .env_remove("CANARYD_TOKEN")
+        .output()
+        .expect("the CLI runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[tokio::test]
-async fn a_tag_that_is_not_a_git_tag_name_or_a_json_key_given_twice_is_refused_422() {
+async fn one_table_of_bad_tags_is_refused_alike_by_plan_release_rollback_and_the_cli() {
     let app = TestApp::spawn().await;
-    for tag in [
-        "../../etc/passwd",
-        "..",
-        "a//b",
-        "x.lock",
-        "v@{1}",
-        "/v1",
-        "-v1",
-    ] {
-        let (status, body) = app.post_plan(&TestApp::plan(tag)).await;
-        assert_eq!(status, 422, "{tag}: {body}");
-        assert_eq!(body["error"]["code"], "invalid_tag", "{tag}: {body}");
-    }
     let long = "v".repeat(60_000);
-    let (status, body) = app.post_plan(&TestApp::plan(&long)).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (422, Some("invalid_tag"))
-    );
-    let (status, body) = app
-        .post(
-            "/v1/rollbacks",
-            &json!({"host": "gpu02", "service": crate::helpers::R2, "reason": "r", "to_tag": "../x"}),
-        )
-        .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (422, Some("invalid_tag")),
-        "{body}"
-    );
+    for tag in BAD_TAGS.iter().copied().chain([long.as_str()]) {
+        let shown = &tag[..tag.len().min(20)];
+        let (status, body) = app.post_plan(&TestApp::plan(tag)).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("invalid_tag")),
+            "plan {shown}: {body}"
+        );
+        let release = json!({"file": "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml",
+            "tag": tag, "reason": "r", "targets": [{"host": "gpu02", "service": crate::helpers::R2}]});
+        let (status, body) = app.post("/v1/releases", &release).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("invalid_tag")),
+            "release {shown}: {body}"
+        );
+        let rollback =
+            json!({"host": "gpu02", "service": crate::helpers::R2, "reason": "r", "to_tag": tag});
+        let (status, body) = app.post("/v1/rollbacks", &rollback).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("invalid_tag")),
+            "rollback {shown}: {body}"
+        );
+    }
+    nothing_happened(&app).await;
+    // The CLI refuses each before it calls anything: a usage error naming the flag.
+    for bad in BAD_TAGS {
+        // `--tag=-v1`: a value that starts with `-` is still the flag's.
+        let (tag, to_tag) = (format!("--tag={bad}"), format!("--to-tag={bad}"));
+        let start = [
+            "rollout",
+            "start",
+            "--host",
+            "gpu02",
+            "--service",
+            crate::helpers::R2,
+            "--file",
+            "prod/a.yaml",
+            "--reason",
+            "r",
+            &tag,
+        ];
+        let rollback = [
+            "rollback",
+            "--host",
+            "gpu02",
+            "--service",
+            crate::helpers::R2,
+            "--reason",
+            "r",
+            &to_tag,
+        ];
+        let release = [
+            "release",
+            "start",
+            "--file",
+            "prod/a.yaml",
+            "--reason",
+            "r",
+            &tag,
+        ];
+        for (args, flag) in [
+            (&start[..], "--tag"),
+            (&rollback[..], "--to-tag"),
+            (&release[..], "--tag"),
+        ] {
+            let (code, stderr) = cli(args);
+            assert_eq!(code, Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(flag) && stderr.contains("invalid value"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+    // A valid tag passes the CLI's check (and fails only on the unreachable daemon).
+    let (code, stderr) = cli(&[
+        "rollback",
+        "--host",
+        "gpu02",
+        "--service",
+        crate::helpers::R2,
+        "--reason",
+        "r",
+        "--to-tag",
+        "v0.0.452",
+    ]);
+    assert_ne!(code, Some(2), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_json_key_given_twice_is_refused_422() {
+    let app = TestApp::spawn().await;
     let twice = r#"{"host": "gpu02", "file": "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml",
         "service": "model-sg-glm53-w4afp8-tp4-r2", "tag": "v0.0.452", "reason": "r",
         "env": {"GLM53_R2_HICACHE_RAM_BUDGET": "1GiB", "GLM53_R2_HICACHE_RAM_BUDGET": "406GiB"}}"#;

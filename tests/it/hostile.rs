@@ -185,9 +185,9 @@ async fn an_up_or_down_stream_cut_at_any_line_is_never_taken_for_a_success() {
     };
     let client = ComposeClient::new(&sim.url(), sim.token(), opts).expect("client");
     let req = ComposeRequest {
-        tag: "v0.0.452".into(),
-        file: FILE.into(),
-        services: canaryd::compose::Services::one(R2),
+        tag: "v0.0.452".parse().expect("a valid name"),
+        file: FILE.parse().expect("a valid name"),
+        services: canaryd::compose::Services::one(R2.parse().expect("a valid name")),
         env: sim_config().initial_env,
         force_recreate: None,
     };

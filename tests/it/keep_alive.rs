@@ -90,8 +90,8 @@ async fn a_soaks_compose_reads_reuse_one_connection_per_host() {
     };
     let client = ComposeClient::new(&url, "cm-token", opts).expect("client");
     let logs = LogsRequest {
-        file: "prod/r2.yaml".to_owned(),
-        service: "r2".to_owned(),
+        file: "prod/r2.yaml".parse().expect("a valid name"),
+        service: "r2".parse().expect("a valid name"),
         tail: 500,
     };
     for probe in 0..5 {

@@ -23,9 +23,9 @@ fn long_context() -> SimConfig {
 
 fn request(env: &BTreeMap<String, String>, tag: &str, service: &str) -> ComposeRequest {
     ComposeRequest {
-        tag: tag.into(),
-        file: EXAMPLE_FILE.into(),
-        services: Services::one(service),
+        tag: tag.parse().expect("a valid name"),
+        file: EXAMPLE_FILE.parse().expect("a valid name"),
+        services: Services::one(service.parse().expect("a valid name")),
         env: env.clone(),
         force_recreate: None,
     }

@@ -13,6 +13,7 @@ use super::super::client::created_id;
 use super::super::{ApiClient, ServerArgs};
 use super::parse_env_flags;
 use crate::api::ReleaseOut;
+use crate::domain::names::{self, ComposeFile, Tag};
 
 /// How often `watch` reads the release.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -66,10 +67,10 @@ pub struct ReleaseStartArgs {
     /// A release file (YAML, or JSON by its .json extension; docs/operator-guide.md).
     pub release: Option<PathBuf>,
     /// The compose file on the hosts (`prod/...yaml`).
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<ComposeFile>)]
     pub file: Option<String>,
     /// The git tag to deploy.
-    #[arg(long)]
+    #[arg(long, value_parser = names::arg::<Tag>)]
     pub tag: Option<String>,
     /// Why (kept in the audit trail).
     #[arg(long)]

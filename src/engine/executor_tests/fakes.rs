@@ -137,8 +137,10 @@ impl FakeHost {
     fn record(&self, endpoint: &'static str, req: Option<&ComposeRequest>) {
         lock(&self.journal).push(Sent {
             endpoint,
-            services: req.map(|r| r.services.names().to_vec()).unwrap_or_default(),
-            tag: req.map(|r| r.tag.clone()).unwrap_or_default(),
+            services: req
+                .map(|r| r.services.names().iter().map(|s| s.to_string()).collect())
+                .unwrap_or_default(),
+            tag: req.map(|r| r.tag.to_string()).unwrap_or_default(),
         });
     }
 
@@ -175,7 +177,7 @@ impl HostCalls for FakeHost {
         self.record("compose/up?dry_run", Some(req));
         let answer = lock(&self.plans).pop_front().unwrap_or_else(|| {
             Ok(planned(DryRunPlan {
-                recreate: req.services.names().to_vec(),
+                recreate: req.services.names().iter().map(|s| s.to_string()).collect(),
                 ..DryRunPlan::default()
             }))
         });
@@ -200,7 +202,7 @@ impl HostCalls for FakeHost {
     fn logs<'a>(&'a self, req: &'a LogsRequest) -> BoxFuture<'a, Result<String, ComposeError>> {
         self.record("compose/logs", None);
         let log = lock(&self.logs)
-            .get(&req.service)
+            .get(req.service.as_str())
             .cloned()
             .unwrap_or_default();
         Box::pin(async move { Ok(log) })

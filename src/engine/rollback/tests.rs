@@ -15,9 +15,9 @@ use crate::store::NewDeployment;
 fn baseline(tag: &str) -> NewDeployment {
     NewDeployment {
         host: DEV_HOST.to_owned(),
-        service: R2.to_owned(),
-        file: DEV_FILE.to_owned(),
-        tag: tag.to_owned(),
+        service: R2.parse().expect("a valid name"),
+        file: DEV_FILE.parse().expect("a valid name"),
+        tag: tag.parse().expect("a valid name"),
         env_overrides: BTreeMap::new(),
         env_sha256: None,
         commit: None,
@@ -57,8 +57,8 @@ async fn a_rollback_chooses_the_newest_deployment_that_differs_from_what_runs() 
     // The canary took r2 down: it now runs what the canary put there (or nothing), so the
     // baseline is the prior deployment and the canary the rollout undone.
     let mut canary = crate::store::tests::rollout("ro_1", DEV_HOST, R2, 0);
-    canary.file = DEV_FILE.to_owned();
-    canary.tag = "v0.0.452".to_owned();
+    canary.file = DEV_FILE.parse().expect("a valid name");
+    canary.tag = "v0.0.452".parse().expect("a valid name");
     canary.created_at = Utc::now();
     store
         .create_rollout(&canary, &steps())

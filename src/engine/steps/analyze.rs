@@ -261,7 +261,10 @@ impl StepRun<'_> {
     ) -> Vec<(serde_json::Value, Result<(), String>)> {
         let config = &self.ctx.host;
         let service = &self.rollout.service;
-        let target = config.replicas.get(service).filter(|_| with_target);
+        let target = config
+            .replicas
+            .get(service.as_str())
+            .filter(|_| with_target);
         let peers = config.peers(service).into_iter().filter_map(|p| {
             let r = config.replicas.get(p)?;
             Some((p, r.metrics_url(), "peer"))
@@ -308,7 +311,7 @@ impl StepRun<'_> {
             return self.analyze_prometheus(step, spec, abort).await;
         }
         let config = &self.ctx.host;
-        let Some(target) = config.replicas.get(&self.rollout.service) else {
+        let Some(target) = config.replicas.get(self.rollout.service.as_str()) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
             return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));
         };

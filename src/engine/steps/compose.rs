@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::{ComposeRequest, ForceRecreate, Services, StreamOutcome};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::names::{ComposeFile, InvalidName, ServiceName, Tag};
 use crate::domain::plan_gate;
 use crate::domain::plan_gate::DryRunPlan;
 use crate::domain::runbook::step::plan::{PlanEvidence, PlannedChanges};
@@ -42,7 +43,12 @@ fn compose_request(
         )
     };
     let services = if scope.is_companion() {
-        let names = services.unwrap_or(&scope.services).to_vec();
+        let names = services
+            .unwrap_or(&scope.services)
+            .iter()
+            .map(ServiceName::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| refuse(e.to_string()))?;
         let host = &run.ctx.host;
         if let Some(replica) = names
             .iter()
@@ -54,7 +60,7 @@ fn compose_request(
         }
         Services::list(names).map_err(|e| refuse(e.to_string()))?
     } else {
-        Services::one(run.rollout.target())
+        Services::one(run.rollout.target().clone())
     };
     let force_recreate = if scope.force_recreate {
         let allowed = &run.ctx.compose.force_recreate_allowed;
@@ -280,7 +286,7 @@ impl Execute for Down {
 
 /// The former service's file and tag: the plan's `replaces.file`/`tag`, else its newest
 /// recorded deployment under that name (the baseline the snapshot recorded, at least).
-async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, String), StepEnd> {
+async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFile, Tag), StepEnd> {
     let Some(replaces) = &run.rollout.replaces else {
         return Err(StepEnd::failed(
             ErrorCode::InvalidRequest,
@@ -288,7 +294,27 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, St
             json!({}),
         ));
     };
-    if let (Some(file), Some(tag)) = (&replaces.file, &replaces.tag) {
+    // Checked when the plan was (`domain::plan::validate`); a row changed since is refused.
+    let invalid = |e: InvalidName| {
+        StepEnd::failed(
+            ErrorCode::InvalidRequest,
+            format!("replaces: {e}"),
+            json!({}),
+        )
+    };
+    let file = replaces
+        .file
+        .clone()
+        .map(ComposeFile::parse)
+        .transpose()
+        .map_err(invalid)?;
+    let tag = replaces
+        .tag
+        .clone()
+        .map(Tag::parse)
+        .transpose()
+        .map_err(invalid)?;
+    if let (Some(file), Some(tag)) = (&file, &tag) {
         return Ok((file.clone(), tag.clone()));
     }
     let store = run.ctx.store;
@@ -297,10 +323,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, St
         .await
         .map_err(|e| StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({})))?;
     match recorded {
-        Some(d) => Ok((
-            replaces.file.clone().unwrap_or(d.file),
-            replaces.tag.clone().unwrap_or(d.tag),
-        )),
+        Some(d) => Ok((file.unwrap_or(d.file), tag.unwrap_or(d.tag))),
         None => {
             let msg = format!(
                 "no deployment of `{old}` is recorded for {} on {} (nor a baseline): give replaces.file and replaces.tag; nothing sent",
@@ -322,8 +345,18 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(String, St
 /// file back first, and must plan no recreate and no removal. Never resent after a restart:
 /// once a down attempt exists, it is reconciled like any other.
 async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-    let Some(old) = run.rollout.replaced().map(str::to_owned) else {
+    let Some(old) = run.rollout.replaced() else {
         return StepEnd::failed(ErrorCode::InvalidRequest, "no replaces", json!({}));
+    };
+    let old = match ServiceName::parse(old) {
+        Ok(old) => old,
+        Err(e) => {
+            return StepEnd::failed(
+                ErrorCode::InvalidRequest,
+                format!("replaces: {e}"),
+                json!({}),
+            )
+        }
     };
     let (file, tag) = match replaced_deployment(run, &old).await {
         Ok(found) => found,
@@ -347,9 +380,9 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         }
     };
     let replaces = Replaced {
-        service: old,
-        file,
-        tag,
+        service: old.to_string(),
+        file: file.to_string(),
+        tag: tag.to_string(),
     };
     let mut restored = None;
     if !down_sent {
@@ -514,8 +547,8 @@ async fn scoped(
             Scoped::Up => client.up(&req).await,
         }
     };
-    let companions =
-        (req.services.names() != [run.rollout.target()]).then(|| req.services.names().to_vec());
+    let companions = (req.services.names() != [run.rollout.target().clone()])
+        .then(|| req.services.names().iter().map(|s| s.to_string()).collect());
     let watched = req.services.names();
     match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
         StepEnd::Succeeded(detail) if companions.is_some() => {

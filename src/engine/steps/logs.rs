@@ -142,7 +142,7 @@ impl Execute for WaitLogs {
         let service = self
             .service
             .clone()
-            .unwrap_or_else(|| run.rollout.target().to_owned());
+            .unwrap_or_else(|| run.rollout.target().to_string());
         if service == run.rollout.target() {
             require.extend(
                 run.rollout
@@ -166,7 +166,7 @@ impl Execute for WaitLogs {
 impl Execute for Soak {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let spec = LogWait {
-            service: run.rollout.target().to_owned(),
+            service: run.rollout.target().to_string(),
             interval: self.interval,
             require: Vec::new(),
             forbid: self.forbid.clone(),

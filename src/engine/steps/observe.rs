@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::PsEntry;
 use crate::domain::error_code::ErrorCode;
+use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::runbook::step::peers_healthy::PeersHealthyEvidence;
 use crate::domain::runbook::step::snapshot::SnapshotEvidence;
 use crate::domain::runbook::step::verify_neighbours::{
@@ -96,25 +97,32 @@ impl StepRun<'_> {
             .get(&self.ctx.host.project)
             .and_then(|p| p.current.clone());
         let Some(current) = current else { return };
-        let Some(tag) = current.tag.clone() else {
+        // What the host says it runs, as the names canaryd records: a value that breaks their
+        // rules is recorded as nothing (a rollback never goes back to it).
+        let Some(Ok(tag)) = current.tag.clone().map(Tag::parse) else {
             return;
         };
+        let file = match current.file.clone().map(ComposeFile::parse) {
+            Some(Ok(file)) => file,
+            Some(Err(_)) => return,
+            None => self.rollout.file.clone(),
+        };
         let mut baselines = Vec::with_capacity(self.ctx.host.replicas.len());
-        for (service, replica) in &self.ctx.host.replicas {
+        for (name, replica) in &self.ctx.host.replicas {
+            let Ok(service) = ServiceName::parse(name.as_str()) else {
+                continue;
+            };
             // The name the replica runs under now: its key, or a former name (`aliases`).
-            let running = std::iter::once(service)
+            let running = std::iter::once(name)
                 .chain(&replica.aliases)
                 .find_map(|name| ps.iter().find(|c| is_service(c, name)));
             baselines.push(NewDeployment {
                 deployed_as: running
-                    .map(|c| c.names.clone())
-                    .filter(|name| name != service),
+                    .filter(|c| c.names != *name)
+                    .and_then(|c| ServiceName::parse(c.names.as_str()).ok()),
                 host: self.rollout.host.clone(),
-                service: service.clone(),
-                file: current
-                    .file
-                    .clone()
-                    .unwrap_or_else(|| self.rollout.file.clone()),
+                service,
+                file: file.clone(),
                 tag: tag.clone(),
                 env_overrides: BTreeMap::new(),
                 env_sha256: None,

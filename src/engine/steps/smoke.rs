@@ -92,7 +92,7 @@ impl StepRun<'_> {
     /// Values masked in stored text: the host's merged env map and the API token.
     fn smoke_secrets(&self) -> Vec<String> {
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
-        if let Some(replica) = self.ctx.host.replicas.get(&self.rollout.service) {
+        if let Some(replica) = self.ctx.host.replicas.get(self.rollout.service.as_str()) {
             if let Some(token) = &replica.api_token {
                 secrets.push(token.expose().to_owned());
             }
@@ -106,7 +106,7 @@ impl StepRun<'_> {
         spec: &Smoke,
         abort: &CancellationToken,
     ) -> StepEnd {
-        let Some(replica) = self.ctx.host.replicas.get(&self.rollout.service) else {
+        let Some(replica) = self.ctx.host.replicas.get(self.rollout.service.as_str()) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
             return StepEnd::failed(ErrorCode::ReplicaNotConfigured, msg, json!({}));
         };

@@ -36,7 +36,7 @@ async fn current_deployment(db: &mut Tx, want: &NewRollout) -> Result<Option<Str
          where host = ? and service = ? order by deployed_at desc, deployment_id desc limit 1",
         )
         .bind(&want.host)
-        .bind(&want.service)
+        .bind(want.service.as_str())
         .fetch_optional()
         .await?;
     let Some(d) = recorded else { return Ok(None) };
@@ -65,7 +65,7 @@ async fn current_deployment(db: &mut Tx, want: &NewRollout) -> Result<Option<Str
          order by created_at desc, rollout_id desc limit 1",
         )
         .bind(&want.host)
-        .bind(&want.service)
+        .bind(want.service.as_str())
         .fetch_optional()
         .await?;
     let latest = latest.map(|(id,)| id);

@@ -12,9 +12,9 @@ use crate::store::{fmt_time, NewDeployment, RolloutFilter, RunningState, Store};
 fn deployment(tag: &str, s: i64, rollout_id: Option<&str>) -> NewDeployment {
     NewDeployment {
         host: "h1".into(),
-        service: "r2".into(),
-        file: "prod/a.yaml".into(),
-        tag: tag.into(),
+        service: "r2".parse().expect("a valid name"),
+        file: "prod/a.yaml".parse().expect("a valid name"),
+        tag: tag.parse().expect("a valid name"),
         env_overrides: BTreeMap::new(),
         env_sha256: None,
         commit: None,
@@ -47,8 +47,8 @@ async fn deploy(store: &Store, id: &str, tag: &str, s: i64) {
 
 fn running(tag: &str) -> RunningState {
     RunningState {
-        file: "prod/a.yaml".into(),
-        tag: tag.into(),
+        file: "prod/a.yaml".parse().expect("a valid name"),
+        tag: tag.parse().expect("a valid name"),
         env_overrides: BTreeMap::new(),
     }
 }
@@ -71,7 +71,7 @@ async fn deployments_are_recorded_newest_first_and_a_baseline_only_once() {
         .await
         .expect("read")
         .into_iter()
-        .map(|d| d.tag)
+        .map(|d| d.tag.to_string())
         .collect();
     assert_eq!(tags, ["v2", "v1", "v0"]);
     let recent = store.recent_deployments("h1", "r2", 2).await.expect("read");
@@ -110,7 +110,7 @@ async fn baselines_are_recorded_together_each_only_for_a_replica_without_one() {
     let (dir, store) = temp_store().await;
     deploy(&store, "ro_1", "v1", 10).await;
     let r1 = NewDeployment {
-        service: "r1".into(),
+        service: "r1".parse().expect("a valid name"),
         ..deployment("v0", 0, None)
     };
     let r2 = deployment("v0", 0, None);
@@ -129,11 +129,17 @@ async fn baselines_are_recorded_together_each_only_for_a_replica_without_one() {
     };
     assert_eq!(
         tags("r1").await,
-        [("v0".into(), DeploymentSource::Baseline)]
+        [(
+            "v0".parse().expect("a valid name"),
+            DeploymentSource::Baseline
+        )]
     );
     assert_eq!(
         tags("r2").await,
-        [("v1".into(), DeploymentSource::Rollout)],
+        [(
+            "v1".parse().expect("a valid name"),
+            DeploymentSource::Rollout
+        )],
         "r2 was deployed by canaryd: no baseline"
     );
     // Another process holds the database's write lock: a write would wait for it and fail.
@@ -353,7 +359,7 @@ async fn a_replica_left_down_stays_listed_until_a_later_rollout_of_it_succeeds()
 async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_ran_under() {
     let (_dir, store) = temp_store().await;
     let old = NewDeployment {
-        deployed_as: Some("r2-old".into()),
+        deployed_as: Some("r2-old".parse().expect("a valid name")),
         ..deployment("v1", 0, None)
     };
     store
@@ -374,7 +380,10 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
         .expect("stored");
     assert_eq!(read.replaced(), Some("r2-old"));
     assert_eq!(read.replaces, new.replaces);
-    assert_eq!((read.target(), read.deploy_as.as_deref()), ("r2", None));
+    assert_eq!(
+        (read.target().as_str(), read.deploy_as.as_deref()),
+        ("r2", None)
+    );
     let listed = store
         .list_rollouts(&RolloutFilter::default())
         .await
@@ -399,8 +408,20 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
                 .map(|d| (d.tag.clone(), d.name().to_owned()))
         }
     };
-    assert_eq!(named("r2-old").await, Some(("v1".into(), "r2-old".into())));
-    assert_eq!(named("r2").await, Some(("v2".into(), "r2".into())));
+    assert_eq!(
+        named("r2-old").await,
+        Some((
+            "v1".parse().expect("a valid name"),
+            "r2-old".parse().expect("a valid name")
+        ))
+    );
+    assert_eq!(
+        named("r2").await,
+        Some((
+            "v2".parse().expect("a valid name"),
+            "r2".parse().expect("a valid name")
+        ))
+    );
     assert_eq!(named("r2-other").await, None);
 }
 

@@ -95,8 +95,8 @@ async fn a_target_is_already_current_only_when_file_tag_env_and_hash_all_match()
     deploy(&store, "ro_1", 0).await;
     running_release(&store, "rel_1", 5).await;
     let other = [
-        want(|r| r.tag = "v3".into()),
-        want(|r| r.file = "prod/b.yaml".into()),
+        want(|r| r.tag = "v3".parse().expect("a valid name")),
+        want(|r| r.file = "prod/b.yaml".parse().expect("a valid name")),
         want(|r| r.env_overrides = BTreeMap::new()),
         want(|r| r.env_sha256 = "other".into()),
     ];

@@ -33,9 +33,9 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
         .expect("attempt");
     let deployment = NewDeployment {
         host: "h1".into(),
-        service: "svc-a".into(),
-        file: "prod/x.yaml".into(),
-        tag: "v1".into(),
+        service: "svc-a".parse().expect("a valid name"),
+        file: "prod/x.yaml".parse().expect("a valid name"),
+        tag: "v1".parse().expect("a valid name"),
         env_overrides: BTreeMap::new(),
         env_sha256: None,
         commit: None,

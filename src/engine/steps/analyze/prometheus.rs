@@ -89,7 +89,7 @@ impl StepRun<'_> {
     /// runs under) and, with `max_ratio_to_peers`, for each peer (by its slot).
     fn queries(&self, spec: &AnalyzeSpec) -> Vec<Query> {
         let config = &self.ctx.host;
-        let target = self.rollout.target();
+        let target = self.rollout.target().as_str();
         let peers = config.peers(&self.rollout.service);
         let mut queries = Vec::new();
         for (i, check) in spec.checks.iter().enumerate() {
@@ -154,7 +154,7 @@ impl StepRun<'_> {
             );
         };
         // The compose service the target runs under; its peers by its slot.
-        let target = self.rollout.target();
+        let target = self.rollout.target().as_str();
         let peers = self.ctx.host.peers(&self.rollout.service);
         let queries = self.queries(spec);
         let (step, mut watched, warm_end, end) = self.analysis_window(step, spec).await;

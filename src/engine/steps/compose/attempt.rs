@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::{ComposeError, StreamOutcome, StreamResult};
 use crate::domain::error_code::ErrorCode;
+use crate::domain::names::ServiceName;
 use crate::domain::runbook::step::up::ComposeEvidence;
 use crate::domain::state::{AttemptOutcome, RolloutKind};
 use crate::engine::step_run::{is_service, pause, stored, StepEnd, StepRun};
@@ -40,7 +41,7 @@ pub(super) async fn mutate<F, Fut>(
     run: &StepRun<'_>,
     step: &Step,
     endpoint: &str,
-    watched: &[String],
+    watched: &[ServiceName],
     deadline: DateTime<Utc>,
     abort: &CancellationToken,
     send: F,
@@ -62,8 +63,11 @@ where
     // (a companion call never names one): a rollout that only called companions neither rolls
     // back nor ends `replica_left_down`.
     // The mark is written with the call's attempt (`Store::begin_attempt`), before it is sent.
-    let touches = watched == [run.rollout.target()]
-        || run.rollout.replaced().is_some_and(|old| watched == [old]);
+    let touches = watched == [run.rollout.target().clone()]
+        || run
+            .rollout
+            .replaced()
+            .is_some_and(|old| watched.len() == 1 && watched[0] == old);
     let called = call(run, step, endpoint, touches, deadline, abort, send).await;
     // Known in memory before its outcome is written: while that write waits on a failing
     // disk, the daemon still tells what the call did (`store::health`, safety rule 18).
@@ -76,7 +80,7 @@ where
     if let Some(outcome) = outcome {
         crate::store::note_call(crate::store::LastCall {
             endpoint: endpoint.to_owned(),
-            services: watched.to_vec(),
+            services: watched.iter().map(|s| s.to_string()).collect(),
             outcome: outcome.as_str().to_owned(),
             at: run.ctx.now(),
         });
@@ -271,7 +275,7 @@ async fn reconcile_previous_attempt(
     run: &StepRun<'_>,
     step: &Step,
     endpoint: &str,
-    watched: &[String],
+    watched: &[ServiceName],
     deadline: DateTime<Utc>,
     abort: &CancellationToken,
 ) -> Option<StepEnd> {
@@ -326,7 +330,7 @@ async fn reconcile_previous_attempt(
 async fn outcome_unknown(
     run: &StepRun<'_>,
     endpoint: &str,
-    watched: &[String],
+    watched: &[ServiceName],
     deadline: DateTime<Utc>,
     detail: serde_json::Value,
     abort: &CancellationToken,
@@ -399,7 +403,7 @@ impl Settle {
 /// after a stream that ended early, idle alone does not mean done.
 async fn settle(
     run: &StepRun<'_>,
-    watched: &[String],
+    watched: &[ServiceName],
     limit: DateTime<Utc>,
     abort: &CancellationToken,
 ) -> Settle {
@@ -484,7 +488,7 @@ pub(super) async fn settle_before_first_call(
         return None;
     }
     tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
-    let target = [run.rollout.target().to_owned()];
+    let target = [run.rollout.target().clone()];
     let settle = settle(run, &target, deadline, abort).await;
     if settle.aborted {
         return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
