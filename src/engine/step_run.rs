@@ -70,20 +70,12 @@ pub(crate) trait Execute {
 /// Prometheus, and the timings. Built from its parts ([`StepCtx::from_parts`]): the daemon
 /// gives its own ([`StepRun::new`]), an executor unit test gives fakes.
 pub(crate) struct StepCtx<'a> {
-    pub store: &'a dyn StepStore,
-    pub host: &'a HostConfig,
-    pub calls: &'a dyn HostCalls,
-    pub prober: &'a dyn Probe,
-    pub engine_api: &'a EngineApi,
-    pub prometheus: Option<&'a Prometheus>,
-    pub compose: &'a ComposeTuning,
-    pub timings: EngineTuning,
-    clock: &'a Clock,
+    parts: Parts<'a>,
     #[cfg(feature = "testing")]
     hooks: Option<&'a super::hooks::Hooks>,
 }
 
-/// The parts of a [`StepCtx`].
+/// The parts of a [`StepCtx`], each reachable through it (`ctx.store`, `ctx.calls`, ...).
 pub(crate) struct Parts<'a> {
     pub store: &'a dyn StepStore,
     pub host: &'a HostConfig,
@@ -98,20 +90,19 @@ pub(crate) struct Parts<'a> {
 
 impl<'a> StepCtx<'a> {
     /// A context of these parts (no crash-matrix checkpoints).
-    pub(crate) fn from_parts(p: Parts<'a>) -> Self {
+    pub(crate) fn from_parts(parts: Parts<'a>) -> Self {
         StepCtx {
-            store: p.store,
-            host: p.host,
-            calls: p.calls,
-            prober: p.prober,
-            engine_api: p.engine_api,
-            prometheus: p.prometheus,
-            compose: p.compose,
-            timings: p.timings,
-            clock: p.clock,
+            parts,
             #[cfg(feature = "testing")]
             hooks: None,
         }
+    }
+}
+
+impl<'a> std::ops::Deref for StepCtx<'a> {
+    type Target = Parts<'a>;
+    fn deref(&self) -> &Parts<'a> {
+        &self.parts
     }
 }
 
@@ -178,8 +169,7 @@ impl<'a> StepRun<'a> {
     pub(crate) fn new(engine: &'a Engine, rollout: &Rollout) -> Result<Self, super::EngineError> {
         let host = engine.host(&rollout.host)?;
         let inner = &engine.inner;
-        #[allow(unused_mut)]
-        let mut ctx = StepCtx::from_parts(Parts {
+        let ctx = StepCtx::from_parts(Parts {
             store: &inner.store,
             host: &host.config,
             calls: &host.client,
@@ -191,9 +181,10 @@ impl<'a> StepRun<'a> {
             clock: &inner.clock,
         });
         #[cfg(feature = "testing")]
-        {
-            ctx.hooks = Some(&inner.hooks);
-        }
+        let ctx = StepCtx {
+            hooks: Some(&inner.hooks),
+            ..ctx
+        };
         Ok(Self::with_ctx(ctx, rollout))
     }
 
