@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::error_code::ErrorCode;
 
-/// What a `compose/up` dry run says it would do, with names normalised to compose services.
+/// What a `compose/up` dry run says it would do, with names normalised to compose services
+/// (a key missing from stored evidence reads as empty).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DryRunPlan {
     /// Services the up would create (no container yet).
     pub create: Vec<String>,

@@ -189,7 +189,7 @@ impl Bench {
             .await
             .expect("the step ends within its budget");
         if let StepEnd::Succeeded(detail) = &end {
-            run.after_success(&step, detail);
+            run.after_success(&step, detail.json());
         }
         end
     }
@@ -246,9 +246,11 @@ fn rollout() -> Rollout {
 /// The evidence of a step's end, and its code when it failed.
 fn ended(end: &StepEnd) -> (&'static str, Option<String>, &Value) {
     match end {
-        StepEnd::Succeeded(d) => ("succeeded", None, d),
-        StepEnd::Failed { code, detail, .. } => ("failed", Some(code.as_str().to_owned()), detail),
-        StepEnd::Aborted(d) => ("aborted", None, d),
+        StepEnd::Succeeded(d) => ("succeeded", None, d.json()),
+        StepEnd::Failed { code, detail, .. } => {
+            ("failed", Some(code.as_str().to_owned()), detail.json())
+        }
+        StepEnd::Aborted(d) => ("aborted", None, d.json()),
     }
 }
 

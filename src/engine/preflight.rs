@@ -23,12 +23,13 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Value};
-
-use super::step_run::{StepEnd, StepRun};
+use super::step_run::{Evidence, StepEnd, StepRun};
 use crate::domain::analysis::{AnalysisSource, AnalyzeSpec, Check};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::mask::mask;
+use crate::domain::runbook::step::analyze::Role;
+use crate::domain::runbook::step::signals::{Signals, SourceRead};
+use crate::domain::runbook::step::up::ComposeEvidence;
 use crate::domain::runbook::{self, StepKind};
 use crate::domain::state::RolloutKind;
 use crate::store::Step;
@@ -86,15 +87,15 @@ fn touches_target(kind: &StepKind) -> bool {
 }
 
 /// Run before `step` (started, not yet executed): when it is the rollout's first call of its
-/// target, reads the signals the later steps need. `Ok(Some(evidence))` when they were read
-/// (to keep in the step's detail, [`with_evidence`]), `Ok(None)` when there was nothing to
-/// do, `Err` with the step's failure when a canary cannot read one (nothing sent).
+/// target, reads the signals the later steps need. `Ok(Some(signals))` when they were read
+/// (to keep in the step's detail, [`Evidence::with_signals`]), `Ok(None)` when there was
+/// nothing to do, `Err` with the step's failure when a canary cannot read one (nothing sent).
 pub(super) async fn look(
     run: &StepRun<'_>,
     runbook: &runbook::Runbook,
     step: &Step,
     kind: &StepKind,
-) -> Result<Option<Value>, StepEnd> {
+) -> Result<Option<Signals>, StepEnd> {
     if !touches_target(kind) || run.touched.load(std::sync::atomic::Ordering::Relaxed) {
         return Ok(None);
     }
@@ -115,47 +116,51 @@ pub(super) async fn look(
         )
         .unwrap_or_default();
     let needs = needs(later, run.rollout.target());
-    let reads = if needs.is_empty() {
+    let sources = if needs.is_empty() {
         Vec::new()
     } else {
         read(run, &needs).await
     };
-    let failed: Vec<&str> = reads.iter().filter_map(|r| r.error.as_deref()).collect();
+    let failed: Vec<&str> = sources.iter().filter_map(|r| r.error.as_deref()).collect();
     let blocking = run.rollout.kind == RolloutKind::Canary;
-    let evidence = json!({
-        "read_at": run.ctx.now(),
-        "blocking": blocking,
-        "sources": reads.iter().map(Read::evidence).collect::<Vec<_>>(),
-    });
-    if failed.is_empty() {
-        return Ok(Some(evidence));
+    if failed.is_empty() || !blocking {
+        if !failed.is_empty() {
+            let causes = failed.join("; ");
+            tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "rollout {} goes on although a signal cannot be read (a rollback is never blocked): {causes}", run.rollout.id);
+        }
+        return Ok(Some(Signals {
+            read_at: run.ctx.now(),
+            blocking,
+            sources,
+        }));
     }
-    let causes = failed.join("; ");
-    if !blocking {
-        tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "rollout {} goes on although a signal cannot be read (a rollback is never blocked): {causes}", run.rollout.id);
-        return Ok(Some(evidence));
-    }
-    let msg = format!("a signal a later step needs cannot be read, so nothing was sent: {causes}");
+    let msg = format!(
+        "a signal a later step needs cannot be read, so nothing was sent: {}",
+        failed.join("; ")
+    );
+    let evidence = ComposeEvidence {
+        sent: Some(false),
+        signals: Some(Signals {
+            read_at: run.ctx.now(),
+            blocking,
+            sources,
+        }),
+        ..ComposeEvidence::default()
+    };
     Err(StepEnd::failed(
         ErrorCode::SignalUnavailable,
         msg,
-        json!({"signals": evidence, "sent": false}),
+        Evidence::of(&evidence),
     ))
 }
 
 /// The step's end with the signals read before it in its detail.
-pub(super) fn with_evidence(end: StepEnd, signals: Option<Value>) -> StepEnd {
+pub(super) fn with_evidence(end: StepEnd, signals: Option<Signals>) -> StepEnd {
     let Some(signals) = signals else {
         return end;
     };
-    let add = |mut detail: Value| {
-        if let Some(map) = detail.as_object_mut() {
-            map.insert("signals".into(), signals.clone());
-        }
-        detail
-    };
     match end {
-        StepEnd::Succeeded(d) => StepEnd::Succeeded(add(d)),
+        StepEnd::Succeeded(d) => StepEnd::Succeeded(d.with_signals(&signals)),
         StepEnd::Failed {
             code,
             message,
@@ -163,41 +168,13 @@ pub(super) fn with_evidence(end: StepEnd, signals: Option<Value>) -> StepEnd {
         } => StepEnd::Failed {
             code,
             message,
-            detail: add(detail),
+            detail: detail.with_signals(&signals),
         },
-        StepEnd::Aborted(d) => StepEnd::Aborted(add(d)),
+        StepEnd::Aborted(d) => StepEnd::Aborted(d.with_signals(&signals)),
     }
 }
 
-/// One source read: where, and the cause when it could not be (as the message shows it).
-struct Read {
-    source: &'static str,
-    evidence: Value,
-    /// `<source> of <replica>: <cause>`.
-    error: Option<String>,
-    /// Why it was not read (the target's engine does not serve).
-    skipped: Option<String>,
-}
-
-impl Read {
-    fn evidence(&self) -> Value {
-        let mut e = json!({"source": self.source});
-        if let (Some(map), Some(add)) = (e.as_object_mut(), self.evidence.as_object()) {
-            map.extend(add.clone());
-        }
-        match (&self.error, &self.skipped) {
-            (Some(error), _) => {
-                e["ok"] = json!(false);
-                e["error"] = json!(error);
-            }
-            (None, Some(why)) => e["skipped"] = json!(why),
-            (None, None) => e["ok"] = json!(true),
-        }
-        e
-    }
-}
-
-async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
+async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<SourceRead> {
     let mut secrets: Vec<String> = run.env.values().cloned().collect();
     let replica = run.ctx.host.replicas.get(run.rollout.service.as_str());
     secrets.extend(
@@ -212,12 +189,12 @@ async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
             Ok(text) => (None, Some(text.lines().count())),
             Err(e) => (Some(format!("logs of {target}: {e}")), None),
         };
-        reads.push(Read {
-            source: "logs",
-            evidence: json!({"service": target, "lines": lines}),
-            error: error.map(|e| mask(&e, &secrets)),
-            skipped: None,
-        });
+        let read = SourceRead {
+            service: Some(target.to_string()),
+            lines: Some(lines),
+            ..SourceRead::of("logs")
+        };
+        reads.push(read.ended(error.map(|e| mask(&e, &secrets)), None));
     }
     // The target's engine is read only while it serves.
     let serving = if needs.api || !needs.pages.is_empty() {
@@ -229,12 +206,11 @@ async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
     if needs.api {
         let mut r = match &not_serving {
             None => api(run).await,
-            Some(why) => Read {
-                source: "engine_api",
-                evidence: json!({"replica": run.rollout.service}),
-                error: None,
-                skipped: Some(why.clone()),
-            },
+            Some(why) => SourceRead {
+                replica: Some(run.rollout.service.to_string()),
+                ..SourceRead::of("engine_api")
+            }
+            .ended(None, Some(why.clone())),
         };
         r.error = r.error.map(|e| mask(&e, &secrets));
         reads.push(r);
@@ -242,43 +218,17 @@ async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<Read> {
     if !needs.pages.is_empty() {
         let families: Vec<&str> = needs.pages.iter().copied().collect();
         if let Some(why) = &not_serving {
-            reads.push(Read {
-                source: "metrics",
-                evidence: json!({"replica": run.rollout.service, "role": "target"}),
-                error: None,
-                skipped: Some(why.clone()),
-            });
+            let read = SourceRead {
+                replica: Some(run.rollout.service.to_string()),
+                role: Some(Role::Target),
+                ..SourceRead::of("metrics")
+            };
+            reads.push(read.ended(None, Some(why.clone())));
         }
-        for (evidence, page) in run.pages_once(&families, not_serving.is_none()).await {
-            let error = page.err().map(|e| {
-                let url = evidence["metrics_url"].as_str().unwrap_or_default();
-                let name = evidence["replica"].as_str().unwrap_or_default();
-                format!("metrics page of {name} ({url}): {e}")
-            });
-            reads.push(Read {
-                source: "metrics",
-                evidence,
-                error,
-                skipped: None,
-            });
-        }
+        reads.extend(run.pages_once(&families, not_serving.is_none()).await);
     }
     for spec in &needs.prometheus {
-        for (evidence, answer) in run.prometheus_once(spec).await {
-            let error = answer.err().map(|e| match evidence["check"].as_str() {
-                Some(check) => {
-                    let replica = evidence["replica"].as_str().unwrap_or_default();
-                    format!("Prometheus query of check \"{check}\" for {replica}: {e}")
-                }
-                None => format!("Prometheus: {e}"),
-            });
-            reads.push(Read {
-                source: "prometheus",
-                evidence,
-                error,
-                skipped: None,
-            });
-        }
+        reads.extend(run.prometheus_once(spec).await);
     }
     reads
 }
@@ -305,15 +255,15 @@ async fn target_serving(run: &StepRun<'_>) -> Result<(), String> {
 }
 
 /// `GET {api_url}/v1/models` of the target: 200 with a list of models.
-async fn api(run: &StepRun<'_>) -> Read {
+async fn api(run: &StepRun<'_>) -> SourceRead {
     let service = &run.rollout.service;
+    let read = SourceRead {
+        replica: Some(service.to_string()),
+        ..SourceRead::of("engine_api")
+    };
     let Some(replica) = run.ctx.host.replicas.get(service.as_str()) else {
-        return Read {
-            source: "engine_api",
-            evidence: json!({"replica": service}),
-            error: Some(format!("engine API of {service}: not a configured replica")),
-            skipped: None,
-        };
+        let error = format!("engine API of {service}: not a configured replica");
+        return read.ended(Some(error), None);
     };
     let url = format!("{}/v1/models", replica.api_url.trim_end_matches('/'));
     let time = run.ctx.timings.scrape_timeout;
@@ -330,12 +280,12 @@ async fn api(run: &StepRun<'_>) -> Read {
         }
         Err(e) => Some(e.to_string()),
     };
-    Read {
-        source: "engine_api",
-        evidence: json!({"replica": service, "url": url}),
-        error: cause.map(|c| format!("engine API of {service} (GET {url}): {c}")),
-        skipped: None,
+    let error = cause.map(|c| format!("engine API of {service} (GET {url}): {c}"));
+    SourceRead {
+        url: Some(url),
+        ..read
     }
+    .ended(error, None)
 }
 
 #[cfg(test)]
@@ -409,18 +359,30 @@ mod tests {
 
     #[test]
     fn the_evidence_joins_the_steps_detail_whatever_its_end() {
-        let signals = Some(json!({"sources": []}));
+        use serde_json::json;
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-06T03:00:00Z").expect("a time");
+        let signals = Some(Signals {
+            read_at: at.to_utc(),
+            blocking: true,
+            sources: vec![SourceRead::of("logs").ended(None, None)],
+        });
+        let kept = json!({"read_at": "2026-12-06T03:00:00Z", "blocking": true,
+                          "sources": [{"source": "logs", "ok": true}]});
+        let lines = ComposeEvidence {
+            lines: Some(3),
+            ..ComposeEvidence::default()
+        };
         let StepEnd::Succeeded(d) =
-            with_evidence(StepEnd::Succeeded(json!({"lines": 3})), signals.clone())
+            with_evidence(StepEnd::Succeeded(Evidence::of(&lines)), signals.clone())
         else {
             panic!("still succeeded");
         };
-        assert_eq!(d, json!({"lines": 3, "signals": {"sources": []}}));
-        let failed = StepEnd::failed(ErrorCode::ComposeFailed, "m", json!({}));
+        assert_eq!(d.json(), &json!({"lines": 3, "signals": kept}));
+        let failed = StepEnd::failed(ErrorCode::ComposeFailed, "m", Evidence::none());
         let StepEnd::Failed { detail, code, .. } = with_evidence(failed, signals) else {
             panic!("still failed");
         };
         assert_eq!(code, ErrorCode::ComposeFailed);
-        assert_eq!(detail["signals"], json!({"sources": []}));
+        assert_eq!(detail.json(), &json!({"signals": kept}));
     }
 }

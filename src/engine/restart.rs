@@ -4,7 +4,7 @@
 //! probes still watch the engine). A step resumed after a restart holds the target to the
 //! container its saved evidence names: one replaced while the daemon was down fails it.
 
-use super::step_run::{StepEnd, StepRun};
+use super::step_run::{Evidence, StepEnd, StepRun};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::soak::RestartEvidence;
 use crate::domain::uptime::{judge_restart, ContainerRead};
@@ -17,7 +17,7 @@ pub(super) struct Restarted {
 
 impl Restarted {
     /// The step's failure, `evidence` its detail.
-    pub(super) fn failed(self, evidence: serde_json::Value) -> StepEnd {
+    pub(super) fn failed(self, evidence: Evidence) -> StepEnd {
         StepEnd::failed(ErrorCode::EngineRestarted, self.message, evidence)
     }
 }

@@ -289,6 +289,7 @@ impl<'e> Drive<'e> {
         let store = &engine.inner.store;
         match end {
             StepEnd::Succeeded(detail) => {
+                let detail = detail.into_json();
                 // The next step starts in the same transaction, unless the daemon is stopping
                 // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
@@ -327,7 +328,7 @@ impl<'e> Drive<'e> {
             } => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
                 let rollout = engine.get(&id).await?;
-                let code = code.as_str();
+                let (code, detail) = (code.as_str(), detail.into_json());
                 finish_failed(engine, &rollout, &self.steps, &step, code, &message, detail).await?;
                 Ok(false)
             }
@@ -343,7 +344,7 @@ impl<'e> Drive<'e> {
                     Interrupted::Abort => {
                         let now = engine.inner.clock.now();
                         store
-                            .transition_step(&step, StepEvent::Abort, &detail, None, now)
+                            .transition_step(&step, StepEvent::Abort, detail.json(), None, now)
                             .await?;
                         finish_aborted(engine, &self.rollout, None).await?;
                     }
@@ -633,7 +634,10 @@ fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_js
         code: Some(code.to_owned()),
         message: Some(message.to_owned()),
     };
-    detail.insert("error".into(), super::step_run::stored(&failure));
+    detail.insert(
+        "error".into(),
+        serde_json::to_value(&failure).unwrap_or_default(),
+    );
     serde_json::Value::Object(detail)
 }
 

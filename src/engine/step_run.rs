@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
@@ -17,28 +16,26 @@ use crate::compose::{LogsRequest, PsEntry};
 use crate::config::{ComposeTuning, EngineTuning, HostConfig};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::names::ServiceName;
+use crate::domain::runbook::step::signals::Signals;
+use crate::domain::runbook::step::StepEvidence;
 use crate::probe::engine_api::EngineApi;
 use crate::probe::prometheus::Prometheus;
 use crate::store::{Rollout, Step};
 
-/// How a step ended.
+/// How a step ended, with its evidence.
 #[derive(Debug)]
 pub(crate) enum StepEnd {
-    Succeeded(serde_json::Value),
+    Succeeded(Evidence),
     Failed {
         code: ErrorCode,
         message: String,
-        detail: serde_json::Value,
+        detail: Evidence,
     },
-    Aborted(serde_json::Value),
+    Aborted(Evidence),
 }
 
 impl StepEnd {
-    pub(crate) fn failed(
-        code: ErrorCode,
-        message: impl Into<String>,
-        detail: serde_json::Value,
-    ) -> Self {
+    pub(crate) fn failed(code: ErrorCode, message: impl Into<String>, detail: Evidence) -> Self {
         StepEnd::Failed {
             code,
             message: message.into(),
@@ -131,10 +128,50 @@ impl StepCtx<'_> {
     }
 }
 
-/// A step's evidence as stored in its `detail` (the executors build their kind's typed
-/// evidence, `crate::domain::runbook::step`, and hand it on as JSON).
-pub(crate) fn stored<E: serde::Serialize>(evidence: &E) -> serde_json::Value {
-    serde_json::to_value(evidence).unwrap_or_else(|_| json!({}))
+/// A step's evidence, as its `detail` stores it. Only a kind's typed evidence makes one
+/// ([`Evidence::of`]; the types are in `crate::domain::runbook::step`), or a detail that was
+/// stored so before ([`Evidence::as_stored`]): what a step keeps always has a documented shape.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Evidence(serde_json::Value);
+
+impl Evidence {
+    /// A kind's evidence.
+    pub(crate) fn of<E: StepEvidence>(evidence: &E) -> Self {
+        Evidence(serde_json::to_value(evidence).unwrap_or_default())
+    }
+
+    /// No evidence: `{}` (a step that failed before it gathered any).
+    pub(crate) fn none() -> Self {
+        Evidence(serde_json::Value::Object(serde_json::Map::new()))
+    }
+
+    /// A detail stored before (an attempt's, or a step's before a restart).
+    pub(crate) fn as_stored(detail: serde_json::Value) -> Self {
+        Evidence(detail)
+    }
+
+    /// The signals read before the touch, kept beside the step's own evidence.
+    pub(crate) fn with_signals(mut self, signals: &Signals) -> Self {
+        if let (Some(map), Ok(signals)) = (self.0.as_object_mut(), serde_json::to_value(signals)) {
+            map.insert("signals".to_owned(), signals);
+        }
+        self
+    }
+
+    /// Every text of it masked by `mask` (secrets kept out of evidence).
+    pub(crate) fn masked(self, mask: impl Fn(&serde_json::Value) -> serde_json::Value) -> Self {
+        Evidence(mask(&self.0))
+    }
+
+    /// As stored.
+    pub(crate) fn json(&self) -> &serde_json::Value {
+        &self.0
+    }
+
+    /// As stored.
+    pub(crate) fn into_json(self) -> serde_json::Value {
+        self.0
+    }
 }
 
 /// State carried from step to step within one rollout (rebuilt from SQLite on resume).
@@ -224,7 +261,7 @@ impl StepRun<'_> {
                 StepEnd::failed(
                     ErrorCode::NoHealthUrl,
                     "the replica has no health_url configured",
-                    json!({}),
+                    Evidence::none(),
                 )
             })
     }
@@ -451,17 +488,17 @@ impl Progress {
         &mut self,
         store: &dyn StepStore,
         step_id: &str,
-        detail: &serde_json::Value,
-        masked: impl FnOnce() -> serde_json::Value,
+        detail: &Evidence,
+        masked: impl FnOnce() -> Evidence,
         counters: &[&str],
     ) {
-        let state = without(detail, counters);
+        let state = without(detail.json(), counters);
         if !self.due(std::time::Instant::now(), self.every, &state) {
             return;
         }
         self.saved = Some(state);
         self.last = Some(std::time::Instant::now());
-        if let Err(e) = store.update_step_detail(step_id, &masked()).await {
+        if let Err(e) = store.update_step_detail(step_id, masked().json()).await {
             tracing::warn!(error = %e, "could not save the progress of step {step_id}");
         }
     }
@@ -479,17 +516,12 @@ impl Progress {
         }
     }
 
-    pub(super) async fn save(
-        &mut self,
-        store: &dyn StepStore,
-        step_id: &str,
-        detail: &serde_json::Value,
-    ) {
+    pub(super) async fn save(&mut self, store: &dyn StepStore, step_id: &str, detail: &Evidence) {
         if self.last.is_some_and(|t| t.elapsed() < self.every) {
             return;
         }
         self.last = Some(std::time::Instant::now());
-        if let Err(e) = store.update_step_detail(step_id, detail).await {
+        if let Err(e) = store.update_step_detail(step_id, detail.json()).await {
             tracing::warn!(error = %e, "could not save the progress of step {step_id}");
         }
     }

@@ -67,11 +67,29 @@ pub(crate) trait StepDef: DeserializeOwned {
     /// The step's evidence: what its executor stores as the step's `detail` (the runner adds
     /// `error` and `target_logs` around it, preflight `signals`), read back by the summary
     /// and the carry-over between steps.
-    type Evidence: serde::Serialize + serde::de::DeserializeOwned;
+    type Evidence: StepEvidence + serde::de::DeserializeOwned;
 
     /// A one-line rendering of the step's evidence; `None` when it has none.
     fn summary(evidence: &Self::Evidence) -> Option<String>;
 }
+
+/// A kind's evidence type (each kind's module): what a step may keep in its `detail`.
+pub(crate) trait StepEvidence: serde::Serialize {}
+
+impl<C: serde::Serialize> StepEvidence for snapshot::SnapshotEvidence<C> {}
+impl StepEvidence for peers_healthy::PeersHealthyEvidence {}
+impl StepEvidence for plan::PlanEvidence {}
+impl StepEvidence for up::ComposeEvidence {}
+/// A `plan`, `down` or `up` whose call did not end with a plain answer: both kinds' evidence
+/// hold it (flattened).
+impl StepEvidence for call::CallFailure {}
+impl StepEvidence for verify_neighbours::VerifyNeighboursEvidence {}
+impl StepEvidence for wait_health::WaitHealthEvidence {}
+impl StepEvidence for wait_logs::WaitLogsEvidence {}
+impl StepEvidence for soak::SoakEvidence {}
+impl StepEvidence for smoke::SmokeEvidence {}
+impl StepEvidence for analyze::AnalyzeEvidence {}
+impl StepEvidence for approve::ApproveEvidence {}
 
 /// A step's stored `detail` read as kind `K`'s evidence; `None` when it does not read as one
 /// (a step that failed before it gathered any).
@@ -91,6 +109,9 @@ where
 {
     T::deserialize(d).map(Some)
 }
+
+pub mod call;
+pub mod signals;
 
 /// Test support: stored evidence reads as its kind's type and writes back unchanged.
 #[cfg(test)]

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::analysis::{
@@ -27,9 +26,10 @@ use crate::domain::exposition::{
     Page, SeriesKey,
 };
 use crate::domain::runbook::step::analyze::{AnalyzeEvidence, AnalyzedReplica, Role, Scrapes};
+use crate::domain::runbook::step::signals::SourceRead;
 use crate::domain::runbook::step::{evidence, Analyze};
 use crate::engine::restart::RestartWatch;
-use crate::engine::step_run::{pause, stored, Execute, Progress, Running, StepEnd, StepRun};
+use crate::engine::step_run::{pause, Evidence, Execute, Progress, Running, StepEnd, StepRun};
 use crate::engine::watched::Watched;
 use crate::store::Step;
 
@@ -253,12 +253,12 @@ impl Execute for AnalyzeSpec {
 impl StepRun<'_> {
     /// Each page the step scrapes, read once now, before anything touches the target (safety
     /// rule 20, `preflight.rs`): the peers', and the target's when `with_target` (its engine
-    /// serves). Each as evidence, with the error of a page that could not be read.
+    /// serves). Each as the read's evidence, with the error of a page that could not be read.
     pub(in crate::engine) async fn pages_once(
         &self,
         families: &[&str],
         with_target: bool,
-    ) -> Vec<(serde_json::Value, Result<(), String>)> {
+    ) -> Vec<SourceRead> {
         let config = &self.ctx.host;
         let service = &self.rollout.service;
         let target = config
@@ -267,10 +267,10 @@ impl StepRun<'_> {
             .filter(|_| with_target);
         let peers = config.peers(service).into_iter().filter_map(|p| {
             let r = config.replicas.get(p)?;
-            Some((p, r.metrics_url(), "peer"))
+            Some((p, r.metrics_url(), Role::Peer))
         });
-        let replicas: Vec<(&str, String, &str)> = target
-            .map(|r| (service.as_str(), r.metrics_url(), "target"))
+        let replicas: Vec<(&str, String, Role)> = target
+            .map(|r| (service.as_str(), r.metrics_url(), Role::Target))
             .into_iter()
             .chain(peers)
             .collect();
@@ -293,10 +293,16 @@ impl StepRun<'_> {
             .iter()
             .zip(pages)
             .map(|((name, url, role), page)| {
-                (
-                    json!({"replica": name, "role": role, "metrics_url": url}),
-                    page,
-                )
+                let error = page
+                    .err()
+                    .map(|e| format!("metrics page of {name} ({url}): {e}"));
+                let read = SourceRead {
+                    replica: Some((*name).to_owned()),
+                    role: Some(*role),
+                    metrics_url: Some(url.clone()),
+                    ..SourceRead::of("metrics")
+                };
+                read.ended(error, None)
             })
             .collect()
     }
@@ -313,7 +319,7 @@ impl StepRun<'_> {
         let config = &self.ctx.host;
         let Some(target) = config.replicas.get(self.rollout.service.as_str()) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
-            return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, json!({}));
+            return StepEnd::failed(ErrorCode::NoMetricsUrl, msg, Evidence::none());
         };
         let mut replicas = vec![Replica::new(
             &self.rollout.service,
@@ -371,7 +377,7 @@ impl StepRun<'_> {
             if let Some(restarted) = restarts.check(self).await {
                 let mut e = evidence(&replicas, &restarts, &watched, None);
                 e.restart = Some(restarted.reads.clone());
-                return restarted.failed(stored(&e));
+                return restarted.failed(Evidence::of(&e));
             }
             let now = self.ctx.now();
             let in_window = now >= warm_end;
@@ -390,7 +396,7 @@ impl StepRun<'_> {
                 let msg = format!("analysis failed before the window ended: {lost}");
                 let mut e = evidence(&replicas, &restarts, &watched, Some(verdicts));
                 e.ended_early = Some(true);
-                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, stored(&e));
+                return StepEnd::failed(ErrorCode::AnalysisFailed, msg, Evidence::of(&e));
             }
             let now = self.ctx.now();
             if now >= end {
@@ -400,12 +406,12 @@ impl StepRun<'_> {
                 .save(
                     self.ctx.store,
                     &step.id,
-                    &stored(&evidence(&replicas, &restarts, &watched, None)),
+                    &Evidence::of(&evidence(&replicas, &restarts, &watched, None)),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
                 let e = evidence(&replicas, &restarts, &watched, None);
-                return StepEnd::Aborted(stored(&e));
+                return StepEnd::Aborted(Evidence::of(&e));
             }
         }
         let e = evidence(
@@ -463,7 +469,7 @@ impl StepRun<'_> {
     ) -> StepEnd {
         if e.verdicts().iter().any(|v| v.fails_step) {
             let msg = format!("analysis failed: {}", failures(e.verdicts()));
-            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, stored(&e));
+            return StepEnd::failed(ErrorCode::AnalysisFailed, msg, Evidence::of(&e));
         }
         let asking: Vec<String> = e
             .verdicts()
@@ -472,7 +478,7 @@ impl StepRun<'_> {
             .map(|v| v.name.clone())
             .collect();
         if asking.is_empty() {
-            return StepEnd::Succeeded(stored(&e));
+            return StepEnd::Succeeded(Evidence::of(&e));
         }
         let asked_at = self.ctx.now();
         let names = asking.join(", ");
@@ -481,7 +487,7 @@ impl StepRun<'_> {
         let deadline = step
             .deadline_at
             .map_or(asked_at + wait, |d| d.min(asked_at + wait));
-        let waiting = stored(&AnalyzeEvidence {
+        let waiting = Evidence::of(&AnalyzeEvidence {
             awaiting_approval: Some(true),
             deadline: Some(deadline),
             ..e.clone()
@@ -489,15 +495,15 @@ impl StepRun<'_> {
         match crate::engine::steps::approve::wait(self, step, &waiting, deadline, abort).await {
             crate::engine::steps::approve::Waited::Approved(a) => {
                 e.approval = Some(crate::engine::steps::approve::evidence(&a, asked_at));
-                StepEnd::Succeeded(stored(&e))
+                StepEnd::Succeeded(Evidence::of(&e))
             }
             crate::engine::steps::approve::Waited::TimedOut => {
                 let msg = format!(
                     "analysis inconclusive on {names} and no operator approved before {deadline}"
                 );
-                StepEnd::failed(ErrorCode::NotApproved, msg, stored(&e))
+                StepEnd::failed(ErrorCode::NotApproved, msg, Evidence::of(&e))
             }
-            crate::engine::steps::approve::Waited::Aborted => StepEnd::Aborted(stored(&e)),
+            crate::engine::steps::approve::Waited::Aborted => StepEnd::Aborted(Evidence::of(&e)),
         }
     }
 

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::runbook::step::approve::ApproveEvidence;
 use crate::domain::runbook::step::Approve;
-use crate::engine::step_run::{pause, stored, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{pause, Evidence, Execute, Running, StepEnd, StepRun};
 use crate::store::{Approval, Step};
 
 /// How a wait for an approval ended.
@@ -26,12 +26,15 @@ pub(crate) enum Waited {
 pub(crate) async fn wait(
     run: &StepRun<'_>,
     step: &Step,
-    waiting: &serde_json::Value,
+    waiting: &Evidence,
     deadline: DateTime<Utc>,
     abort: &CancellationToken,
 ) -> Waited {
     let store = run.ctx.store;
-    if let Err(e) = store.request_approval(step, waiting, run.ctx.now()).await {
+    if let Err(e) = store
+        .request_approval(step, waiting.json(), run.ctx.now())
+        .await
+    {
         // The wait goes on: an approval is still read back below, and a store that stays
         // broken ends the wait at its deadline.
         tracing::warn!(error = %e, "could not record that step {} waits for an approval", step.name);
@@ -83,9 +86,9 @@ impl Execute for Approve {
             deadline: Some(at.deadline),
             ..base.clone()
         };
-        let base = stored(&base);
-        match wait(run, step, &stored(&waiting), at.deadline, at.abort).await {
-            Waited::Approved(a) => StepEnd::Succeeded(stored(&evidence(&a, since))),
+        let base = Evidence::of(&base);
+        match wait(run, step, &Evidence::of(&waiting), at.deadline, at.abort).await {
+            Waited::Approved(a) => StepEnd::Succeeded(Evidence::of(&evidence(&a, since))),
             Waited::TimedOut => StepEnd::failed(
                 ErrorCode::NotApproved,
                 format!(

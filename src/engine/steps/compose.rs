@@ -4,7 +4,6 @@
 //! is unknown.
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::{ComposeRequest, ForceRecreate, Services, StreamOutcome};
@@ -12,11 +11,12 @@ use crate::domain::error_code::ErrorCode;
 use crate::domain::names::{ComposeFile, InvalidName, ServiceName, Tag};
 use crate::domain::plan_gate;
 use crate::domain::plan_gate::DryRunPlan;
-use crate::domain::runbook::step::plan::{PlanEvidence, PlannedChanges};
-use crate::domain::runbook::step::up::{ComposeEvidence, Replaced};
+use crate::domain::runbook::step::call::{CallDetail, CallFailure, TagContent};
+use crate::domain::runbook::step::plan::PlanEvidence;
+use crate::domain::runbook::step::up::{ComposeEvidence, Replaced, Replaces};
 use crate::domain::runbook::step::{evidence, Down, Plan, Scope, Up};
 use crate::domain::state::RolloutKind;
-use crate::engine::step_run::{stored, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{Evidence, Execute, Running, StepEnd, StepRun};
 use crate::store::Step;
 
 mod attempt;
@@ -35,12 +35,13 @@ fn compose_request(
     scope: &Scope,
     services: Option<&[String]>,
 ) -> Result<ComposeRequest, StepEnd> {
+    // A refusal keeps the companion list (`services`, as a gate's evidence and an up's do).
     let refuse = |msg: String| {
-        StepEnd::failed(
-            ErrorCode::InvalidRequest,
-            msg,
-            json!({"services": scope.services}),
-        )
+        let detail = ComposeEvidence {
+            services: Some(scope.services.clone()),
+            ..ComposeEvidence::default()
+        };
+        StepEnd::failed(ErrorCode::InvalidRequest, msg, Evidence::of(&detail))
     };
     let services = if scope.is_companion() {
         let names = services
@@ -100,7 +101,11 @@ async fn plan(
                 probe: Some("404".to_owned()),
                 ..PlanEvidence::default()
             };
-            return StepEnd::failed(ErrorCode::ComposeManagerUnsupported, msg, stored(&detail));
+            return StepEnd::failed(
+                ErrorCode::ComposeManagerUnsupported,
+                msg,
+                Evidence::of(&detail),
+            );
         }
         Err(e) => {
             let msg = format!("could not probe compose-manager for dry_run support: {e}");
@@ -108,7 +113,11 @@ async fn plan(
                 probe_error: Some(e.code().as_str().to_owned()),
                 ..PlanEvidence::default()
             };
-            return StepEnd::failed(ErrorCode::ComposeManagerUnsupported, msg, stored(&detail));
+            return StepEnd::failed(
+                ErrorCode::ComposeManagerUnsupported,
+                msg,
+                Evidence::of(&detail),
+            );
         }
     }
     close_dangling_attempts(run, step).await;
@@ -128,17 +137,11 @@ async fn plan(
     {
         Call::Done { attempt, value } => {
             let outcome = outcome_name(&value.stream.outcome);
-            finish(
-                run,
-                &attempt,
-                outcome,
-                json!({"plan": value.plan, "tail": value.stream.transcript_tail}),
-            )
-            .await;
+            finish(run, &attempt, outcome, &dry_run_detail(&value)).await;
             value
         }
         Call::Error { attempt, error } => return call_error(run, &attempt, error).await,
-        Call::Aborted => return StepEnd::Aborted(json!({})),
+        Call::Aborted => return StepEnd::Aborted(Evidence::none()),
         Call::OutOfTime { last_error } => return out_of_time("dry run", last_error),
     };
     let tail = result.stream.transcript_tail.clone();
@@ -148,11 +151,11 @@ async fn plan(
             outcome_name(&result.stream.outcome)
         );
         let detail = PlanEvidence {
-            plan: Some(result.plan.map(PlannedChanges::from)),
+            plan: Some(result.plan),
             tail: Some(tail),
             ..PlanEvidence::default()
         };
-        return StepEnd::failed(ErrorCode::DryRunFailed, msg, stored(&detail));
+        return StepEnd::failed(ErrorCode::DryRunFailed, msg, Evidence::of(&detail));
     }
     let Some(dry_plan) = result.plan else {
         let detail = PlanEvidence {
@@ -162,7 +165,7 @@ async fn plan(
         return StepEnd::failed(
             ErrorCode::DryRunNoPlan,
             "the dry run answered without a plan event",
-            stored(&detail),
+            Evidence::of(&detail),
         );
     };
     let companion = spec.scope.is_companion();
@@ -175,7 +178,7 @@ async fn plan(
         plan_gate::check_rename(&dry_plan, target, replaced, allow).map(|()| None)
     };
     let mut detail = PlanEvidence {
-        plan: Some(Some(dry_plan.into())),
+        plan: Some(Some(dry_plan)),
         allow: Some(allow.to_vec()),
         services: companion.then(|| spec.scope.services.clone()),
         tail: Some(tail),
@@ -184,7 +187,7 @@ async fn plan(
     match checked {
         Ok(apply) => {
             detail.apply = apply;
-            StepEnd::Succeeded(stored(&detail))
+            StepEnd::Succeeded(Evidence::of(&detail))
         }
         Err(violation) => {
             detail.violation = Some(violation.to_string());
@@ -192,7 +195,7 @@ async fn plan(
             if violation.missing_target && !companion {
                 message.push_str(&unchanged_hint(run).await);
             }
-            StepEnd::failed(violation.code(), message, stored(&detail))
+            StepEnd::failed(violation.code(), message, Evidence::of(&detail))
         }
     }
 }
@@ -291,7 +294,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
         return Err(StepEnd::failed(
             ErrorCode::InvalidRequest,
             "no replaces",
-            json!({}),
+            Evidence::none(),
         ));
     };
     // Checked when the plan was (`domain::plan::validate`); a row changed since is refused.
@@ -299,7 +302,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
         StepEnd::failed(
             ErrorCode::InvalidRequest,
             format!("replaces: {e}"),
-            json!({}),
+            Evidence::none(),
         )
     };
     let file = replaces
@@ -321,7 +324,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
     let recorded = store
         .deployment_named(&run.rollout.host, &run.rollout.service, old)
         .await
-        .map_err(|e| StepEnd::failed(ErrorCode::StorageError, e.to_string(), json!({})))?;
+        .map_err(|e| StepEnd::failed(ErrorCode::StorageError, e.to_string(), Evidence::none()))?;
     match recorded {
         Some(d) => Ok((file.unwrap_or(d.file), tag.unwrap_or(d.tag))),
         None => {
@@ -329,10 +332,14 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
                 "no deployment of `{old}` is recorded for {} on {} (nor a baseline): give replaces.file and replaces.tag; nothing sent",
                 run.rollout.service, run.rollout.host
             );
+            let detail = ComposeEvidence {
+                replaces: Some(Replaces::Named(old.to_string())),
+                ..ComposeEvidence::default()
+            };
             Err(StepEnd::failed(
                 ErrorCode::InvalidRequest,
                 msg,
-                json!({"replaces": old}),
+                Evidence::of(&detail),
             ))
         }
     }
@@ -346,7 +353,7 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
 /// once a down attempt exists, it is reconciled like any other.
 async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
     let Some(old) = run.rollout.replaced() else {
-        return StepEnd::failed(ErrorCode::InvalidRequest, "no replaces", json!({}));
+        return StepEnd::failed(ErrorCode::InvalidRequest, "no replaces", Evidence::none());
     };
     let old = match ServiceName::parse(old) {
         Ok(old) => old,
@@ -354,7 +361,7 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
             return StepEnd::failed(
                 ErrorCode::InvalidRequest,
                 format!("replaces: {e}"),
-                json!({}),
+                Evidence::none(),
             )
         }
     };
@@ -376,7 +383,7 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
             .any(|a| a.step_id == at.step.id && a.endpoint == "compose/down"),
         Err(e) => {
             let msg = format!("could not read this step's compose attempts, so not sending: {e}");
-            return StepEnd::failed(ErrorCode::StorageError, msg, json!({}));
+            return StepEnd::failed(ErrorCode::StorageError, msg, Evidence::none());
         }
     };
     let replaces = Replaced {
@@ -387,16 +394,16 @@ async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
     let mut restored = None;
     if !down_sent {
         match materialize(run, at, &req).await {
-            Ok(plan) => restored = Some(plan.into()),
+            Ok(plan) => restored = Some(plan),
             Err(end) => return end,
         }
     }
     match scoped(run, at, Scoped::Down, req).await {
         StepEnd::Succeeded(detail) => {
-            let mut detail = evidence::<Down>(&detail).unwrap_or_default();
-            detail.replaces = Some(replaces);
+            let mut detail = evidence::<Down>(detail.json()).unwrap_or_default();
+            detail.replaces = Some(Replaces::Deployed(replaces));
             detail.file_restored_by_dry_run = restored;
-            StepEnd::Succeeded(stored(&detail))
+            StepEnd::Succeeded(Evidence::of(&detail))
         }
         other => other,
     }
@@ -415,7 +422,7 @@ async fn materialize(
         return Err(StepEnd::failed(
             ErrorCode::ComposeManagerUnsupported,
             msg,
-            json!({}),
+            Evidence::none(),
         ));
     }
     close_dangling_attempts(run, at.step).await;
@@ -430,15 +437,27 @@ async fn materialize(
     {
         Call::Done { attempt, value } => {
             let outcome = outcome_name(&value.stream.outcome);
-            let detail = json!({"plan": value.plan, "tail": value.stream.transcript_tail});
-            finish(run, &attempt, outcome, detail).await;
+            finish(run, &attempt, outcome, &dry_run_detail(&value)).await;
             value
         }
         Call::Error { attempt, error } => return Err(call_error(run, &attempt, error).await),
-        Call::Aborted => return Err(StepEnd::Aborted(json!({"sent": false}))),
+        Call::Aborted => {
+            let detail = ComposeEvidence {
+                sent: Some(false),
+                ..ComposeEvidence::default()
+            };
+            return Err(StepEnd::Aborted(Evidence::of(&detail)));
+        }
         Call::OutOfTime { last_error } => return Err(out_of_time("dry run", last_error)),
     };
     let tail = result.stream.transcript_tail.clone();
+    let refused = |plan: Option<DryRunPlan>| {
+        Evidence::of(&ComposeEvidence {
+            plan: Some(plan),
+            tail: Some(tail.clone()),
+            ..ComposeEvidence::default()
+        })
+    };
     let plan = match (&result.stream.outcome, result.plan) {
         (StreamOutcome::Succeeded, Some(plan)) => plan,
         (_, plan) => {
@@ -448,11 +467,7 @@ async fn materialize(
                 req.file,
                 req.tag
             );
-            return Err(StepEnd::failed(
-                ErrorCode::DryRunFailed,
-                msg,
-                json!({"plan": plan, "tail": tail}),
-            ));
+            return Err(StepEnd::failed(ErrorCode::DryRunFailed, msg, refused(plan)));
         }
     };
     if !plan.recreate.is_empty() || !plan.remove.is_empty() {
@@ -467,7 +482,7 @@ async fn materialize(
         return Err(StepEnd::failed(
             ErrorCode::PlanGateFailed,
             msg,
-            json!({"plan": plan, "tail": tail}),
+            refused(Some(plan)),
         ));
     }
     Ok(plan)
@@ -488,7 +503,7 @@ impl Execute for Up {
                         apply: Some(Vec::new()),
                         ..ComposeEvidence::default()
                     };
-                    return StepEnd::Succeeded(stored(&detail));
+                    return StepEnd::Succeeded(Evidence::of(&detail));
                 }
                 Some(apply) => Some(apply.clone()),
                 None => {
@@ -496,11 +511,11 @@ impl Execute for Up {
                         "no passing dry run of {} in this rollout to reconcile from: nothing sent",
                         scope.shown()
                     );
-                    return StepEnd::failed(
-                        ErrorCode::InvalidRequest,
-                        msg,
-                        json!({"services": scope.services}),
-                    );
+                    let detail = ComposeEvidence {
+                        services: Some(scope.services.clone()),
+                        ..ComposeEvidence::default()
+                    };
+                    return StepEnd::failed(ErrorCode::InvalidRequest, msg, Evidence::of(&detail));
                 }
             }
         } else {
@@ -552,15 +567,15 @@ async fn scoped(
     let watched = req.services.names();
     match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
         StepEnd::Succeeded(detail) if companions.is_some() => {
-            let mut detail = evidence::<Up>(&detail).unwrap_or_default();
+            let mut detail = evidence::<Up>(detail.json()).unwrap_or_default();
             detail.services = companions;
-            StepEnd::Succeeded(stored(&detail))
+            StepEnd::Succeeded(Evidence::of(&detail))
         }
         other => other,
     }
 }
 
-async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
+async fn check_tag(run: &StepRun<'_>, detail: Evidence) -> StepEnd {
     let (Some(commit), Some(sha)) = (&run.rollout.expect_commit, &run.rollout.expect_file_sha256)
     else {
         return StepEnd::Succeeded(detail);
@@ -590,11 +605,28 @@ async fn check_tag(run: &StepRun<'_>, detail: serde_json::Value) -> StepEnd {
         "tag {} now points at other content: expected commit {commit} and file sha256 {sha}, host reports {got_commit:?} / {got_sha:?}",
         run.rollout.tag
     );
-    StepEnd::failed(
-        ErrorCode::TagMoved,
-        msg,
-        json!({"call": detail, "expected": {"commit": commit, "file_sha256": sha}, "got": {"commit": got_commit, "file_sha256": got_sha}}),
-    )
+    let failure = CallFailure {
+        call: serde_json::from_value(detail.into_json()).ok(),
+        expected: Some(TagContent {
+            commit: Some(commit.clone()),
+            file_sha256: Some(sha.clone()),
+        }),
+        got: Some(TagContent {
+            commit: got_commit,
+            file_sha256: got_sha,
+        }),
+        ..CallFailure::default()
+    };
+    StepEnd::failed(ErrorCode::TagMoved, msg, Evidence::of(&failure))
+}
+
+/// A dry run's attempt detail: its plan (`null` without one) and its last lines.
+fn dry_run_detail(result: &crate::compose::DryRunResult) -> CallDetail {
+    CallDetail {
+        plan: Some(result.plan.clone()),
+        tail: Some(result.stream.transcript_tail.clone()),
+        ..CallDetail::default()
+    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use crate::domain::runbook::step::wait_logs::{
 };
 use crate::domain::runbook::step::{evidence, Soak, WaitLogs};
 use crate::engine::step_run::{
-    pause_until_next_probe, stored, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
+    pause_until_next_probe, Evidence, Execute, Progress, Rhythm, Running, StepEnd, StepRun,
 };
 use crate::engine::watched::{Watched, COUNTERS};
 use crate::store::Step;
@@ -101,7 +101,7 @@ impl LogReads {
     }
 
     /// The failure of a step that could not read the logs it watches.
-    fn unavailable(&self, service: &str, detail: serde_json::Value) -> StepEnd {
+    fn unavailable(&self, service: &str, detail: Evidence) -> StepEnd {
         let last = self
             .last_error
             .as_ref()
@@ -211,8 +211,8 @@ impl StepRun<'_> {
         self.env.values().cloned().collect()
     }
 
-    /// `value` with every string masked (see [`StepRun::masked`]).
-    pub(crate) fn mask_json(&self, value: &serde_json::Value) -> serde_json::Value {
+    /// `evidence` with every string masked (see [`StepRun::masked`]).
+    pub(crate) fn mask_json(&self, evidence: &Evidence) -> Evidence {
         fn walk(v: &serde_json::Value, secrets: &[String]) -> serde_json::Value {
             match v {
                 serde_json::Value::String(s) => serde_json::Value::String(mask(s, secrets)),
@@ -224,7 +224,8 @@ impl StepRun<'_> {
                 other => other.clone(),
             }
         }
-        walk(value, &self.env_values())
+        let secrets = self.env_values();
+        evidence.clone().masked(|v| walk(v, &secrets))
     }
 
     pub(crate) async fn wait_logs(
@@ -247,18 +248,22 @@ impl StepRun<'_> {
                         if spec.service != self.rollout.target() {
                             detail.service = Some(spec.service);
                         }
-                        return StepEnd::Succeeded(stored(&detail));
+                        return StepEnd::Succeeded(Evidence::of(&detail));
                     }
                     LogVerdict::Forbidden { pattern, line } => {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
                         detail.forbidden = Some(ForbiddenLine { pattern, line });
-                        return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, stored(&detail));
+                        return StepEnd::failed(
+                            ErrorCode::ForbiddenLogLine,
+                            msg,
+                            Evidence::of(&detail),
+                        );
                     }
                     LogVerdict::Pending => {}
                 }
             }
-            let detail = stored(&log_detail(&watch, &reads));
+            let detail = Evidence::of(&log_detail(&watch, &reads));
             if reads.exhausted() {
                 return reads.unavailable(&spec.service, detail);
             }
@@ -326,7 +331,7 @@ impl StepRun<'_> {
                     restart: Some(restarted.reads.clone()),
                     ..SoakEvidence::default()
                 };
-                return restarted.failed(stored(&evidence));
+                return restarted.failed(Evidence::of(&evidence));
             }
             let sample = self.ctx.prober.sample(&url).await;
             watched.observe(self.ctx.now());
@@ -338,7 +343,7 @@ impl StepRun<'_> {
                     probes,
                     misses_in_a_row: misses,
                     worst_streak: worst,
-                    last: stored(&sample),
+                    last: serde_json::to_value(&sample).unwrap_or_default(),
                     container_id: restarts.container_id().map(str::to_owned),
                 }),
                 watched: Some(watched.evidence(deadline)),
@@ -346,7 +351,7 @@ impl StepRun<'_> {
             };
             if misses >= max_misses {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
-                return StepEnd::failed(ErrorCode::SoakHealth, msg, stored(&evidence));
+                return StepEnd::failed(ErrorCode::SoakHealth, msg, Evidence::of(&evidence));
             }
             if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
                 if let LogVerdict::Forbidden { pattern, line } =
@@ -354,11 +359,15 @@ impl StepRun<'_> {
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
                     evidence.forbidden = Some(ForbiddenLine { pattern, line });
-                    return StepEnd::failed(ErrorCode::ForbiddenLogLine, msg, stored(&evidence));
+                    return StepEnd::failed(
+                        ErrorCode::ForbiddenLogLine,
+                        msg,
+                        Evidence::of(&evidence),
+                    );
                 }
             }
             evidence.reads = Some(reads.evidence());
-            let detail = stored(&evidence);
+            let detail = Evidence::of(&evidence);
             if reads.exhausted() {
                 return reads.unavailable(self.rollout.target(), detail);
             }
@@ -386,7 +395,6 @@ impl StepRun<'_> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
 
@@ -434,7 +442,7 @@ mod tests {
     fn the_unavailable_failure_names_the_service_and_the_last_error() {
         let mut reads = LogReads::new(1);
         reads.record(Err(server_error()));
-        match reads.unavailable("r2", json!({})) {
+        match reads.unavailable("r2", Evidence::none()) {
             StepEnd::Failed { code, message, .. } => {
                 assert_eq!(code, "logs_unavailable");
                 assert!(

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::PsEntry;
@@ -20,8 +19,8 @@ use crate::domain::runbook::step::verify_neighbours::{
 use crate::domain::runbook::step::wait_health::WaitHealthEvidence;
 use crate::domain::runbook::step::{PeersHealthy, Snapshot, VerifyNeighbours, WaitHealth};
 use crate::engine::step_run::{
-    is_service, pause, pause_until_next_probe, stored, Execute, Progress, Rhythm, Running, StepEnd,
-    StepRun,
+    is_service, pause, pause_until_next_probe, Evidence, Execute, Progress, Rhythm, Running,
+    StepEnd, StepRun,
 };
 use crate::probe::HealthSample;
 use crate::store::{NewDeployment, Step};
@@ -65,7 +64,7 @@ impl StepRun<'_> {
         let client = self.ctx.calls;
         let ps = match client.ps().await {
             Ok(ps) => ps,
-            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
+            Err(e) => return StepEnd::failed(e.code(), e.to_string(), Evidence::none()),
         };
         let version = match client.version().await {
             Ok(v) => v,
@@ -74,16 +73,16 @@ impl StepRun<'_> {
                     ps: Some(ps),
                     version: None,
                 };
-                return StepEnd::failed(e.code(), e.to_string(), stored(&detail));
+                return StepEnd::failed(e.code(), e.to_string(), Evidence::of(&detail));
             }
         };
         self.record_baselines(&ps, &version).await;
         self.snapshot = Some(ps.clone());
         let detail = SnapshotEvidence {
             ps: Some(ps),
-            version: Some(stored(&version)),
+            version: Some(serde_json::to_value(&version).unwrap_or_default()),
         };
-        StepEnd::Succeeded(stored(&detail))
+        StepEnd::Succeeded(Evidence::of(&detail))
     }
 
     /// The first rollout on a host records what the host runs now as the baseline of every
@@ -157,7 +156,7 @@ impl StepRun<'_> {
                 peers: Some(Vec::new()),
                 unhealthy: None,
             };
-            return StepEnd::failed(ErrorCode::NoPeers, msg, stored(&detail));
+            return StepEnd::failed(ErrorCode::NoPeers, msg, Evidence::of(&detail));
         }
         let interval = self.ctx.poll_interval(deadline);
         loop {
@@ -182,11 +181,11 @@ impl StepRun<'_> {
                     peers: Some(peers),
                     unhealthy: None,
                 };
-                return StepEnd::Succeeded(stored(&detail));
+                return StepEnd::Succeeded(Evidence::of(&detail));
             }
             let unhealthy: BTreeMap<String, serde_json::Value> = unhealthy
                 .into_iter()
-                .map(|(peer, sample)| (peer, stored(&sample)))
+                .map(|(peer, sample)| (peer, serde_json::to_value(&sample).unwrap_or_default()))
                 .collect();
             if self.ctx.now() >= deadline {
                 let names: Vec<&String> = unhealthy.keys().collect();
@@ -195,14 +194,14 @@ impl StepRun<'_> {
                     peers: Some(peers),
                     unhealthy: Some(unhealthy),
                 };
-                return StepEnd::failed(ErrorCode::PeersUnhealthy, msg, stored(&detail));
+                return StepEnd::failed(ErrorCode::PeersUnhealthy, msg, Evidence::of(&detail));
             }
             if pause(interval, abort).await {
                 let detail = PeersHealthyEvidence {
                     peers: None,
                     unhealthy: Some(unhealthy),
                 };
-                return StepEnd::Aborted(stored(&detail));
+                return StepEnd::Aborted(Evidence::of(&detail));
             }
         }
     }
@@ -212,12 +211,12 @@ impl StepRun<'_> {
             return StepEnd::failed(
                 ErrorCode::NoSnapshot,
                 "verify_neighbours needs a snapshot step before it",
-                json!({}),
+                Evidence::none(),
             );
         };
         let now = match self.ctx.calls.ps().await {
             Ok(ps) => ps,
-            Err(e) => return StepEnd::failed(e.code(), e.to_string(), json!({})),
+            Err(e) => return StepEnd::failed(e.code(), e.to_string(), Evidence::none()),
         };
         let mut changed = Vec::new();
         let identity = |c: &PsEntry| ContainerIdentity {
@@ -248,11 +247,11 @@ impl StepRun<'_> {
             changed: None,
         };
         if changed.is_empty() {
-            StepEnd::Succeeded(stored(&detail))
+            StepEnd::Succeeded(Evidence::of(&detail))
         } else {
             let msg = format!("{} neighbouring container(s) changed", changed.len());
             detail.changed = Some(changed);
-            StepEnd::failed(ErrorCode::NeighbourChanged, msg, stored(&detail))
+            StepEnd::failed(ErrorCode::NeighbourChanged, msg, Evidence::of(&detail))
         }
     }
 
@@ -281,11 +280,11 @@ impl StepRun<'_> {
                 bad += 1;
                 streak = 0;
             }
-            let detail = stored(&WaitHealthEvidence {
+            let detail = Evidence::of(&WaitHealthEvidence {
                 healthy_samples: ok,
                 unhealthy_samples: bad,
                 streak,
-                last: stored(&sample),
+                last: serde_json::to_value(&sample).unwrap_or_default(),
             });
             if streak >= consecutive {
                 return StepEnd::Succeeded(detail);

@@ -19,7 +19,7 @@ use crate::domain::mask::mask;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::smoke::{FailedCall, SmokeCall, SmokeEvidence};
 use crate::domain::runbook::step::Smoke;
-use crate::engine::step_run::{stored, Execute, Running, StepEnd, StepRun};
+use crate::engine::step_run::{Evidence, Execute, Running, StepEnd, StepRun};
 use crate::probe::engine_api::{ApiAnswer, ApiCallError};
 
 /// Characters of an output or a body kept in the step's detail.
@@ -108,7 +108,7 @@ impl StepRun<'_> {
     ) -> StepEnd {
         let Some(replica) = self.ctx.host.replicas.get(self.rollout.service.as_str()) else {
             let msg = format!("{} is not a configured replica", self.rollout.service);
-            return StepEnd::failed(ErrorCode::ReplicaNotConfigured, msg, json!({}));
+            return StepEnd::failed(ErrorCode::ReplicaNotConfigured, msg, Evidence::none());
         };
         let secrets = self.smoke_secrets();
         let base = replica.api_url.trim_end_matches('/');
@@ -154,7 +154,7 @@ impl StepRun<'_> {
                 "{base}/v1/models does not list {:?}; it serves {models:?}",
                 spec.model
             );
-            return StepEnd::failed(ErrorCode::SmokeModelMissing, msg, stored(&detail));
+            return StepEnd::failed(ErrorCode::SmokeModelMissing, msg, Evidence::of(&detail));
         }
 
         // `repeat` generations, all identical.
@@ -197,7 +197,7 @@ impl StepRun<'_> {
             detail.output = Some(shown.clone());
             if output.content.trim().is_empty() {
                 let msg = format!("{what} answered 200 with empty content");
-                return StepEnd::failed(ErrorCode::SmokeEmptyOutput, msg, stored(&detail));
+                return StepEnd::failed(ErrorCode::SmokeEmptyOutput, msg, Evidence::of(&detail));
             }
             let missed: Vec<&str> = spec
                 .expect
@@ -208,7 +208,7 @@ impl StepRun<'_> {
             if !missed.is_empty() {
                 detail.unmatched = Some(missed.iter().map(|p| p.to_string()).collect());
                 let msg = format!("the output does not match {missed:?}: {shown:?}");
-                return StepEnd::failed(ErrorCode::SmokeMismatch, msg, stored(&detail));
+                return StepEnd::failed(ErrorCode::SmokeMismatch, msg, Evidence::of(&detail));
             }
             match &first {
                 None => first = Some(output.content),
@@ -220,14 +220,18 @@ impl StepRun<'_> {
                         distinct[0], distinct[1]
                     );
                     detail.distinct_outputs = Some(distinct);
-                    return StepEnd::failed(ErrorCode::SmokeNondeterministic, msg, stored(&detail));
+                    return StepEnd::failed(
+                        ErrorCode::SmokeNondeterministic,
+                        msg,
+                        Evidence::of(&detail),
+                    );
                 }
             }
         }
         detail.identical_outputs = Some(spec.repeat);
         detail.latency_ms_max = Some(latencies.iter().max().copied().unwrap_or(0));
         detail.latency_ms_total = Some(latencies.iter().sum::<u64>());
-        StepEnd::Succeeded(stored(&detail))
+        StepEnd::Succeeded(Evidence::of(&detail))
     }
 
     /// Runs one call with the time left before `deadline`, unless an abort comes first.
@@ -250,12 +254,12 @@ impl StepRun<'_> {
             return Call::Failed(StepEnd::failed(
                 ErrorCode::SmokeTimeout,
                 msg,
-                stored(detail),
+                Evidence::of(detail),
             ));
         }
         let result = tokio::select! {
             result = send(left) => result,
-            () = abort.cancelled() => return Call::Failed(StepEnd::Aborted(stored(detail))),
+            () = abort.cancelled() => return Call::Failed(StepEnd::Aborted(Evidence::of(detail))),
         };
         match result {
             Ok(answer) => Call::Answer(answer),
@@ -264,7 +268,7 @@ impl StepRun<'_> {
                 Call::Failed(StepEnd::failed(
                     ErrorCode::SmokeTimeout,
                     msg,
-                    stored(detail),
+                    Evidence::of(detail),
                 ))
             }
             Err(ApiCallError::Transport(why)) => {
@@ -279,7 +283,7 @@ impl StepRun<'_> {
                 Call::Failed(StepEnd::failed(
                     ErrorCode::SmokeHttpStatus,
                     msg,
-                    stored(&detail),
+                    Evidence::of(&detail),
                 ))
             }
         }
@@ -301,7 +305,7 @@ fn http_status(
         body: Some(body),
         error: None,
     });
-    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, stored(&detail))
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, Evidence::of(&detail))
 }
 
 /// A 200 whose body is not what the OpenAI API answers: failed like a bad status, with the
@@ -324,7 +328,7 @@ fn bad_body(
         body: Some(body),
         error: Some(why.to_owned()),
     });
-    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, stored(&detail))
+    StepEnd::failed(ErrorCode::SmokeHttpStatus, msg, Evidence::of(&detail))
 }
 
 #[cfg(test)]

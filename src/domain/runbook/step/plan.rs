@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Checked, positive_duration, Scope, StepDef, QUICK_STEP_BUDGET};
 use crate::domain::duration::serde_duration;
+use super::call::CallFailure;
 use crate::domain::plan_gate::DryRunPlan;
 
 /// `compose/up` dry run, then the plan gate.
@@ -62,37 +63,13 @@ impl StepDef for Plan {
     }
 }
 
-/// A dry run's plan as the evidence keeps it ([`DryRunPlan`]; a key missing from stored
-/// evidence reads as empty).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PlannedChanges {
-    /// Services the up would create.
-    pub create: Vec<String>,
-    /// Services the up would recreate.
-    pub recreate: Vec<String>,
-    /// Containers the up would remove.
-    pub remove: Vec<String>,
-    /// Services running and unchanged.
-    pub unchanged: Vec<String>,
-    /// Networks and volumes the plan mentions.
-    pub resources: Vec<String>,
-}
+/// A dry run's plan as the evidence keeps it (a key missing from stored evidence reads as
+/// empty).
+pub type PlannedChanges = DryRunPlan;
 
-impl From<DryRunPlan> for PlannedChanges {
-    fn from(p: DryRunPlan) -> Self {
-        PlannedChanges {
-            create: p.create,
-            recreate: p.recreate,
-            remove: p.remove,
-            unchanged: p.unchanged,
-            resources: p.resources,
-        }
-    }
-}
-
-/// A `plan` step's evidence: the dry run's plan and the gate's verdict. A compose call that
-/// failed keeps its own keys (`more`).
+/// A `plan` step's evidence: the dry run's plan and the gate's verdict, and what a call that
+/// did not end with a plain answer adds ([`CallFailure`]). Keys of rows written by other
+/// versions are kept (`more`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PlanEvidence {
     /// The dry run's plan; `null` when it answered without one.
@@ -123,6 +100,9 @@ pub struct PlanEvidence {
     /// The error code of a dry-run support probe that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_error: Option<String>,
+    /// How a call that did not end with a plain answer went.
+    #[serde(flatten)]
+    pub failure: CallFailure,
     /// Every other key, as written.
     #[serde(flatten)]
     pub more: serde_json::Map<String, serde_json::Value>,

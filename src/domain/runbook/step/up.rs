@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Checked, compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
+use super::call::CallFailure;
 use super::plan::PlannedChanges;
+use super::signals::Signals;
 
 /// Scoped `compose/up` of the target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,9 +45,9 @@ impl StepDef for Up {
     }
 }
 
-/// The evidence of a `down` or `up` step: its compose call, and what the step adds around it.
-/// How an unknown outcome was settled, a rollback's tag check and the other failures keep
-/// their own keys (`more`).
+/// The evidence of a `down` or `up` step: its compose call, and what the step adds around it
+/// (the signals read before the first touch, how an unknown outcome was settled, a rollback's
+/// tag check: [`CallFailure`]). Keys of rows written by other versions are kept (`more`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ComposeEvidence {
     /// `compose/down` or `compose/up`.
@@ -74,13 +76,35 @@ pub struct ComposeEvidence {
     pub apply: Option<Vec<String>>,
     /// The former service a rename's `down` acted on, with its file and tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replaces: Option<Replaced>,
+    pub replaces: Option<Replaces>,
     /// The plan of the read-only dry run that put the former service's file back first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_restored_by_dry_run: Option<PlannedChanges>,
+    /// The plan of that dry run when it refused the down (`null`: it answered without one).
+    #[serde(
+        default,
+        deserialize_with = "super::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub plan: Option<Option<PlannedChanges>>,
+    /// The signals read before the rollout's first call of its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signals: Option<Signals>,
+    /// How a call that did not end with a plain answer went.
+    #[serde(flatten)]
+    pub failure: CallFailure,
     /// Every other key, as written.
     #[serde(flatten)]
     pub more: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The former service of a rename: as its `down` acted on it, or only its name when no
+/// deployment of it is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Replaces {
+    Deployed(Replaced),
+    Named(String),
 }
 
 /// The former service of a rename, as its `down` acted on it.

@@ -25,8 +25,9 @@ use crate::domain::mask::mask;
 use crate::domain::runbook::step::analyze::{
     AnalyzeEvidence, AnalyzedReplica, QueryEvidence, Role,
 };
+use crate::domain::runbook::step::signals::SourceRead;
 use crate::engine::restart::RestartWatch;
-use crate::engine::step_run::{pause, stored, Progress, StepEnd, StepRun};
+use crate::engine::step_run::{pause, Evidence, Progress, StepEnd, StepRun};
 use crate::engine::watched::Watched;
 use crate::probe::prometheus::{QueryError, Sample};
 use crate::store::Step;
@@ -113,13 +114,10 @@ impl StepRun<'_> {
     /// The step's queries evaluated once, now, before anything touches the target (safety
     /// rule 20, `preflight.rs`): each as evidence, with the error (masked) of one Prometheus
     /// could not answer. No sample is an answer (the target may not be serving yet).
-    pub(in crate::engine) async fn prometheus_once(
-        &self,
-        spec: &AnalyzeSpec,
-    ) -> Vec<(serde_json::Value, Result<(), String>)> {
+    pub(in crate::engine) async fn prometheus_once(&self, spec: &AnalyzeSpec) -> Vec<SourceRead> {
         let Some(prom) = self.ctx.prometheus else {
-            let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
-            return vec![(serde_json::json!({}), Err(msg.to_owned()))];
+            let msg = "Prometheus: `source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
+            return vec![SourceRead::of("prometheus").ended(Some(msg.to_owned()), None)];
         };
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
         secrets.extend(prom.token().map(|t| t.expose().to_owned()));
@@ -133,8 +131,24 @@ impl StepRun<'_> {
             .zip(answers)
             .map(|(q, answer)| {
                 let answer = answer.map_err(|e| mask(&e.to_string(), &secrets));
-                let e = evidence(q, &spec.checks[q.check].name, Some(&answer));
-                (stored(&e), answer.map(|_| ()))
+                let name = &spec.checks[q.check].name;
+                let e = evidence(q, name, Some(&answer));
+                let error = answer.err().map(|e| {
+                    format!(
+                        "Prometheus query of check \"{name}\" for {}: {e}",
+                        q.replica
+                    )
+                });
+                let read = SourceRead {
+                    check: Some(e.check),
+                    replica: Some(e.replica),
+                    role: Some(e.role),
+                    query: Some(e.query),
+                    samples: e.samples,
+                    value: e.value,
+                    ..SourceRead::of("prometheus")
+                };
+                read.ended(error, None)
             })
             .collect()
     }
@@ -147,11 +161,7 @@ impl StepRun<'_> {
     ) -> StepEnd {
         let Some(prom) = self.ctx.prometheus else {
             let msg = "`source: prometheus` needs a `prometheus:` server in the daemon config, which has none";
-            return StepEnd::failed(
-                ErrorCode::PrometheusNotConfigured,
-                msg,
-                serde_json::json!({}),
-            );
+            return StepEnd::failed(ErrorCode::PrometheusNotConfigured, msg, Evidence::none());
         };
         // The compose service the target runs under; its peers by its slot.
         let target = self.rollout.target().as_str();
@@ -194,7 +204,7 @@ impl StepRun<'_> {
             if let Some(restarted) = restarts.check(self).await {
                 let mut e = detail(&restarts, &watched, pending());
                 e.restart = Some(restarted.reads.clone());
-                return restarted.failed(stored(&e));
+                return restarted.failed(Evidence::of(&e));
             }
             let now = self.ctx.now();
             watched.observe(now);
@@ -205,11 +215,11 @@ impl StepRun<'_> {
                 .save(
                     self.ctx.store,
                     &step.id,
-                    &stored(&detail(&restarts, &watched, pending())),
+                    &Evidence::of(&detail(&restarts, &watched, pending())),
                 )
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
-                return StepEnd::Aborted(stored(&detail(&restarts, &watched, pending())));
+                return StepEnd::Aborted(Evidence::of(&detail(&restarts, &watched, pending())));
             }
         }
         let mut secrets: Vec<String> = self.env.values().cloned().collect();
@@ -238,7 +248,7 @@ impl StepRun<'_> {
                 q.role().as_str(),
                 mask(&e.to_string(), &secrets)
             );
-            let failed = stored(&detail(&restarts, &watched, answered));
+            let failed = Evidence::of(&detail(&restarts, &watched, answered));
             return StepEnd::failed(e.code(), msg, failed);
         }
         let mut checks = Vec::with_capacity(spec.checks.len());

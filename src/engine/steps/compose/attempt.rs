@@ -9,15 +9,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::{ComposeError, StreamOutcome, StreamResult};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::names::ServiceName;
+use crate::domain::runbook::step::call::{CallDetail, CallFailure, Settled};
 use crate::domain::runbook::step::up::ComposeEvidence;
 use crate::domain::state::{AttemptOutcome, RolloutKind};
-use crate::engine::step_run::{is_service, pause, stored, StepEnd, StepRun};
+use crate::engine::step_run::{is_service, pause, Evidence, StepEnd, StepRun};
 use crate::engine::Checkpoint;
 use crate::store::Step;
 
@@ -87,49 +87,47 @@ where
     }
     match called {
         Call::Done { attempt, value } => {
-            let detail = stored(&ComposeEvidence {
+            let call = CallDetail {
                 endpoint: Some(endpoint.to_owned()),
                 lines: u64::try_from(value.n_lines).ok(),
                 tail: Some(value.transcript_tail),
-                ..ComposeEvidence::default()
-            });
+                ..CallDetail::default()
+            };
+            let detail = || Evidence::of(&answered(&call));
             match value.outcome {
                 StreamOutcome::Succeeded => {
-                    finish(run, &attempt, AttemptOutcome::Succeeded, detail.clone()).await;
+                    finish(run, &attempt, AttemptOutcome::Succeeded, &call).await;
                     run.ctx
                         .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
-                    StepEnd::Succeeded(detail)
+                    StepEnd::Succeeded(detail())
                 }
                 StreamOutcome::Failed { exit_code } => {
-                    finish(run, &attempt, AttemptOutcome::Failed, detail.clone()).await;
+                    finish(run, &attempt, AttemptOutcome::Failed, &call).await;
                     run.ctx
                         .checkpoint(&run.rollout.id, Checkpoint::AttemptDone(&step.name))
                         .await;
                     let msg = format!(
                         "{endpoint} ended with done success:false (exit code {exit_code:?})"
                     );
-                    StepEnd::failed(ErrorCode::ComposeFailed, msg, detail)
+                    StepEnd::failed(ErrorCode::ComposeFailed, msg, detail())
                 }
                 StreamOutcome::Unknown => {
-                    finish(run, &attempt, AttemptOutcome::Unknown, detail.clone()).await;
-                    outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
+                    finish(run, &attempt, AttemptOutcome::Unknown, &call).await;
+                    outcome_unknown(run, endpoint, watched, deadline, call, abort).await
                 }
             }
         }
         Call::Error { attempt, error } if is_ambiguous(&error) => {
-            finish(
-                run,
-                &attempt,
-                AttemptOutcome::Unknown,
-                json!({"error": error.to_string()}),
-            )
-            .await;
-            let detail = json!({"error": error.to_string()});
-            outcome_unknown(run, endpoint, watched, deadline, detail, abort).await
+            let call = CallDetail {
+                error: Some(error.to_string()),
+                ..CallDetail::default()
+            };
+            finish(run, &attempt, AttemptOutcome::Unknown, &call).await;
+            outcome_unknown(run, endpoint, watched, deadline, call, abort).await
         }
         Call::Error { attempt, error } => call_error(run, &attempt, error).await,
-        Call::Aborted => StepEnd::Aborted(stored(&ComposeEvidence {
+        Call::Aborted => StepEnd::Aborted(Evidence::of(&ComposeEvidence {
             endpoint: Some(endpoint.to_owned()),
             sent: Some(false),
             ..ComposeEvidence::default()
@@ -185,13 +183,11 @@ where
         // The attempt write may have waited on the database: an abort that came meanwhile
         // still stops the call (an abort acts before the next side effect).
         if abort.is_cancelled() {
-            finish(
-                run,
-                &attempt,
-                AttemptOutcome::NotSent,
-                json!({"aborted": true}),
-            )
-            .await;
+            let detail = CallDetail {
+                aborted: Some(true),
+                ..CallDetail::default()
+            };
+            finish(run, &attempt, AttemptOutcome::NotSent, &detail).await;
             return Call::Aborted;
         }
         let error = match send().await {
@@ -213,8 +209,13 @@ where
         } else {
             AttemptOutcome::Error
         };
-        let detail = json!({"error": error.to_string(), "code": error.code(), "retried": true});
-        finish(run, &attempt, outcome, detail).await;
+        let detail = CallDetail {
+            error: Some(error.to_string()),
+            code: Some(error.code().as_str().to_owned()),
+            retried: Some(true),
+            ..CallDetail::default()
+        };
+        finish(run, &attempt, outcome, &detail).await;
         let left = (deadline - run.ctx.now()).to_std().unwrap_or_default();
         if left < backoff {
             return Call::OutOfTime {
@@ -266,8 +267,12 @@ pub(super) async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
         .filter(|a| a.step_id == step.id && a.outcome.is_none())
     {
         tracing::info!(rollout.id = %run.rollout.id, step.name = %step.name, "a dry run was in flight at the restart; sending it again (no side effect)");
-        let detail = json!({"reconciled": true, "resent": "dry run"});
-        finish(run, &a.id, AttemptOutcome::Unknown, detail).await;
+        let detail = CallDetail {
+            reconciled: Some(true),
+            resent: Some("dry run".to_owned()),
+            ..CallDetail::default()
+        };
+        finish(run, &a.id, AttemptOutcome::Unknown, &detail).await;
     }
 }
 
@@ -285,7 +290,11 @@ async fn reconcile_previous_attempt(
         // Whether a call is in flight is unknown: never send (safety rule 5, docs/safety.md).
         Err(e) => {
             let msg = format!("could not read this step's compose attempts, so not sending: {e}");
-            return Some(StepEnd::failed(ErrorCode::StorageError, msg, json!({})));
+            return Some(StepEnd::failed(
+                ErrorCode::StorageError,
+                msg,
+                Evidence::none(),
+            ));
         }
     };
     // Only this call's attempts: a rename's down step also holds its read-only dry run.
@@ -295,28 +304,33 @@ async fn reconcile_previous_attempt(
     match last.outcome {
         None => {
             tracing::warn!(rollout.id = %run.rollout.id, step.name = %step.name, "{} was in flight at the restart; reconciling, not resending", last.endpoint);
-            let _ = store
-                .finish_attempt(
-                    &last.id,
-                    AttemptOutcome::Unknown,
-                    &json!({"reconciled": true}),
-                    run.ctx.now(),
-                )
-                .await;
-            let detail = json!({"attempt": last.id, "reconciled_after_restart": true});
+            let reconciled = CallDetail {
+                reconciled: Some(true),
+                ..CallDetail::default()
+            };
+            finish(run, &last.id, AttemptOutcome::Unknown, &reconciled).await;
+            let detail = CallDetail {
+                attempt: Some(last.id),
+                reconciled_after_restart: Some(true),
+                ..CallDetail::default()
+            };
             Some(outcome_unknown(run, &last.endpoint, watched, deadline, detail, abort).await)
         }
-        Some(AttemptOutcome::Succeeded) => Some(StepEnd::Succeeded(last.detail)),
+        Some(AttemptOutcome::Succeeded) => {
+            Some(StepEnd::Succeeded(Evidence::as_stored(last.detail)))
+        }
         // It ended `done` `success:false` before the restart: that is the step's outcome.
         Some(AttemptOutcome::Failed) => {
             let msg = format!(
                 "{} ended with done success:false (before the restart)",
                 last.endpoint
             );
-            Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, last.detail))
+            let detail = Evidence::as_stored(last.detail);
+            Some(StepEnd::failed(ErrorCode::ComposeFailed, msg, detail))
         }
         Some(AttemptOutcome::Unknown) => {
-            Some(outcome_unknown(run, &last.endpoint, watched, deadline, last.detail, abort).await)
+            let call = serde_json::from_value(last.detail).unwrap_or_default();
+            Some(outcome_unknown(run, &last.endpoint, watched, deadline, call, abort).await)
         }
         Some(_) => None,
     }
@@ -332,7 +346,7 @@ async fn outcome_unknown(
     endpoint: &str,
     watched: &[ServiceName],
     deadline: DateTime<Utc>,
-    detail: serde_json::Value,
+    call: CallDetail,
     abort: &CancellationToken,
 ) -> StepEnd {
     let client = run.ctx.calls;
@@ -342,10 +356,15 @@ async fn outcome_unknown(
         .store(true, std::sync::atomic::Ordering::Relaxed);
     if settle.aborted {
         // Nothing is sent either way; the outcome stays for a human to judge.
-        let waited_ms = (run.ctx.now() - started).num_milliseconds();
-        return StepEnd::Aborted(
-            json!({"call": detail, "outcome": "unknown", "host_idle": settle.host_idle, "target_settled": false, "waited_ms": waited_ms}),
-        );
+        let failure = CallFailure {
+            call: Some(call),
+            outcome: Some("unknown".to_owned()),
+            host_idle: Some(settle.host_idle),
+            target_settled: Some(false),
+            waited_ms: Some((run.ctx.now() - started).num_milliseconds()),
+            ..CallFailure::default()
+        };
+        return StepEnd::Aborted(Evidence::of(&failure));
     }
     let idle = settle.host_idle;
     let waited_ms = (run.ctx.now() - started).num_milliseconds();
@@ -372,11 +391,35 @@ async fn outcome_unknown(
         (false, false) => "the host is still busy",
     };
     let msg = format!("{endpoint} ended without `done`; {state}; not resent");
+    let container = |c: Option<crate::compose::PsEntry>| {
+        Some(c.map(|c| serde_json::to_value(c).unwrap_or_default()))
+    };
+    let failure = CallFailure {
+        call: Some(call),
+        host_idle: Some(idle),
+        target_settled: Some(settle.settled),
+        settle: Some(settle.evidence()),
+        waited_ms: Some(waited_ms),
+        target_container: container(target),
+        target_before: container(before),
+        target_changed_since_snapshot: Some(changed),
+        ..CallFailure::default()
+    };
     StepEnd::failed(
         ErrorCode::ComposeOutcomeUnknown,
         msg,
-        json!({"call": detail, "host_idle": idle, "target_settled": settle.settled, "settle": settle.evidence(), "waited_ms": waited_ms, "target_container": target, "target_before": before, "target_changed_since_snapshot": changed}),
+        Evidence::of(&failure),
     )
+}
+
+/// A `down` or `up` step's evidence of its call: the attempt's.
+fn answered(call: &CallDetail) -> ComposeEvidence {
+    ComposeEvidence {
+        endpoint: call.endpoint.clone(),
+        lines: call.lines,
+        tail: call.tail.clone(),
+        ..ComposeEvidence::default()
+    }
 }
 
 /// How a wait for the host to settle ended.
@@ -391,8 +434,13 @@ struct Settle {
 }
 
 impl Settle {
-    fn evidence(&self) -> serde_json::Value {
-        json!({"settled": self.settled, "host_idle": self.host_idle, "ps_reads": self.reads, "target_changes": self.changes})
+    fn evidence(&self) -> Settled {
+        Settled {
+            settled: self.settled,
+            host_idle: self.host_idle,
+            ps_reads: self.reads,
+            target_changes: self.changes,
+        }
     }
 }
 
@@ -490,31 +538,29 @@ pub(super) async fn settle_before_first_call(
     tracing::info!(rollout.id = %run.rollout.id, rollback_of = %of, "the rollout this rollback undoes ended with an unknown compose outcome; waiting for the host to settle");
     let target = [run.rollout.target().clone()];
     let settle = settle(run, &target, deadline, abort).await;
+    let evidence = Evidence::of(&CallFailure {
+        settle: Some(settle.evidence()),
+        ..CallFailure::default()
+    });
     if settle.aborted {
-        return Some(StepEnd::Aborted(json!({"settle": settle.evidence()})));
+        return Some(StepEnd::Aborted(evidence));
     }
     if !settle.settled {
         let msg = format!(
             "{of} ended with a compose call of unknown outcome and the host did not settle before the deadline (idle and {} unchanged across two docker ps reads): nothing sent",
             run.rollout.target()
         );
-        return Some(StepEnd::failed(
-            ErrorCode::HostUnsettled,
-            msg,
-            json!({"settle": settle.evidence()}),
-        ));
+        return Some(StepEnd::failed(ErrorCode::HostUnsettled, msg, evidence));
     }
     None
 }
 
 pub(super) async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeError) -> StepEnd {
-    finish(
-        run,
-        attempt,
-        AttemptOutcome::Error,
-        json!({"error": error.to_string()}),
-    )
-    .await;
+    let detail = CallDetail {
+        error: Some(error.to_string()),
+        ..CallDetail::default()
+    };
+    finish(run, attempt, AttemptOutcome::Error, &detail).await;
     let mut message = error.to_string();
     let touched = run.touched.load(std::sync::atomic::Ordering::Relaxed);
     match &error {
@@ -525,24 +571,26 @@ pub(super) async fn call_error(run: &StepRun<'_>, attempt: &str, error: ComposeE
         )),
         _ => {}
     }
-    StepEnd::failed(error.code(), message, json!({}))
+    StepEnd::failed(error.code(), message, Evidence::none())
 }
 
 pub(super) fn out_of_time(what: &str, last_error: String) -> StepEnd {
     let msg = format!("{what} could not be sent before the step deadline: {last_error}");
-    StepEnd::failed(
-        ErrorCode::StepTimeout,
-        msg,
-        json!({"last_error": last_error}),
-    )
+    let evidence = CallFailure {
+        last_error: Some(last_error),
+        ..CallFailure::default()
+    };
+    StepEnd::failed(ErrorCode::StepTimeout, msg, Evidence::of(&evidence))
 }
 
+/// Records how an attempt ended, with its detail.
 pub(super) async fn finish(
     run: &StepRun<'_>,
     attempt: &str,
     outcome: AttemptOutcome,
-    detail: serde_json::Value,
+    detail: &CallDetail,
 ) {
+    let detail = serde_json::to_value(detail).unwrap_or_default();
     if let Err(e) = run
         .ctx
         .store
