@@ -32,7 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::compose::{ClientOptions, ComposeClient, ComposeHttp, ComposeObserver};
 use crate::config::{ComposeTuning, EngineTuning, HostConfig, ResolvedConfig};
-use crate::domain::audit::AuditKind;
+use crate::domain::audit::{AuditKind, Resumed};
 use crate::domain::plan::CanaryPlan;
 use crate::domain::runbook::{Runbook, StepKind};
 use crate::domain::state::RolloutKind;
@@ -446,15 +446,15 @@ impl Engine {
                 .find(|s| !s.status.is_terminal())
                 .map(|s| (s.name.clone(), s.status.as_str()));
             tracing::info!(rollout.id = %rollout.id, status = rollout.status.as_str(), step.name = ?at.as_ref().map(|a| &a.0), "resuming rollout {} after restart", rollout.id);
-            let detail = match &at {
-                Some((name, status)) => serde_json::json!({"step": name, "step_status": status}),
-                None => serde_json::json!({"step": null}),
+            let detail = Resumed {
+                step: at.as_ref().map(|a| a.0.clone()),
+                step_status: at.as_ref().map(|a| a.1.to_owned()),
             };
             let status = rollout.status.as_str();
             let entry = AuditEntry::new(Utc::now(), SYSTEM_ACTOR, AuditKind::RolloutResumed)
                 .rollout(&rollout.id)
                 .states(Some(status), Some(status))
-                .detail(detail);
+                .detail(serde_json::to_value(&detail).unwrap_or_default());
             self.inner.store.audit(&entry).await?;
             self.spawn(rollout.id);
         }

@@ -92,6 +92,68 @@ impl AuditKind {
     }
 }
 
+/// The detail of a rollout's change (its audit event's `detail`): what each kind of end keeps.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ChangeDetail {
+    /// Why it was aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The step that failed, and its code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What a succeeded rollout deployed: its tag, the commit and the image (`null` when the
+    /// host did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<Option<String>>,
+    /// `false`: a failed canary with nothing to roll back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<bool>,
+    /// Its target taken down and not brought back (safety rule 14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_left_down: Option<LeftDown>,
+}
+
+/// How a rollout was seen to leave its target down, and the end it restates.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LeftDown {
+    /// `docker ps`, or `compose attempts` when the host could not be read.
+    pub seen_by: String,
+    /// The target's container as `docker ps` showed it (`null`: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Option<serde_json::Value>>,
+    /// Why `docker ps` could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ps_error: Option<String>,
+    /// The `down` attempt that may have run, with no successful `up` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_attempt: Option<String>,
+    /// The rollout's own end, restated as `replica_left_down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+}
+
+/// The detail of a rollout picked up again after a restart: the step it was at (`null`:
+/// none unfinished) and that step's status.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Resumed {
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_status: Option<String>,
+}
+
+/// An error's code and message.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Cause {
+    pub code: String,
+    pub message: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +198,69 @@ mod tests {
                 serde_json::json!(kind.as_str())
             );
             assert_eq!(kind.as_str().parse::<AuditKind>(), Ok(kind));
+        }
+    }
+
+    /// Each change detail as the `json!` that built it before these types wrote it.
+    #[test]
+    fn change_details_keep_their_stored_shapes() {
+        use serde_json::json;
+
+        use super::{Cause, ChangeDetail, LeftDown, Resumed};
+        fn shown<T: serde::Serialize>(detail: T) -> serde_json::Value {
+            serde_json::to_value(detail).expect("serialises")
+        }
+        let cases = [
+            (shown(ChangeDetail::default()), json!({})),
+            (
+                shown(ChangeDetail {
+                    tag: Some("v0.0.452".into()),
+                    commit: Some(None),
+                    image: Some(Some("sglang:v452".into())),
+                    ..ChangeDetail::default()
+                }),
+                json!({"tag": "v0.0.452", "commit": null, "image": "sglang:v452"}),
+            ),
+            (
+                shown(ChangeDetail {
+                    step: Some("up".into()),
+                    code: Some("compose_failed".into()),
+                    rolled_back: Some(false),
+                    ..ChangeDetail::default()
+                }),
+                json!({"step": "up", "code": "compose_failed", "rolled_back": false}),
+            ),
+            (
+                shown(ChangeDetail {
+                    reason: Some("operator".into()),
+                    ..ChangeDetail::default()
+                }),
+                json!({"reason": "operator"}),
+            ),
+            (
+                shown(LeftDown {
+                    seen_by: "docker ps".into(),
+                    container: Some(None),
+                    cause: Some(Cause {
+                        code: "health_timeout".into(),
+                        message: "m".into(),
+                    }),
+                    ..LeftDown::default()
+                }),
+                json!({"seen_by": "docker ps", "container": null,
+                       "cause": {"code": "health_timeout", "message": "m"}}),
+            ),
+            (shown(Resumed::default()), json!({"step": null})),
+            (
+                shown(Resumed {
+                    step: Some("soak".into()),
+                    step_status: Some("running".into()),
+                }),
+                json!({"step": "soak", "step_status": "running"}),
+            ),
+        ];
+        for (written, stored) in cases {
+            assert_eq!(written, stored);
         }
     }
 }

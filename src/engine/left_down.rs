@@ -3,11 +3,10 @@
 //! audit detail), a `replica_left_down` audit event notifies, and `canaryd_replicas_down`
 //! counts the replica until a later rollout of it succeeds.
 
-use serde_json::json;
-
 use super::seams::{HostCalls, StepStore};
 use super::step_run::is_service;
 use super::Engine;
+use crate::domain::audit::{Cause, LeftDown};
 use crate::domain::error_code::ErrorCode;
 use crate::domain::state::AttemptOutcome;
 use crate::store::{Rollout, RolloutChange};
@@ -20,7 +19,7 @@ pub(super) async fn check(
     calls: &dyn HostCalls,
     store: &dyn StepStore,
     rollout: &Rollout,
-) -> Option<serde_json::Value> {
+) -> Option<LeftDown> {
     if !rollout.touched_replica {
         return None;
     }
@@ -35,7 +34,11 @@ pub(super) async fn check(
             match container {
                 Some(c) if c.state == "running" => None,
                 _ if former.is_some_and(|c| c.state == "running") => None,
-                other => Some(json!({"seen_by": "docker ps", "container": other})),
+                other => Some(LeftDown {
+                    seen_by: "docker ps".to_owned(),
+                    container: Some(other.map(|c| serde_json::to_value(c).unwrap_or_default())),
+                    ..LeftDown::default()
+                }),
             }
         }
         Err(e) => {
@@ -47,8 +50,11 @@ pub(super) async fn check(
             let up_after = attempts[last_down..].iter().any(|a| {
                 a.endpoint == "compose/up" && a.outcome == Some(AttemptOutcome::Succeeded)
             });
-            (!up_after).then(|| {
-                json!({"seen_by": "compose attempts", "ps_error": e.to_string(), "down_attempt": attempts[last_down].id})
+            (!up_after).then(|| LeftDown {
+                seen_by: "compose attempts".to_owned(),
+                ps_error: Some(e.to_string()),
+                down_attempt: Some(attempts[last_down].id.clone()),
+                ..LeftDown::default()
             })
         }
     }
@@ -58,7 +64,7 @@ pub(super) async fn check(
 pub(super) fn restate(
     mut change: RolloutChange,
     rollout: &Rollout,
-    evidence: &mut serde_json::Value,
+    evidence: &mut LeftDown,
 ) -> RolloutChange {
     let (cause_code, cause_message) = change
         .error
@@ -68,10 +74,11 @@ pub(super) fn restate(
         "{} on {} was taken down and not brought back ({cause_code}: {cause_message})",
         rollout.service, rollout.host
     );
-    evidence["cause"] = json!({"code": cause_code, "message": cause_message});
-    if let Some(detail) = change.detail.as_object_mut() {
-        detail.insert("replica_left_down".into(), evidence.clone());
-    }
+    evidence.cause = Some(Cause {
+        code: cause_code,
+        message: cause_message,
+    });
+    change.detail.replica_left_down = Some(evidence.clone());
     change.error = Some((ErrorCode::ReplicaLeftDown.to_string(), message));
     change
 }

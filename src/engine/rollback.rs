@@ -4,7 +4,6 @@
 
 use chrono::Utc;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{merged_env_sha256, steps_of, Engine, EngineError, ROLLBACK_RUNBOOK, SYSTEM_ACTOR};
 use crate::domain::plan::Replaces;
@@ -301,9 +300,7 @@ pub(super) async fn finish_failed_canary(
         tracing::warn!(rollout.id = %fresh.id, "canary {} failed and no recorded deployment differs from it: nothing to roll back to", fresh.id);
     }
     let mut ch = ch;
-    if ch.detail.is_object() {
-        ch.detail["rolled_back"] = json!(false);
-    }
+    ch.detail.rolled_back = Some(false);
     super::left_down::end(engine, &fresh, ch).await
 }
 

@@ -4,14 +4,14 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::step_run::{StepEnd, StepRun};
+use super::step_run::{Evidence, StepEnd, StepRun};
 use super::steps;
 use super::{admission, rollback, Checkpoint, Engine, SYSTEM_ACTOR};
 use crate::config::EngineTuning;
+use crate::domain::audit::ChangeDetail;
 use crate::domain::error_code::{ErrorCode, StepFailure};
 use crate::domain::rollout::{self, Interrupted, Next, Turn, TurnFacts};
 use crate::domain::runbook::{Runbook, Step as StepSpec};
@@ -158,7 +158,7 @@ impl<'e> Drive<'e> {
         if rollout.status == RolloutStatus::Pending {
             engine.checkpoint(id, Checkpoint::RolloutStart).await;
             let now = engine.inner.clock.now();
-            let start = change(RolloutEvent::Start, None, json!({}), now);
+            let start = change(RolloutEvent::Start, None, ChangeDetail::default(), now);
             rollout = store.transition_rollout(id, &start).await?;
             tracing::info!(rollout.id = %id, host = %rollout.host, service = %rollout.service, "rollout {id} started");
         }
@@ -201,7 +201,8 @@ impl<'e> Drive<'e> {
             .code
             .unwrap_or_else(|| ErrorCode::StepFailed.as_str().to_owned());
         let message = error.message.unwrap_or_else(|| "failed".to_owned());
-        let (engine, rollout, detail) = (self.engine, &self.rollout, step.detail.clone());
+        let detail = Evidence::as_stored(step.detail.clone());
+        let (engine, rollout) = (self.engine, &self.rollout);
         finish_failed(engine, rollout, &self.steps, step, &code, &message, detail).await
     }
 
@@ -247,7 +248,7 @@ impl<'e> Drive<'e> {
                 let msg = format!("step {} is not in runbook {}", step.name, self.runbook.name);
                 let code = ErrorCode::RunbookChanged.as_str();
                 let (rollout, steps) = (&self.rollout, &self.steps);
-                finish_failed(engine, rollout, steps, step, code, &msg, json!({})).await?;
+                finish_failed(engine, rollout, steps, step, code, &msg, Evidence::none()).await?;
                 return Ok(None);
             }
         };
@@ -328,7 +329,7 @@ impl<'e> Drive<'e> {
             } => {
                 tracing::warn!(rollout.id = %id, step.name = %step.name, code = %code, "step {} of {id} failed: {message}", step.name);
                 let rollout = engine.get(&id).await?;
-                let (code, detail) = (code.as_str(), detail.into_json());
+                let code = code.as_str();
                 finish_failed(engine, &rollout, &self.steps, &step, code, &message, detail).await?;
                 Ok(false)
             }
@@ -374,7 +375,7 @@ async fn finish_unconfigured(
         let ch = change(
             RolloutEvent::Fail,
             Some((code.as_str(), message)),
-            json!({}),
+            ChangeDetail::default(),
             engine.inner.clock.now(),
         );
         engine.inner.store.transition_rollout(id, &ch).await?;
@@ -388,7 +389,7 @@ async fn finish_unconfigured(
         step,
         code.as_str(),
         message,
-        json!({}),
+        Evidence::none(),
     )
     .await
 }
@@ -406,7 +407,13 @@ async fn start_step(
     let now = engine.inner.clock.now();
     let deadline = steps::timeout_of(kind).map(|t| now + t);
     store
-        .transition_step(step, StepEvent::Start, &json!({}), deadline, now)
+        .transition_step(
+            step,
+            StepEvent::Start,
+            Evidence::none().json(),
+            deadline,
+            now,
+        )
         .await?;
     Ok(started_row(step, deadline, now))
 }
@@ -418,7 +425,7 @@ fn started_row(step: &Step, deadline: Option<DateTime<Utc>>, now: DateTime<Utc>)
     started.attempts += 1;
     started.started_at = started.started_at.or(Some(now));
     started.deadline_at = started.deadline_at.or(deadline);
-    started.detail = json!({});
+    started.detail = Evidence::none().into_json();
     started
 }
 
@@ -426,7 +433,7 @@ fn started_row(step: &Step, deadline: Option<DateTime<Utc>>, now: DateTime<Utc>)
 pub(super) fn change(
     event: RolloutEvent,
     error: Option<(&str, &str)>,
-    detail: serde_json::Value,
+    detail: ChangeDetail,
     at: DateTime<Utc>,
 ) -> RolloutChange {
     RolloutChange {
@@ -458,7 +465,7 @@ async fn skip_rest(
             .transition_step(
                 step,
                 StepEvent::Skip,
-                &json!({}),
+                Evidence::none().json(),
                 None,
                 engine.inner.clock.now(),
             )
@@ -497,8 +504,12 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         deployed_at: engine.inner.clock.now(),
         deployed_as: rollout.deploy_as.clone(),
     };
-    let detail =
-        json!({"tag": rollout.tag, "commit": deployment.commit, "image": deployment.image});
+    let detail = ChangeDetail {
+        tag: Some(rollout.tag.to_string()),
+        commit: Some(deployment.commit.clone()),
+        image: Some(deployment.image.clone()),
+        ..ChangeDetail::default()
+    };
     engine
         .inner
         .store
@@ -524,13 +535,16 @@ async fn finish_failed(
     failed: &Step,
     code: &str,
     message: &str,
-    detail: serde_json::Value,
+    detail: Evidence,
 ) -> Result<(), super::EngineError> {
     let store = &engine.inner.store;
     let mut step_detail = merge_error(detail, code, message);
     if !failed.status.is_terminal() && rollout.touched_replica {
-        if let Some(lines) = target_logs(engine, rollout).await {
-            step_detail["target_logs"] = lines;
+        if let (Some(lines), Some(map)) = (
+            target_logs(engine, rollout).await,
+            step_detail.as_object_mut(),
+        ) {
+            map.insert("target_logs".to_owned(), lines.into());
         }
     }
     if !failed.status.is_terminal() {
@@ -552,7 +566,11 @@ async fn finish_failed(
     let ch = change(
         RolloutEvent::Fail,
         Some((code, &msg)),
-        json!({"step": failed.name, "code": code}),
+        ChangeDetail {
+            step: Some(failed.name.clone()),
+            code: Some(code.to_owned()),
+            ..ChangeDetail::default()
+        },
         engine.inner.clock.now(),
     );
     rollback::finish_failed_canary(engine, rollout, ch).await
@@ -561,7 +579,7 @@ async fn finish_failed(
 /// The evidence operators keep when a step fails after the target was touched: the target's
 /// last 500 log lines, every env value of 8+ characters masked. `None` when they cannot be
 /// read (the failure itself may be that).
-async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::Value> {
+async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<Vec<String>> {
     let host = engine.host(&rollout.host).ok()?;
     let req = crate::compose::LogsRequest {
         file: rollout.file.clone(),
@@ -578,11 +596,11 @@ async fn target_logs(engine: &Engine, rollout: &Rollout) -> Option<serde_json::V
     let secrets: Vec<String> = super::merged_env(&host.config, &rollout.env_overrides)
         .into_values()
         .collect();
-    let lines: Vec<String> = text
+    let lines = text
         .lines()
         .map(|l| crate::domain::mask::mask(l, &secrets))
         .collect();
-    Some(json!(lines))
+    Some(lines)
 }
 
 async fn finish_aborted(
@@ -597,7 +615,7 @@ async fn finish_aborted(
         .clone()
         .unwrap_or_else(|| "abort requested".to_owned());
     if let Some(step) = current.filter(|s| s.status == StepStatus::Running) {
-        let detail = json!({"error": {"code": ErrorCode::Aborted, "message": reason}});
+        let detail = merge_error(Evidence::none(), ErrorCode::Aborted.as_str(), &reason);
         store
             .transition_step(
                 step,
@@ -612,7 +630,10 @@ async fn finish_aborted(
     let ch = change(
         RolloutEvent::Abort,
         Some((ErrorCode::Aborted.as_str(), &reason)),
-        json!({"reason": reason}),
+        ChangeDetail {
+            reason: Some(reason.clone()),
+            ..ChangeDetail::default()
+        },
         engine.inner.clock.now(),
     );
     super::left_down::end(engine, &fresh, ch).await?;
@@ -620,8 +641,9 @@ async fn finish_aborted(
     Ok(())
 }
 
-fn merge_error(detail: serde_json::Value, code: &str, message: &str) -> serde_json::Value {
-    let mut detail = match detail {
+/// A failed or aborted step's detail: its evidence, with how it ended (`error`).
+fn merge_error(detail: Evidence, code: &str, message: &str) -> serde_json::Value {
+    let mut detail = match detail.into_json() {
         serde_json::Value::Object(m) => m,
         serde_json::Value::Null => serde_json::Map::new(),
         other => {

@@ -8,7 +8,7 @@ use super::audit::append;
 use super::record::{AuditEntry, Rollout};
 use super::write::Tx;
 use super::{fmt_time, parse_opt_time, parse_time, Store, StoreError};
-use crate::domain::audit::AuditKind;
+use crate::domain::audit::{AuditKind, ChangeDetail, LeftDown};
 use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::plan::Replaces;
 use crate::domain::runbook::StepKindName;
@@ -53,7 +53,7 @@ pub struct RolloutChange {
     pub event: RolloutEvent,
     pub actor: String,
     pub error: Option<(String, String)>,
-    pub detail: serde_json::Value,
+    pub detail: ChangeDetail,
     pub at: DateTime<Utc>,
 }
 
@@ -177,13 +177,13 @@ impl Store {
         &self,
         id: &str,
         change: &RolloutChange,
-        evidence: &serde_json::Value,
+        evidence: &LeftDown,
     ) -> Result<Rollout, StoreError> {
         self.write(|mut db| async move {
             transition(&mut db, id, change).await?;
             let entry = AuditEntry::new(change.at, &change.actor, AuditKind::ReplicaLeftDown)
                 .rollout(id)
-                .detail(evidence.clone());
+                .detail(serde_json::to_value(evidence).unwrap_or_default());
             append(&mut db, &entry).await?;
             let rollout = get_in(&mut db, id).await?;
             db.commit(rollout).await
@@ -472,14 +472,13 @@ pub(super) async fn transition(
         if let Some(by) = by {
             actor = by;
         }
-        if let (Some(reason), Some(map)) = (&current.abort_reason, detail.as_object_mut()) {
-            map.entry("reason")
-                .or_insert_with(|| serde_json::json!(reason));
+        if detail.reason.is_none() {
+            detail.reason = current.abort_reason.clone();
         }
     }
     let entry = AuditEntry::new(change.at, &actor, AuditKind::rollout(next))
         .rollout(id)
         .states(Some(current.status.as_str()), Some(next.as_str()))
-        .detail(detail);
+        .detail(serde_json::to_value(&detail).unwrap_or_default());
     append(db, &entry).await
 }

@@ -82,7 +82,7 @@ pub(crate) fn change(event: RolloutEvent, s: i64) -> RolloutChange {
         event,
         actor: "canaryd".into(),
         error: None,
-        detail: json!({}),
+        detail: Default::default(),
         at: at(s),
     }
 }

@@ -13,7 +13,7 @@ use canaryd::domain::runbook::StepKindName;
 use canaryd::domain::state::{OnFailure, RolloutEvent, RolloutKind};
 use canaryd::store::{new_id, NewRollout, NewStep, RolloutChange, Store};
 use chrono::{DateTime, TimeZone, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::helpers::TestApp;
 
@@ -106,7 +106,7 @@ pub async fn insert(store: &Store, row: &Row) -> String {
             event,
             actor: "canaryd".into(),
             error: None,
-            detail: json!({}),
+            detail: Default::default(),
             at: row.created_at + chrono::Duration::seconds(secs),
         };
         store

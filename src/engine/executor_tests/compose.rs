@@ -8,6 +8,7 @@ use super::fakes::{cut, planned};
 use super::{ended, message, Bench, PROXY, R1, R2, TAG};
 use crate::compose::{ComposeError, StreamOutcome, StreamResult};
 use crate::domain::plan_gate::DryRunPlan;
+use serde_json::json;
 
 const PLAN: &str = "  - {name: plan, kind: plan}\n";
 /// A runbook keeps a down behind a peer check and a plan; the tests run its `down` (2) and its
@@ -191,7 +192,31 @@ async fn a_down_whose_outcome_is_unknown_is_never_resent() {
             1,
             "{answer:?}: one down, never a blind resend: {downs:?}"
         );
-        assert_eq!(detail["host_idle"], true, "{detail}");
+        // The evidence as the step and the attempt row keep it, key for key (the API shows it).
+        let mut kept = detail.clone();
+        assert!(kept["waited_ms"].is_i64(), "{detail}");
+        kept["waited_ms"] = json!(0);
+        let reads = kept["settle"]["ps_reads"].as_u64().unwrap_or_default();
+        assert!(reads >= 2, "two docker ps reads settle the host: {detail}");
+        kept["settle"]["ps_reads"] = json!(2);
+        // The cut down left the container running; no snapshot step ran before it.
+        assert_eq!(kept["target_container"]["id"], "c2", "{detail}");
+        kept["target_container"] = json!("c2");
+        let call = match &answer {
+            Ok(_) => json!({"endpoint": "compose/down", "lines": 0,
+                            "tail": ["canaryd: the stream ended without `done`"]}),
+            Err(e) => json!({"error": e.to_string()}),
+        };
+        assert_eq!(
+            kept,
+            json!({"call": call, "host_idle": true, "target_settled": true,
+                   "settle": {"settled": true, "host_idle": true, "ps_reads": 2, "target_changes": 0},
+                   "waited_ms": 0, "target_container": "c2", "target_before": null,
+                   "target_changed_since_snapshot": true}),
+            "{answer:?}"
+        );
+        let attempts = bench.store.attempts.lock().expect("attempts");
+        assert_eq!(attempts[0].detail, call, "the attempt row keeps the call");
     }
 }
 

@@ -30,7 +30,7 @@ async fn a_replica_is_left_down_only_when_touched_and_not_running() {
     let seen = left_down::check(&bench.host, &bench.store, &rollout)
         .await
         .expect("left down");
-    assert_eq!(seen["seen_by"], "docker ps", "{seen}");
+    assert_eq!(seen.seen_by, "docker ps", "{seen:?}");
 
     // The host cannot be read: the rollout's own down, with no up after it, says so.
     *bench.host.ps_error.lock().expect("ps") = Some(ComposeError::Timeout {
@@ -39,7 +39,7 @@ async fn a_replica_is_left_down_only_when_touched_and_not_running() {
     let seen = left_down::check(&bench.host, &bench.store, &rollout)
         .await
         .expect("left down");
-    assert_eq!(seen["seen_by"], "compose attempts", "{seen}");
+    assert_eq!(seen.seen_by, "compose attempts", "{seen:?}");
     *bench.host.ps_error.lock().expect("ps") = None;
 
     // Brought back: running again.

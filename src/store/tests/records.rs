@@ -332,7 +332,7 @@ async fn a_replica_left_down_stays_listed_until_a_later_rollout_of_it_succeeds()
     let mut down = change(RolloutEvent::Fail, 2);
     down.error = Some(("replica_left_down".into(), "no container".into()));
     let r = store
-        .end_with_replica_left_down("ro_1", &down, &serde_json::json!({"ps": []}))
+        .end_with_replica_left_down("ro_1", &down, &Default::default())
         .await
         .expect("ended");
     assert_eq!(r.status, RolloutStatus::Failed);

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use canaryd::domain::audit::AuditKind;
 use canaryd::domain::state::{DeploymentSource, RolloutEvent};
 use canaryd::store::{NewDeployment, RolloutChange, Store};
-use serde_json::json;
 
 use super::{at, insert, Row};
 
@@ -50,7 +49,7 @@ async fn retention_deletes_old_finished_rollouts_and_keeps_deployments_and_activ
         event: RolloutEvent::Succeed,
         actor: "canaryd".into(),
         error: None,
-        detail: json!({}),
+        detail: Default::default(),
         at: day(0),
     };
     store

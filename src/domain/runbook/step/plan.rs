@@ -68,8 +68,7 @@ impl StepDef for Plan {
 pub type PlannedChanges = DryRunPlan;
 
 /// A `plan` step's evidence: the dry run's plan and the gate's verdict, and what a call that
-/// did not end with a plain answer adds ([`CallFailure`]). Keys of rows written by other
-/// versions are kept (`more`).
+/// did not end with a plain answer adds ([`CallFailure`]).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct PlanEvidence {
     /// The dry run's plan; `null` when it answered without one.
@@ -103,9 +102,6 @@ pub struct PlanEvidence {
     /// How a call that did not end with a plain answer went.
     #[serde(flatten)]
     pub failure: CallFailure,
-    /// Every other key, as written.
-    #[serde(flatten)]
-    pub more: serde_json::Map<String, serde_json::Value>,
 }
 
 #[cfg(test)]
@@ -143,6 +139,7 @@ mod tests {
             (json!({"probe_error": "compose_unreachable"}), None),
             (json!({"last_error": "compose-manager host is busy"}), None),
             (json!({"call": {"error": "cut"}, "host_idle": true, "waited_ms": 5}), None),
+            (json!({"settle": {"host_idle": false, "ps_reads": 0, "settled": false, "target_changes": 0}}), None),
         ]);
     }
 }

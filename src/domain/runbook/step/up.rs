@@ -47,7 +47,7 @@ impl StepDef for Up {
 
 /// The evidence of a `down` or `up` step: its compose call, and what the step adds around it
 /// (the signals read before the first touch, how an unknown outcome was settled, a rollback's
-/// tag check: [`CallFailure`]). Keys of rows written by other versions are kept (`more`).
+/// tag check: [`CallFailure`]).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ComposeEvidence {
     /// `compose/down` or `compose/up`.
@@ -93,9 +93,6 @@ pub struct ComposeEvidence {
     /// How a call that did not end with a plain answer went.
     #[serde(flatten)]
     pub failure: CallFailure,
-    /// Every other key, as written.
-    #[serde(flatten)]
-    pub more: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The former service of a rename: as its `down` acted on it, or only its name when no
@@ -176,6 +173,20 @@ mod tests {
                 None,
             ),
             (json!({"last_error": "compose-manager host is busy"}), None),
+            (json!({"replaces": "r2-old"}), None),
+            (
+                json!({"plan": {"create": [], "recreate": ["r2-old"], "remove": [], "resources": [],
+                                "unchanged": []}, "tail": tail}),
+                None,
+            ),
+            (
+                json!({"sent": false, "signals": {"blocking": true, "read_at": "2026-12-06T03:00:00Z",
+                       "sources": [{"source": "logs", "service": "r2", "lines": null, "ok": false,
+                                    "error": "logs of r2: 500"},
+                                   {"source": "metrics", "replica": "r2", "role": "target",
+                                    "skipped": "not serving"}]}}),
+                None,
+            ),
         ];
         same_json_and_summary::<Up>(&cases);
         same_json_and_summary::<Down>(&cases);
