@@ -589,15 +589,20 @@ impl ResolvedConfig {
         let scope = kind.scope()?;
         // Safety rule 15: a replica is only ever touched as the rollout's target.
         let replicas = self.replica_names();
-        if let Some(replica) = scope.services.iter().find(|s| replicas.contains(*s)) {
+        if let Some(replica) = scope
+            .services
+            .iter()
+            .find(|s| replicas.iter().any(|r| *r == s.as_str()))
+        {
             return Some(("services", format!("`services` names `{replica}`, a configured replica: a replica is only ever touched as the rollout's target, never as a companion service")));
         }
         let allowed = &self.compose.force_recreate_allowed;
         if scope.force_recreate {
-            let others: Vec<&String> = scope
+            let others: Vec<&str> = scope
                 .services
                 .iter()
-                .filter(|s| !allowed.contains(s))
+                .map(|s| s.as_str())
+                .filter(|s| !allowed.iter().any(|a| a == s))
                 .collect();
             if !others.is_empty() {
                 return Some(("force_recreate", format!("`force_recreate: true` is allowed only when every service is in the config's `compose.force_recreate_allowed` ({allowed:?}); not {others:?}")));

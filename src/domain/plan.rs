@@ -51,21 +51,31 @@ pub struct PlanSpec {
     pub on_failure: Option<OnFailure>,
     /// The replica's former service, which the new file renames (docs/reference.md#renamed-replicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replaces: Option<Replaces>,
+    pub replaces: Option<ReplacesSpec>,
 }
 
 /// A renamed replica's former service: `down` acts on it with the file and tag that deployed
 /// it; `plan` and `up` on the plan's `service`. `file` and `tag` default to its recorded
 /// deployment (or the host's baseline), looked up when the rollout takes it down.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Replaces {
     /// The old compose service (a configured alias of the target's slot).
-    pub service: String,
+    pub service: ServiceName,
     /// The compose file that deployed it (default: its recorded deployment's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
+    pub file: Option<ComposeFile>,
     /// The tag that deployed it (default: its recorded deployment's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<Tag>,
+}
+
+/// `replaces` as a plan's body gives it, checked into [`Replaces`] (`invalid_replaces`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplacesSpec {
+    pub service: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
 }
@@ -242,13 +252,13 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
 /// configured as one of the target's former names (`aliases:`), never another replica or
 /// another replica's former name; its `file` and `tag`, when given, checked like the plan's.
 fn check_replaces(
-    r: Replaces,
+    r: ReplacesSpec,
     host: &str,
     target: &str,
     known: &KnownTargets,
 ) -> Result<Replaces, PlanError> {
     const CODE: &str = "invalid_replaces";
-    parsed(
+    let service = parsed(
         "replaces.service",
         CODE,
         r.service.clone(),
@@ -294,13 +304,17 @@ fn check_replaces(
             ));
         }
     }
-    if let Some(file) = &r.file {
-        parsed("replaces.file", CODE, file.clone(), ComposeFile::parse)?;
-    }
-    if let Some(tag) = &r.tag {
-        parsed("replaces.tag", CODE, tag.clone(), Tag::parse)?;
-    }
-    Ok(r)
+    let file = r
+        .file
+        .map(|file| parsed("replaces.file", CODE, file, ComposeFile::parse));
+    let tag = r
+        .tag
+        .map(|tag| parsed("replaces.tag", CODE, tag, Tag::parse));
+    Ok(Replaces {
+        service,
+        file: file.transpose()?,
+        tag: tag.transpose()?,
+    })
 }
 
 /// `value` as a `T` ([`crate::domain::names`]), or the plan's refusal of `field` with `code`.

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::error_code::ErrorCode;
+use crate::domain::names::ServiceName;
 
 /// What a `compose/up` dry run says it would do, with names normalised to compose services
 /// (a key missing from stored evidence reads as empty).
@@ -121,7 +122,7 @@ fn quote_list(names: &[String]) -> String {
 /// (a changed dependency would really be recreated) and never in `remove`. `unchanged` and
 /// `resources` are ignored. The target counts as planned even if a runbook also lists it in
 /// `allow`.
-pub fn check(plan: &DryRunPlan, target: &str, allow: &[String]) -> Result<(), GateViolation> {
+pub fn check(plan: &DryRunPlan, target: &str, allow: &[ServiceName]) -> Result<(), GateViolation> {
     check_rename(plan, target, None, allow)
 }
 
@@ -134,7 +135,7 @@ pub fn check_rename(
     plan: &DryRunPlan,
     target: &str,
     replaced: Option<&str>,
-    allow: &[String],
+    allow: &[ServiceName],
 ) -> Result<(), GateViolation> {
     let (changed, extra) = changed_and_extra(plan, |name| name == target, allow);
     let mut removals = sorted_removals(plan);
@@ -157,7 +158,7 @@ pub fn check_rename(
 fn changed_and_extra<'p>(
     plan: &'p DryRunPlan,
     planned: impl Fn(&str) -> bool,
-    allow: &[String],
+    allow: &[ServiceName],
 ) -> (BTreeSet<&'p str>, BTreeSet<&'p str>) {
     let allowed = |name: &str| allow.iter().any(|a| a == name);
     let changed = plan
@@ -195,10 +196,10 @@ fn sorted_removals(plan: &DryRunPlan) -> Vec<String> {
 /// is out of date (the `up` is skipped).
 pub fn check_companions(
     plan: &DryRunPlan,
-    services: &[String],
-    allow: &[String],
+    services: &[ServiceName],
+    allow: &[ServiceName],
     only_out_of_date: bool,
-) -> Result<Vec<String>, GateViolation> {
+) -> Result<Vec<ServiceName>, GateViolation> {
     let listed = |name: &str| services.iter().any(|s| s == name);
     let (changed, extra) = changed_and_extra(plan, listed, allow);
     let missing = if only_out_of_date {
@@ -207,7 +208,7 @@ pub fn check_companions(
         services
             .iter()
             .filter(|s| !changed.contains(s.as_str()))
-            .cloned()
+            .map(|s| s.to_string())
             .collect()
     };
     let violation = GateViolation {
@@ -236,6 +237,12 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    fn services(list: &[&str]) -> Vec<ServiceName> {
+        list.iter()
+            .map(|s| ServiceName::parse(*s).expect("a service name"))
+            .collect()
+    }
+
     fn plan(create: &[&str], recreate: &[&str], remove: &[&str], unchanged: &[&str]) -> DryRunPlan {
         DryRunPlan {
             create: names(create),
@@ -249,7 +256,7 @@ mod tests {
     #[test]
     fn a_rename_gate_accepts_the_former_service_as_the_one_removal_and_nothing_else() {
         const OLD: &str = "model-sg-glm53-fp8-tp4-r2";
-        let dl = names(&["model-downloader"]);
+        let dl = services(&["model-downloader"]);
         // (case, plan, replaced, expected reasons)
         let cases: Vec<(&str, DryRunPlan, Option<&str>, Vec<&str>)> = vec![
             (
@@ -307,7 +314,7 @@ mod tests {
 
     #[test]
     fn the_companion_gate_wants_exactly_its_list_or_a_subset_when_reconciling() {
-        let infra = names(&["nginx", "proxy-glm53", "otelcol-contrib"]);
+        let infra = services(&["nginx", "proxy-glm53", "otelcol-contrib"]);
         // Exactly the list: passes, applies the list.
         let all = plan(&[], &["nginx", "proxy-glm53", "otelcol-contrib"], &[], &[]);
         assert_eq!(
@@ -326,7 +333,7 @@ mod tests {
         // The reconcile applies only what is out of date, and nothing when nothing is.
         assert_eq!(
             check_companions(&some, &infra, &[], true),
-            Ok(names(&["proxy-glm53"]))
+            Ok(services(&["proxy-glm53"]))
         );
         let none = plan(&[], &[], &[], &["nginx", "proxy-glm53", "otelcol-contrib"]);
         assert_eq!(check_companions(&none, &infra, &[], true), Ok(vec![]));
@@ -339,8 +346,8 @@ mod tests {
         assert_eq!(err.reasons(), ["removals"]);
         // An allowed one-shot may be created, never recreated.
         let dl = plan(&["model-downloader"], &["proxy-glm53"], &[], &[]);
-        let proxy = names(&["proxy-glm53"]);
-        assert!(check_companions(&dl, &proxy, &names(&["model-downloader"]), false).is_ok());
+        let proxy = services(&["proxy-glm53"]);
+        assert!(check_companions(&dl, &proxy, &services(&["model-downloader"]), false).is_ok());
         assert!(check_companions(&dl, &proxy, &[], false).is_err());
     }
 
@@ -451,7 +458,8 @@ mod tests {
             ),
         ];
         for (case, plan, allow, reasons, words) in cases {
-            match check(&plan, R2, &allow) {
+            let allow: Vec<&str> = allow.iter().map(String::as_str).collect();
+            match check(&plan, R2, &services(&allow)) {
                 Ok(()) => assert!(reasons.is_empty(), "{case}: passed, expected {reasons:?}"),
                 Err(v) => {
                     assert_eq!(v.reasons(), reasons, "{case}");

@@ -63,7 +63,7 @@ pub(super) fn needs<'r>(later: &'r [runbook::Step], target: &str) -> Needs<'r> {
     for step in later {
         match &step.kind {
             StepKind::WaitLogs(w) => {
-                needs.logs |= w.service.as_deref().is_none_or(|s| s == target);
+                needs.logs |= w.service.as_ref().is_none_or(|s| s == target);
             }
             StepKind::Soak(_) => needs.logs = true,
             StepKind::Smoke(_) => needs.api = true,

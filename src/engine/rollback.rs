@@ -6,6 +6,7 @@ use chrono::Utc;
 use serde::Deserialize;
 
 use super::{merged_env_sha256, steps_of, Engine, EngineError, ROLLBACK_RUNBOOK, SYSTEM_ACTOR};
+use crate::domain::names::ServiceName;
 use crate::domain::plan::Replaces;
 use crate::domain::state::{OnFailure, RolloutKind};
 use crate::store::{new_id, Deployment, NewRollout, Rollout, RolloutChange, RunningState, Store};
@@ -35,14 +36,14 @@ pub(super) struct Choice {
 /// What the replica runs now and under which compose service.
 struct Running {
     state: RunningState,
-    name: String,
+    name: ServiceName,
 }
 
 impl Running {
     fn of_rollout(r: &Rollout) -> Self {
         Self {
             state: RunningState::of_rollout(r),
-            name: r.target().to_string(),
+            name: r.target().clone(),
         }
     }
 
@@ -50,10 +51,10 @@ impl Running {
     /// service than what runs now, `down` takes what runs now (its file and tag) away first
     /// (docs/reference.md#renamed-replicas).
     fn replaced_by(&self, target: &Deployment) -> Option<Replaces> {
-        (self.name != target.name()).then(|| Replaces {
+        (self.name != *target.name()).then(|| Replaces {
             service: self.name.clone(),
-            file: Some(self.state.file.to_string()),
-            tag: Some(self.state.tag.to_string()),
+            file: Some(self.state.file.clone()),
+            tag: Some(self.state.tag.clone()),
         })
     }
 }
@@ -72,7 +73,7 @@ async fn running_state(
     let newest = store.recent_deployments(host, service, 1).await?;
     let running = newest.first().map(|d| Running {
         state: RunningState::of_deployment(d),
-        name: d.name().to_string(),
+        name: d.name().clone(),
     });
     Ok((running, None))
 }

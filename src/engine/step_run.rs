@@ -193,7 +193,7 @@ pub(crate) struct StepRun<'a> {
     pub up_done_at: Option<DateTime<Utc>>,
     /// Companion gates passed in this rollout: the step's `services` → what its dry run
     /// planned (what a reconcile `up` applies).
-    pub companion_plans: BTreeMap<Vec<String>, Vec<String>>,
+    pub companion_plans: BTreeMap<Vec<ServiceName>, Vec<ServiceName>>,
     /// Whether the step being run was already running when this drive took it up: a restart
     /// (or a storage error) interrupted it, and the time since its last saved evidence went
     /// unwatched (`watched.rs`).
@@ -269,17 +269,11 @@ impl StepRun<'_> {
     /// The last 500 log lines of `service` (the target, or a companion a `wait_logs` names).
     pub(super) async fn fetch_logs(
         &self,
-        service: &str,
+        service: &ServiceName,
     ) -> Result<String, crate::compose::ComposeError> {
-        // The target's name, or a runbook's (checked when the runbook was read).
-        let service = ServiceName::parse(service).map_err(|e| {
-            crate::compose::ComposeError::InvalidRequest {
-                message: e.to_string(),
-            }
-        })?;
         let req = LogsRequest {
             file: self.rollout.file.clone(),
-            service,
+            service: service.clone(),
             tail: 500,
         };
         self.ctx.calls.logs(&req).await

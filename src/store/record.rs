@@ -55,8 +55,8 @@ impl Rollout {
     }
 
     /// The former service a rename takes down, if any.
-    pub fn replaced(&self) -> Option<&str> {
-        self.replaces.as_ref().map(|r| r.service.as_str())
+    pub fn replaced(&self) -> Option<&ServiceName> {
+        self.replaces.as_ref().map(|r| &r.service)
     }
 }
 

@@ -27,7 +27,8 @@ fn plan_gates(dir: &str) -> Vec<(String, String, Vec<String>)> {
         for step in book.steps {
             if let StepKind::Plan(plan) = step.kind {
                 if !plan.scope.is_companion() {
-                    gates.push((name.clone(), step.name, plan.allow));
+                    let allow = plan.allow.iter().map(|a| a.to_string()).collect();
+                    gates.push((name.clone(), step.name, allow));
                 }
             }
         }

@@ -14,6 +14,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::{defaults, Step};
 use crate::domain::duration::format_duration;
+use crate::domain::names::ServiceName;
 use crate::domain::yaml_line::{locate, read_node, Seg, YamlError};
 
 /// The one registration list of step kinds, in the order of docs/reference.md#step-kinds:
@@ -281,7 +282,7 @@ impl StepKind {
     }
 
     /// The companion services the step names (empty for the target's steps and other kinds).
-    pub fn companions(&self) -> &[String] {
+    pub fn companions(&self) -> &[ServiceName] {
         self.scope().map(|s| s.services.as_slice()).unwrap_or(&[])
     }
 }
@@ -337,7 +338,7 @@ pub struct Scope {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "services"
     )]
-    pub services: Vec<String>,
+    pub services: Vec<ServiceName>,
     /// The reconcile: apply only what the dry run plans out of date (a subset of `services`),
     /// and skip the `up` when nothing is.
     #[serde(
@@ -368,12 +369,24 @@ fn named<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(
     T::deserialize(deserializer).map_err(|e| serde::de::Error::custom(format!("`{field}`: {e}")))
 }
 
-fn services<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let services: Vec<String> = named("services", d)?;
-    if services.is_empty() {
+/// Companion services: compose service names ([`ServiceName`]), none twice.
+fn services<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ServiceName>, D::Error> {
+    let names: Vec<String> = named("services", d)?;
+    if names.is_empty() {
         return Err(serde::de::Error::custom(
             "`services` is empty: leave it out to act on the target, or name companion services",
         ));
+    }
+    let mut services: Vec<ServiceName> = Vec::with_capacity(names.len());
+    for (i, name) in names.into_iter().enumerate() {
+        let refuse =
+            |why: &str| serde::de::Error::custom(format!("`services[{i}]` {name:?} {why}"));
+        let service = ServiceName::parse(name.clone())
+            .map_err(|e| refuse(&format!("is not a compose service name: it {}", e.why)))?;
+        if services.contains(&service) {
+            return Err(refuse("is listed twice"));
+        }
+        services.push(service);
     }
     Ok(services)
 }
@@ -391,7 +404,7 @@ pub(crate) fn services_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Sc
     #[derive(serde::Deserialize)]
     struct ServicesOnly {
         #[serde(default, deserialize_with = "services")]
-        services: Vec<String>,
+        services: Vec<ServiceName>,
     }
     let ServicesOnly { services } = serde::Deserialize::deserialize(d)?;
     Ok(Scope {
@@ -415,21 +428,8 @@ impl Scope {
         }
     }
 
-    /// Compose service names, none twice; `only_out_of_date` and `force_recreate` only with
-    /// `services` (never on the target).
+    /// `only_out_of_date` and `force_recreate` only with `services` (never on the target).
     pub(crate) fn check(&self) -> Checked {
-        for (i, name) in self.services.iter().enumerate() {
-            if !valid_name(name) {
-                let message = format!("`services[{i}]` {name:?} is not a compose service name");
-                return Err(("services", message));
-            }
-            if self.services[..i].contains(name) {
-                return Err((
-                    "services",
-                    format!("`services[{i}]` {name:?} is listed twice"),
-                ));
-            }
-        }
         for (field, on) in [
             ("only_out_of_date", self.only_out_of_date),
             ("force_recreate", self.force_recreate),

@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::step::{Down, PeersHealthy, Plan, Smoke, Snapshot, Soak, Up, WaitHealth, WaitLogs};
 use super::*;
+use crate::domain::names::ServiceName;
 use crate::domain::pattern::LogPattern;
 
 const SHIPPED: &[(&str, &str, &str)] = &[
@@ -340,7 +341,9 @@ fn unsafe_orders_are_refused_naming_the_step() {
         ("only_out_of_date on the target", "steps:\n  - {kind: plan, only_out_of_date: true}\n", "step 1 \"plan\": `only_out_of_date: true` needs `services`"),
         ("an empty companion list", "steps:\n  - {kind: peers_healthy}\n  - {kind: down, services: []}\n", "step 2 \"down\": `services` is empty"),
         ("a companion listed twice", "steps:\n  - {kind: plan, services: [nginx, nginx]}\n", "`services[1]` \"nginx\" is listed twice"),
-        ("a list-like companion name", "steps:\n  - {kind: plan, services: [\"a,b\"]}\n", "`services[0]` \"a,b\" is not a compose service name"),
+        ("a list-like companion name", "steps:\n  - {kind: plan, services: [\"a,b\"]}\n", "r.yaml:2: step 1 \"plan\": `services[0]` \"a,b\" is not a compose service name"),
+        ("an allowed name that is not a service", "steps:\n  - {kind: plan,\n     allow: [\"a b\"]}\n", "r.yaml:3: step 1 \"plan\": `allow[0]`: service must be exactly one compose service name (no commas or spaces), got \"a b\""),
+        ("a wait_logs of a list", "steps:\n  - kind: wait_logs\n    require: [x]\n    service: \"a,b\"\n", "r.yaml:4: step 1 \"wait_logs\": `service`: service must be exactly one compose service name"),
         ("force_recreate on a down", "steps:\n  - {kind: peers_healthy}\n  - {kind: down, services: [nginx], force_recreate: true}\n", "unknown field `force_recreate` (a `down` step takes: timeout, services)"),
     ];
     for (case, yaml, expected) in cases {
@@ -460,7 +463,10 @@ fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
         loaded[name]
             .steps
             .iter()
-            .map(|s| (s.kind.name(), s.kind.companions().to_vec()))
+            .map(|s| {
+                let companions = s.kind.companions().iter().map(|c| c.to_string());
+                (s.kind.name(), companions.collect())
+            })
             .collect()
     };
     let list = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -524,7 +530,7 @@ fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
     assert!(forbid.iter().any(|p| p.as_str().contains(r#""ok": false"#)));
     for name in ["long-context-rollout", "long-context-rollback"] {
         assert_eq!(loaded[name].ensure_safe(), Ok(()), "{name}");
-        let forced: Vec<&Vec<String>> = loaded[name]
+        let forced: Vec<&Vec<ServiceName>> = loaded[name]
             .steps
             .iter()
             .filter_map(|s| s.kind.scope())
@@ -532,7 +538,9 @@ fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
             .map(|s| &s.services)
             .collect();
         assert!(
-            forced.iter().all(|s| **s == ["otelcol-contrib"]),
+            forced
+                .iter()
+                .all(|s| s.len() == 1 && s[0] == "otelcol-contrib"),
             "{name}: {forced:?}"
         );
     }

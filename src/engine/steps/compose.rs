@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::{ComposeRequest, ForceRecreate, Services, StreamOutcome};
 use crate::domain::error_code::ErrorCode;
-use crate::domain::names::{ComposeFile, InvalidName, ServiceName, Tag};
+use crate::domain::names::{ComposeFile, ServiceName, Tag};
 use crate::domain::plan_gate;
 use crate::domain::plan_gate::DryRunPlan;
 use crate::domain::runbook::step::call::{CallDetail, CallFailure, TagContent};
@@ -33,7 +33,7 @@ use attempt::{
 fn compose_request(
     run: &StepRun<'_>,
     scope: &Scope,
-    services: Option<&[String]>,
+    services: Option<&[ServiceName]>,
 ) -> Result<ComposeRequest, StepEnd> {
     // A refusal keeps the companion list (`services`, as a gate's evidence and an up's do).
     let refuse = |msg: String| {
@@ -44,12 +44,7 @@ fn compose_request(
         StepEnd::failed(ErrorCode::InvalidRequest, msg, Evidence::of(&detail))
     };
     let services = if scope.is_companion() {
-        let names = services
-            .unwrap_or(&scope.services)
-            .iter()
-            .map(ServiceName::parse)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| refuse(e.to_string()))?;
+        let names = services.unwrap_or(&scope.services).to_vec();
         let host = &run.ctx.host;
         if let Some(replica) = names
             .iter()
@@ -174,7 +169,10 @@ async fn plan(
         let only = spec.scope.only_out_of_date;
         plan_gate::check_companions(&dry_plan, services, allow, only).map(Some)
     } else {
-        let (target, replaced) = (run.rollout.target(), run.rollout.replaced());
+        let (target, replaced) = (
+            run.rollout.target(),
+            run.rollout.replaced().map(|s| s.as_str()),
+        );
         plan_gate::check_rename(&dry_plan, target, replaced, allow).map(|()| None)
     };
     let mut detail = PlanEvidence {
@@ -289,35 +287,12 @@ impl Execute for Down {
 
 /// The former service's file and tag: the plan's `replaces.file`/`tag`, else its newest
 /// recorded deployment under that name (the baseline the snapshot recorded, at least).
-async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFile, Tag), StepEnd> {
-    let Some(replaces) = &run.rollout.replaces else {
-        return Err(StepEnd::failed(
-            ErrorCode::InvalidRequest,
-            "no replaces",
-            Evidence::none(),
-        ));
-    };
-    // Checked when the plan was (`domain::plan::validate`); a row changed since is refused.
-    let invalid = |e: InvalidName| {
-        StepEnd::failed(
-            ErrorCode::InvalidRequest,
-            format!("replaces: {e}"),
-            Evidence::none(),
-        )
-    };
-    let file = replaces
-        .file
-        .clone()
-        .map(ComposeFile::parse)
-        .transpose()
-        .map_err(invalid)?;
-    let tag = replaces
-        .tag
-        .clone()
-        .map(Tag::parse)
-        .transpose()
-        .map_err(invalid)?;
-    if let (Some(file), Some(tag)) = (&file, &tag) {
+async fn replaced_deployment(
+    run: &StepRun<'_>,
+    replaces: &crate::domain::plan::Replaces,
+) -> Result<(ComposeFile, Tag), StepEnd> {
+    let old = &replaces.service;
+    if let (Some(file), Some(tag)) = (&replaces.file, &replaces.tag) {
         return Ok((file.clone(), tag.clone()));
     }
     let store = run.ctx.store;
@@ -325,24 +300,23 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
         .deployment_named(&run.rollout.host, &run.rollout.service, old)
         .await
         .map_err(|e| StepEnd::failed(ErrorCode::StorageError, e.to_string(), Evidence::none()))?;
-    match recorded {
-        Some(d) => Ok((file.unwrap_or(d.file), tag.unwrap_or(d.tag))),
-        None => {
-            let msg = format!(
-                "no deployment of `{old}` is recorded for {} on {} (nor a baseline): give replaces.file and replaces.tag; nothing sent",
-                run.rollout.service, run.rollout.host
-            );
-            let detail = ComposeEvidence {
-                replaces: Some(Replaces::Named(old.to_string())),
-                ..ComposeEvidence::default()
-            };
-            Err(StepEnd::failed(
-                ErrorCode::InvalidRequest,
-                msg,
-                Evidence::of(&detail),
-            ))
-        }
-    }
+    let Some(d) = recorded else {
+        let msg = format!(
+            "no deployment of `{old}` is recorded for {} on {} (nor a baseline): give replaces.file and replaces.tag; nothing sent",
+            run.rollout.service, run.rollout.host
+        );
+        let detail = ComposeEvidence {
+            replaces: Some(Replaces::Named(old.to_string())),
+            ..ComposeEvidence::default()
+        };
+        return Err(StepEnd::failed(
+            ErrorCode::InvalidRequest,
+            msg,
+            Evidence::of(&detail),
+        ));
+    };
+    let file = replaces.file.clone().unwrap_or(d.file);
+    Ok((file, replaces.tag.clone().unwrap_or(d.tag)))
 }
 
 /// The `down` of a rename (docs/reference.md#renamed-replicas): the former service, scoped
@@ -352,20 +326,11 @@ async fn replaced_deployment(run: &StepRun<'_>, old: &str) -> Result<(ComposeFil
 /// file back first, and must plan no recreate and no removal. Never resent after a restart:
 /// once a down attempt exists, it is reconciled like any other.
 async fn rename_down(run: &StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-    let Some(old) = run.rollout.replaced() else {
+    let Some(replaced) = &run.rollout.replaces else {
         return StepEnd::failed(ErrorCode::InvalidRequest, "no replaces", Evidence::none());
     };
-    let old = match ServiceName::parse(old) {
-        Ok(old) => old,
-        Err(e) => {
-            return StepEnd::failed(
-                ErrorCode::InvalidRequest,
-                format!("replaces: {e}"),
-                Evidence::none(),
-            )
-        }
-    };
-    let (file, tag) = match replaced_deployment(run, &old).await {
+    let old = &replaced.service;
+    let (file, tag) = match replaced_deployment(run, replaced).await {
         Ok(found) => found,
         Err(end) => return end,
     };
@@ -563,7 +528,7 @@ async fn scoped(
         }
     };
     let companions = (req.services.names() != [run.rollout.target().clone()])
-        .then(|| req.services.names().iter().map(|s| s.to_string()).collect());
+        .then(|| req.services.names().to_vec());
     let watched = req.services.names();
     match mutate(run, at.step, endpoint, watched, at.deadline, at.abort, send).await {
         StepEnd::Succeeded(detail) if companions.is_some() => {

@@ -21,6 +21,7 @@ use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
+use crate::domain::names::ServiceName;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::soak::{SoakEvidence, SoakProbes};
 use crate::domain::runbook::step::wait_logs::{
@@ -128,7 +129,7 @@ fn log_detail(watch: &LogWatch, reads: &LogReads) -> WaitLogsEvidence {
 /// The step's fields, as the runbook gave them.
 pub(crate) struct LogWait {
     /// Whose logs: the target, or the companion a `wait_logs` names.
-    pub service: String,
+    pub service: ServiceName,
     pub interval: Duration,
     pub require: Vec<LogPattern>,
     pub forbid: Vec<LogPattern>,
@@ -142,8 +143,8 @@ impl Execute for WaitLogs {
         let service = self
             .service
             .clone()
-            .unwrap_or_else(|| run.rollout.target().to_string());
-        if service == run.rollout.target() {
+            .unwrap_or_else(|| run.rollout.target().clone());
+        if service == *run.rollout.target() {
             require.extend(
                 run.rollout
                     .require_logs
@@ -166,7 +167,7 @@ impl Execute for WaitLogs {
 impl Execute for Soak {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
         let spec = LogWait {
-            service: run.rollout.target().to_string(),
+            service: run.rollout.target().clone(),
             interval: self.interval,
             require: Vec::new(),
             forbid: self.forbid.clone(),
@@ -245,7 +246,7 @@ impl StepRun<'_> {
                 match watch.observe(&output, self.ctx.now()) {
                     LogVerdict::Satisfied => {
                         let mut detail = log_detail(&watch, &reads);
-                        if spec.service != self.rollout.target() {
+                        if spec.service != *self.rollout.target() {
                             detail.service = Some(spec.service);
                         }
                         return StepEnd::Succeeded(Evidence::of(&detail));

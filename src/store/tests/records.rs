@@ -368,9 +368,9 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
         .expect("baseline");
     let mut new = rollout("ro_1", "h1", "r2", 1);
     new.replaces = Some(crate::domain::plan::Replaces {
-        service: "r2-old".into(),
+        service: "r2-old".parse().expect("a name"),
         file: None,
-        tag: Some("v1".into()),
+        tag: Some("v1".parse().expect("a tag")),
     });
     create(&store, &new).await;
     let read = store
@@ -378,7 +378,7 @@ async fn a_rename_is_kept_on_the_rollout_and_each_deployment_keeps_the_name_it_r
         .await
         .expect("read")
         .expect("stored");
-    assert_eq!(read.replaced(), Some("r2-old"));
+    assert_eq!(read.replaced().map(|s| s.as_str()), Some("r2-old"));
     assert_eq!(read.replaces, new.replaces);
     assert_eq!(
         (read.target().as_str(), read.deploy_as.as_deref()),

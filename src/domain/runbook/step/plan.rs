@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Checked, positive_duration, Scope, StepDef, QUICK_STEP_BUDGET};
 use crate::domain::duration::serde_duration;
 use super::call::CallFailure;
+use crate::domain::names::ServiceName;
 use crate::domain::plan_gate::DryRunPlan;
 
 /// `compose/up` dry run, then the plan gate.
@@ -15,7 +16,7 @@ use crate::domain::plan_gate::DryRunPlan;
 pub struct Plan {
     /// Services tolerated besides the target (e.g. `model-downloader`).
     #[serde(default)]
-    pub allow: Vec<String>,
+    pub allow: Vec<ServiceName>,
     /// The target, or the companion services of the `up` it gates (the same `services`,
     /// `only_out_of_date` and `force_recreate`, so the dry run sees the up's payload).
     #[serde(flatten)]
@@ -38,10 +39,6 @@ impl StepDef for Plan {
         &["allow", "services", "only_out_of_date", "force_recreate", "timeout"];
 
     fn check(&self) -> Checked {
-        if self.allow.iter().any(|a| a.trim().is_empty()) {
-            let message = "`allow` entries must be service names, not empty";
-            return Err(("allow", message.to_string()));
-        }
         self.scope.check()?;
         positive_duration("timeout", self.timeout)
     }
@@ -80,13 +77,13 @@ pub struct PlanEvidence {
     pub plan: Option<Option<PlannedChanges>>,
     /// The services the step tolerates besides the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow: Option<Vec<String>>,
+    pub allow: Option<Vec<ServiceName>>,
     /// A companion gate's services.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub services: Option<Vec<String>>,
+    pub services: Option<Vec<ServiceName>>,
     /// What a companion gate lets its `up` apply (what a reconcile applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apply: Option<Vec<String>>,
+    pub apply: Option<Vec<ServiceName>>,
     /// Why the gate refused the plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub violation: Option<String>,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Checked, compose_summary, defaults, positive_duration, Scope, StepDef};
 use crate::domain::duration::serde_duration;
+use crate::domain::names::ServiceName;
 use super::call::CallFailure;
 use super::plan::PlannedChanges;
 use super::signals::Signals;
@@ -64,7 +65,7 @@ pub struct ComposeEvidence {
     pub sent: Option<bool>,
     /// The companion services the call acted on; absent for the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub services: Option<Vec<String>>,
+    pub services: Option<Vec<ServiceName>>,
     /// A reconcile `up` that sent nothing: `true`, with why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<bool>,
@@ -73,7 +74,7 @@ pub struct ComposeEvidence {
     pub reason: Option<String>,
     /// What the reconcile applied (empty when it sent nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apply: Option<Vec<String>>,
+    pub apply: Option<Vec<ServiceName>>,
     /// The former service a rename's `down` acted on, with its file and tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<Replaces>,

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Checked, at_least_one, defaults, interval_within, positive_duration, valid_name, StepDef};
+use super::{Checked, at_least_one, defaults, interval_within, positive_duration, StepDef};
 use crate::domain::duration::serde_duration;
+use crate::domain::names::ServiceName;
 use crate::domain::pattern::{LogPattern, SeenLine};
 
 /// Poll `compose/logs` until every `require` line appeared; fail on any `forbid` line.
@@ -30,7 +31,7 @@ pub struct WaitLogs {
     /// The compose service whose logs are read (a companion such as the perception check);
     /// `None` is the rollout's target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<String>,
+    pub service: Option<ServiceName>,
 }
 
 impl StepDef for WaitLogs {
@@ -50,14 +51,7 @@ impl StepDef for WaitLogs {
         positive_duration("timeout", self.timeout)?;
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.timeout, "timeout")?;
-        at_least_one("max_log_failures", self.max_log_failures)?;
-        match &self.service {
-            Some(name) if !valid_name(name) => Err((
-                "service",
-                format!("`service` must be one compose service name, got \"{name}\""),
-            )),
-            _ => Ok(()),
-        }
+        at_least_one("max_log_failures", self.max_log_failures)
     }
 
     fn budget(&self) -> Duration {
@@ -84,7 +78,7 @@ pub struct WaitLogsEvidence {
     pub reads: LogReadsEvidence,
     /// The companion whose logs were read; absent for the target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<String>,
+    pub service: Option<ServiceName>,
     /// The forbidden line that failed the step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forbidden: Option<ForbiddenLine>,

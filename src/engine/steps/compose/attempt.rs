@@ -67,7 +67,7 @@ where
         || run
             .rollout
             .replaced()
-            .is_some_and(|old| watched.len() == 1 && watched[0] == old);
+            .is_some_and(|old| watched.len() == 1 && watched[0] == *old);
     let called = call(run, step, endpoint, touches, deadline, abort, send).await;
     // Known in memory before its outcome is written: while that write waits on a failing
     // disk, the daemon still tells what the call did (`store::health`, safety rule 18).
