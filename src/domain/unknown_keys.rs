@@ -1,10 +1,11 @@
-//! Every unknown key of a YAML document at once, in file order.
+//! Every unknown key of a document at once, in the order written: the one way canaryd finds
+//! them, in configs, runbooks (and each step), plans and API bodies.
 //!
 //! A type with `#[serde(deny_unknown_fields)]` refuses the first unknown key it meets and stops
 //! there, so a file with three typos needs three edits and three runs to learn of them. Here
-//! the document is read again without each key serde refused, until it refuses none, and every
-//! refused key is answered with its path, its line and serde's own message (which lists the
-//! keys that type takes).
+//! the document is read again without each key serde refused (an unknown one, or one whose
+//! value it refused, so that the keys after it are still read), until it refuses none, and
+//! every unknown key is answered with its path, its line and serde's own message.
 
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
@@ -38,32 +39,44 @@ impl Refused {
 }
 
 /// Every key of `doc` that `T` refuses as unknown, in the order serde meets them (at most
-/// [`MAX_REPORTED`]). Empty when there is none, and when `doc` fails for another reason first.
+/// [`MAX_REPORTED`]). A key whose value serde refuses is set aside the same way, so that the
+/// unknown keys after it are still found (that error is reported when there is no unknown
+/// key); the search ends at an error no key can be blamed for (a missing field). Empty when
+/// there is no unknown key.
 pub(crate) fn refused_keys<T: DeserializeOwned>(mut doc: Value) -> Vec<Refused> {
     let mut found = Vec::new();
-    while found.len() < MAX_REPORTED {
+    for _ in 0..2 * MAX_REPORTED {
         let Err(err) = serde_path_to_error::deserialize::<_, T>(doc.clone()) else {
             break;
         };
         let message = err.inner().to_string();
-        let Some(key) = refused_key(&message) else {
-            break;
-        };
         let Some(mut parent) = path_of(err.path()) else {
             break;
         };
-        // The path ends at the refused key itself.
-        if matches!(parent.last(), Some(Step::Key(k)) if *k == key) {
-            parent.pop();
-        }
-        if !remove(&mut doc, &parent, &key) {
+        let unknown = refused_key(&message);
+        // The path ends at the refused key itself (or at the key whose value is refused).
+        let key = match (unknown.clone(), parent.last()) {
+            (Some(key), Some(Step::Key(k))) if *k == key => parent.pop().map(|_| key),
+            (Some(key), _) => Some(key),
+            (None, Some(Step::Key(_))) => match parent.pop() {
+                Some(Step::Key(k)) => Some(k),
+                _ => None,
+            },
+            (None, _) => None,
+        };
+        let Some(key) = key.filter(|key| remove(&mut doc, &parent, key)) else {
             break;
+        };
+        if unknown.is_some() {
+            found.push(Refused {
+                parent,
+                key,
+                message,
+            });
+            if found.len() == MAX_REPORTED {
+                break;
+            }
         }
-        found.push(Refused {
-            parent,
-            key,
-            message,
-        });
     }
     found
 }
@@ -121,4 +134,62 @@ fn shown(path: &[Step]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::refused_keys;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Doc {
+        count: u32,
+        #[serde(default)]
+        inner: Option<Inner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        name: String,
+    }
+
+    /// Each document: the unknown keys found, as `parent.key`, in the order written.
+    #[test]
+    fn every_unknown_key_is_found_in_order_even_after_a_value_serde_refuses() {
+        let cases: [(&str, &[&str]); 7] = [
+            ("count: 1\n", &[]),
+            ("count: 1\nzeal: 2\n", &["zeal"]),
+            (
+                "zeal: 2\ncount: 1\ninner: {name: a, colour: b}\n",
+                &["zeal", "inner.colour"],
+            ),
+            // The wrong count comes first: the keys after it are still reported.
+            (
+                "count: many\nzeal: 2\ninner: {name: 7, colour: b}\n",
+                &["zeal", "inner.colour"],
+            ),
+            // A wrong value alone is no unknown key (its own error is reported instead).
+            ("count: many\n", &[]),
+            ("zeal: 1\n", &["zeal"]),
+            // A mapping missing a field is set aside like a wrong value; a document missing
+            // one ends the search, what was found before it kept.
+            ("inner: {}\ncount: 1\nzeal: 1\n", &["zeal"]),
+        ];
+        for (yaml, want) in cases {
+            let doc: serde_yaml::Value = serde_yaml::from_str(yaml).expect("yaml");
+            let got: Vec<String> = refused_keys::<Doc>(doc)
+                .into_iter()
+                .map(|r| match r.parent_shown() {
+                    p if p.is_empty() => r.key,
+                    p => format!("{p}.{}", r.key),
+                })
+                .collect();
+            assert_eq!(got, want, "{yaml}");
+        }
+    }
 }

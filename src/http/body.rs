@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{ApiError, AppState};
 use crate::domain::plan::MAX_REASON_BYTES;
+use crate::domain::unknown_keys::refused_keys;
 
 /// The largest body any route reads (a plan is the largest).
 pub const MAX_BODY_BYTES: usize = crate::domain::plan::MAX_BODY_BYTES;
@@ -82,10 +83,12 @@ impl FromRequest<AppState> for Body {
 }
 
 /// A JSON object body an API route takes: its name in messages and the fields it may have.
+/// Its type refuses unknown keys (`#[serde(deny_unknown_fields)]`): serde finds them, as it
+/// does in configs, plans and runbooks (`domain::unknown_keys`).
 pub trait JsonInput: DeserializeOwned {
     /// What the body is, at the start of its error messages (`rollback body`).
     const NAME: &'static str;
-    /// Every field it may have: any other is refused `unknown_field`, naming them.
+    /// Every field it may have, as messages list them.
     const FIELDS: &'static [&'static str];
     /// It must say why (a `reason` that is not blank), or it is refused `missing_reason`
     /// (422): the reason is kept in the audit trail.
@@ -123,13 +126,15 @@ pub fn parse_json<T: JsonInput>(bytes: &[u8]) -> Result<T, ApiError> {
     };
     crate::domain::plan::check_unique_keys(bytes).map_err(invalid)?;
     // Read again as a YAML mapping, which keeps the keys in the body's order (serde_json's
-    // map sorts them): unknown keys are named in the order written.
-    let ordered: serde_yaml::Mapping =
+    // map sorts them): unknown keys are named in the order written, as serde refuses them.
+    let ordered: serde_yaml::Value =
         serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
-    let unknown: Vec<&str> = ordered
-        .keys()
-        .filter_map(serde_yaml::Value::as_str)
-        .filter(|k| !T::FIELDS.contains(k))
+    let unknown: Vec<String> = refused_keys::<T>(ordered)
+        .into_iter()
+        .map(|r| match r.parent_shown() {
+            parent if parent.is_empty() => r.key,
+            parent => format!("{parent}.{}", r.key),
+        })
         .collect();
     if !unknown.is_empty() {
         let s = if unknown.len() > 1 { "s" } else { "" };
@@ -182,6 +187,7 @@ mod tests {
     use super::*;
 
     #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
     struct Input {
         reason: String,
         #[serde(default)]

@@ -492,7 +492,8 @@ pub(crate) fn interval_within(interval: Duration, limit: Duration, limit_field: 
 }
 
 /// Reads a step of kind `K` from `node` (at `at` in `source`), then checks it; messages
-/// without the step's prefix.
+/// without the step's prefix. Every key the kind does not take is refused at once, in file
+/// order, before anything else (`yaml_line::read_node`).
 fn read_kind<K: StepDef>(
     source: &str,
     at: &[Seg<'_>],
@@ -502,52 +503,16 @@ fn read_kind<K: StepDef>(
     node.retain(|key, value| {
         !(value.is_null() && key.as_str().is_some_and(|k| K::FIELDS.contains(&k)))
     });
-    // A key the kind does not take is reported even when another field's value is wrong:
-    // every unknown key of a runbook comes before anything else.
-    let unknown: Vec<String> = node
-        .keys()
-        .filter_map(Value::as_str)
-        .filter(|k| !K::FIELDS.contains(k))
-        .map(str::to_owned)
-        .collect();
-    let mut errors: Vec<StepError> = unknown
-        .iter()
-        .map(|key| {
-            node.shift_remove(key.as_str());
-            let mut path = at.to_vec();
-            path.push(Seg::Key(key));
-            let e = YamlError {
-                line: locate(source, &path),
-                path: String::new(),
-                unknown: Some(key.clone()),
-                message: String::new(),
-            };
-            StepError {
-                line: e.line,
-                unknown: true,
-                message: shown_error::<K>(e),
-            }
-        })
-        .collect();
-    let read = read_node::<K>(source, at, Value::Mapping(node));
-    let kind = match read {
-        Ok(kind) if errors.is_empty() => kind,
-        Ok(_) => return Err(errors),
-        Err(found) => {
-            let found = found.into_iter().map(|e| StepError {
+    let kind: K = read_node(source, at, Value::Mapping(node)).map_err(|found| {
+        found
+            .into_iter()
+            .map(|e| StepError {
                 line: e.line,
                 unknown: e.unknown.is_some(),
                 message: shown_error::<K>(e),
-            });
-            if errors.is_empty() {
-                return Err(found.collect());
-            }
-            // With unknown keys, only the other unknown keys (nested ones) join them.
-            errors.extend(found.filter(|e| e.unknown));
-            errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-            return Err(errors);
-        }
-    };
+            })
+            .collect::<Vec<_>>()
+    })?;
     kind.check().map_err(|(field, message)| {
         let mut path = at.to_vec();
         path.push(Seg::Key(field));
