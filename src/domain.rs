@@ -3,6 +3,7 @@
 pub mod analysis;
 pub mod audit;
 pub mod defaults;
+pub mod downtime;
 pub mod duration;
 pub mod error_code;
 pub mod exposition;

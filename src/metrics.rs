@@ -63,6 +63,7 @@ pub struct Metrics {
     rollout_duration: HistogramFamily,
     step_duration: HistogramFamily,
     rollback_initiation: Histogram,
+    replica_downtime: HistogramFamily,
     compose_requests: Family<ComposeLabels, Counter>,
     active_rollouts: Gauge,
     replicas_down: Gauge,
@@ -124,6 +125,12 @@ impl Metrics {
             "From a rollback's request (or the failure that caused an automatic one) to its first compose-manager call",
             rollback_initiation.clone(),
         );
+        let replica_downtime = HistogramFamily::new_with_constructor(rollout_buckets);
+        registry.register(
+            "canaryd_replica_downtime_seconds",
+            "A replica's time out of service in a rollout, from its down to its first healthy answer, by rollout kind and outcome",
+            replica_downtime.clone(),
+        );
         let compose_requests = Family::<ComposeLabels, Counter>::default();
         registry.register(
             "canaryd_compose_manager_requests",
@@ -174,6 +181,7 @@ impl Metrics {
             rollout_duration,
             step_duration,
             rollback_initiation,
+            replica_downtime,
             compose_requests,
             active_rollouts,
             replicas_down,
@@ -327,6 +335,20 @@ impl Metrics {
         self.rollouts.get_or_create(&labels).inc();
         if let Some(secs) = seconds(r.started_at.unwrap_or(r.created_at), r.finished_at) {
             self.rollout_duration.get_or_create(&labels).observe(secs);
+        }
+        if !r.touched_replica {
+            return;
+        }
+        let (Ok(steps), Ok(attempts)) = (
+            store.steps(rollout_id).await,
+            store.attempts(rollout_id).await,
+        ) else {
+            return;
+        };
+        let downtime = crate::api::rollout::downtime(&steps, &attempts, None);
+        if let Some(ms) = downtime.and_then(|d| d.total_ms) {
+            let secs = ms as f64 / 1000.0;
+            self.replica_downtime.get_or_create(&labels).observe(secs);
         }
     }
 

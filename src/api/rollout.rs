@@ -4,8 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::downtime::{Downtime, StepTimes};
+use crate::domain::runbook::Runbook;
 use crate::domain::state::{AttemptOutcome, StepStatus};
-use crate::store::{Rollout, Step};
+use crate::store::{Rollout, Step, StepAttempt};
 
 /// A rollout as the API shows it.
 #[derive(Debug, Serialize, Deserialize, Clone)]
@@ -42,6 +44,11 @@ pub struct RolloutOut {
     /// single rollout's answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_url: Option<String>,
+    /// How long the replica was out of service, from its `down` to its first healthy answer,
+    /// and the parts of that time; absent when no down of it was sent. Only in a single
+    /// rollout's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime: Option<Downtime>,
 }
 
 /// A rollout's error.
@@ -116,8 +123,40 @@ impl RolloutOut {
             replaces: r.replaces,
             release_id: None,
             page_url: None,
+            downtime: None,
         }
     }
+}
+
+/// The replica's downtime in a rollout of `steps` with these compose `attempts`
+/// ([`crate::domain::downtime`]). A `down` or `up` acts on the replica unless its runbook
+/// step names companion `services` (`runbook`, when loaded; else its evidence says so).
+pub fn downtime(
+    steps: &[Step],
+    attempts: &[StepAttempt],
+    runbook: Option<&Runbook>,
+) -> Option<Downtime> {
+    let times: Vec<StepTimes> = steps
+        .iter()
+        .map(|s| {
+            let companion = match runbook.and_then(|r| r.steps.get(s.position as usize)) {
+                Some(spec) => spec.kind.scope().is_some_and(|scope| scope.is_companion()),
+                None => s.detail.get("services").is_some() && s.detail.get("replaces").is_none(),
+            };
+            let healthy_since = s.detail.get("healthy_since").and_then(|t| t.as_str());
+            StepTimes {
+                kind: s.kind,
+                on_replica: !companion,
+                calls: attempts
+                    .iter()
+                    .filter(|a| a.step_id == s.id)
+                    .map(|a| (a.endpoint.clone(), a.started_at, a.finished_at))
+                    .collect(),
+                healthy_since: healthy_since.and_then(|t| t.parse().ok()),
+            }
+        })
+        .collect();
+    crate::domain::downtime::of(&times)
 }
 
 impl From<Step> for StepOut {

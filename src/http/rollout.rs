@@ -42,7 +42,10 @@ pub(super) async fn rollout_out(
     // first, 1,000 concurrent reads held it while they queued for the attempts' read.
     let steps = store.steps(&rollout.id).await.map_err(internal)?;
     let step_ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
+    let runbook = state.engine.runbook(&rollout.runbook).ok();
+    let downtime = crate::api::rollout::downtime(&steps, &attempts, runbook);
     let mut out = RolloutOut::new(rollout, steps);
+    out.downtime = downtime;
     for a in attempts {
         let Some(i) = step_ids.iter().position(|id| *id == a.step_id) else {
             continue;

@@ -51,6 +51,18 @@ function statusText(s) { return el("span", {class: "status " + s, "data-status":
 function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURIComponent(rid), class: "mono", "data-rollout-link": rid}, rid); }
 
 // ---- header ---------------------------------------------------------------------------
+// How long the replica was out of service, and its parts (`downtime` in the API).
+function downtimeText(d, ended) {
+  const p = d.parts || {};
+  const parts = [["down", p.down_ms], ["between", p.between_ms], ["up: pull, build, create", p.up_ms], ["cold start", p.cold_start_ms]]
+    .filter(([, v]) => v !== undefined && v !== null)
+    .map(([k, v]) => k + " " + duration(v));
+  const total = d.total_ms !== undefined && d.total_ms !== null
+    ? duration(d.total_ms)
+    : ended ? "not back healthy when the rollout ended" : duration(Date.now() - ms(d.down_at)) + " so far";
+  return el("span", {"data-downtime": d.total_ms === undefined ? "" : String(d.total_ms)}, total + (parts.length ? " (" + parts.join(", ") + ")" : ""));
+}
+
 function renderHeader(r) {
   document.title = "canaryd " + r.kind + " " + r.service + " → " + r.tag + " (" + r.status + ")";
   document.getElementById("status").replaceChildren(statusText(r.status));
@@ -72,6 +84,7 @@ function renderHeader(r) {
   row("finished", time(r.finished_at));
   const start = ms(r.started_at) || ms(r.created_at);
   row("took", duration((ms(r.finished_at) || Date.now()) - start) + (terminal(r) ? "" : " so far"));
+  if (r.downtime) row("replica down", downtimeText(r.downtime, terminal(r)));
   if (r.rollback_of) row("rollback of", rolloutLink(r.rollback_of));
   if (r.rolled_back_by) row("rolled back by", rolloutLink(r.rolled_back_by));
   if (r.release_id) row("release", el("a", {href: "/#release=" + encodeURIComponent(r.release_id), class: "mono", "data-release-link": r.release_id}, r.release_id));

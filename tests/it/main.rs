@@ -18,6 +18,7 @@ mod dashboard;
 mod demo;
 mod docs_links;
 mod doctor;
+mod downtime;
 mod edge;
 mod fleet;
 mod flood;

@@ -268,6 +268,7 @@ impl StepRun<'_> {
             Err(end) => return end,
         };
         let (mut ok, mut bad, mut streak) = (0u64, 0u64, 0u32);
+        let mut healthy_since = None;
         let mut progress = Progress::new(self.ctx.timings.progress_every);
         let mut rhythm = Rhythm::new(interval);
         loop {
@@ -276,15 +277,18 @@ impl StepRun<'_> {
             if sample.is_healthy() {
                 ok += 1;
                 streak += 1;
+                healthy_since = healthy_since.or(Some(self.ctx.now()));
             } else {
                 bad += 1;
                 streak = 0;
+                healthy_since = None;
             }
             let detail = Evidence::of(&WaitHealthEvidence {
                 healthy_samples: ok,
                 unhealthy_samples: bad,
                 streak,
                 last: serde_json::to_value(&sample).unwrap_or_default(),
+                healthy_since,
             });
             if streak >= consecutive {
                 return StepEnd::Succeeded(detail);

@@ -117,6 +117,17 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
         format!("/rollouts/{id}"),
         "the link is a real link"
     );
+    // The replica's downtime, as the API gives it, with its parts.
+    let total = r["downtime"]["total_ms"].as_i64().expect("a downtime");
+    let down = browser
+        .eval("const e = document.querySelector('[data-field=\"replica down\"] [data-downtime]'); return e && {ms: Number(e.getAttribute('data-downtime')), text: e.textContent};")
+        .await;
+    assert_eq!(down["ms"].as_i64(), Some(total), "{down}");
+    let text = down["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("cold start") && text.contains("down "),
+        "{text}"
+    );
     for (s, want) in shown.as_array().expect("steps").iter().zip(steps) {
         let name = want["name"].as_str().expect("name");
         assert_eq!(s["name"], want["name"]);

@@ -71,6 +71,10 @@ pub struct WaitHealthEvidence {
     pub streak: u32,
     /// The last `/health` sample, as the prober read it (`status`, `error`).
     pub last: serde_json::Value,
+    /// When the current streak of 200s began: the replica's first healthy answer, once the
+    /// step passed (the end of its downtime, `crate::domain::downtime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[cfg(test)]
@@ -92,6 +96,12 @@ mod tests {
             (
                 json!({"healthy_samples": 3, "unhealthy_samples": 2, "streak": 3,
                        "last": {"error": "connection refused", "status": null}}),
+                Some("3 healthy / 2 unhealthy samples"),
+            ),
+            (
+                json!({"healthy_samples": 3, "unhealthy_samples": 2, "streak": 3,
+                       "last": {"error": null, "status": 200},
+                       "healthy_since": "2026-12-06T03:40:00Z"}),
                 Some("3 healthy / 2 unhealthy samples"),
             ),
         ]);
