@@ -125,7 +125,7 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
     assert_eq!(down["ms"].as_i64(), Some(total), "{down}");
     let text = down["text"].as_str().unwrap_or_default();
     assert!(
-        text.contains("cold start") && text.contains("down "),
+        text.contains("cold start") && text.contains("down call "),
         "{text}"
     );
     for (s, want) in shown.as_array().expect("steps").iter().zip(steps) {
