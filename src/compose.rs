@@ -28,7 +28,10 @@ use serde::de::DeserializeOwned;
 pub use error::ComposeError;
 pub use request::{ComposeRequest, ForceRecreate, LogsRequest, Services};
 pub use stream::{DryRunResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
-pub use wire::{DeployedRecord, HostStatus, InFlight, ProjectDeployments, PsEntry, VersionInfo};
+pub use wire::{
+    CacheVolume, DeployedRecord, HostCache, HostStatus, InFlight, ProjectDeployments, PsEntry,
+    VersionInfo,
+};
 
 use request::{ComposeBody, LogsBody};
 use stream::{Streamed, Transcript};
@@ -40,8 +43,9 @@ const PS: &str = "/docker/ps";
 const EVICT: &str = "/docker/evict";
 const STATUS: &str = "/status";
 const VERSION: &str = "/version";
+const HOST_CACHE: &str = "/host/cache";
 /// Every endpoint a client calls: their URLs are parsed once, when the client is made.
-const ENDPOINTS: [&str; 7] = [UP, DOWN, LOGS, PS, EVICT, STATUS, VERSION];
+const ENDPOINTS: [&str; 8] = [UP, DOWN, LOGS, PS, EVICT, STATUS, VERSION, HOST_CACHE];
 
 /// Timeouts and identity of a [`ComposeClient`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,6 +263,13 @@ impl ComposeClient {
     /// The operation holding the host's lock, if any (`GET /status`).
     pub async fn status(&self) -> Result<HostStatus, ComposeError> {
         self.call(STATUS, self.request(Method::GET, STATUS)).await
+    }
+
+    /// The host's model cache (`GET /host/cache`): each volume's used bytes and the weight
+    /// repos it holds.
+    pub async fn host_cache(&self) -> Result<HostCache, ComposeError> {
+        self.call(HOST_CACHE, self.request(Method::GET, HOST_CACHE))
+            .await
     }
 
     /// What the host last deployed (`GET /version`).

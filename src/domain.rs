@@ -19,6 +19,7 @@ pub mod plan_gate;
 pub mod release;
 pub mod rollout;
 pub mod runbook;
+pub mod staging;
 pub mod state;
 pub mod unknown_keys;
 pub mod uptime;

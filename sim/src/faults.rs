@@ -241,6 +241,23 @@ impl SimFaults {
         }
     }
 
+    /// Sticky: `GET /host/cache` reports `volume` using `used_bytes` (`None` removes it)
+    /// and, when given, exactly these cached weight repos (`models--org--repo`).
+    pub fn set_cache(&self, volume: &str, used_bytes: Option<u64>, weights: Option<&[&str]>) {
+        let mut st = self.shared.state();
+        match used_bytes {
+            Some(bytes) => {
+                st.cache_volumes.insert(volume.to_owned(), bytes);
+            }
+            None => {
+                st.cache_volumes.remove(volume);
+            }
+        }
+        if let Some(weights) = weights {
+            st.cached_weights = weights.iter().map(|w| (*w).to_owned()).collect();
+        }
+    }
+
     /// Sticky: the host's own env files set `name` to `value` (`None` removes it). They are
     /// what `/compose/logs` interpolates the file with; the example file requires
     /// `PROXY_TOKEN`, so removing it makes every logs call answer 500, as on the real server.

@@ -359,6 +359,11 @@ impl SimHost {
         state.faults.cold_start = cfg.cold_start;
         state.faults.legacy = cfg.legacy;
         state.host_env = cfg.initial_env.clone();
+        // The engines' model cache holds what the running engines load.
+        state
+            .cache_volumes
+            .insert(state::HF_VOLUME.to_owned(), 180 << 30);
+        state.cached_weights = vec!["models--zai-org--GLM-5.3-Flash-W4AFP8".to_owned()];
         let shared = Arc::new(Shared {
             token: cfg.token.clone(),
             files: cfg.compose_files.clone(),

@@ -36,6 +36,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/docker/ps", get(inspect::docker_ps))
         .route("/docker/evict", post(evict_model))
         .route("/status", get(get_status))
+        .route("/host/cache", get(get_host_cache))
         .route("/version", get(get_version))
         .layer(middleware::from_fn_with_state(shared.clone(), record_call))
         .with_state(shared)
@@ -74,6 +75,20 @@ async fn get_status(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Re
         return denied.into_response();
     }
     Json(json!({"status": "ok", "in_flight": shared.in_flight()})).into_response()
+}
+
+/// `GET /host/cache`: `{"volumes":[{"name","size_bytes"}],"weights":[...]}` (newest).
+async fn get_host_cache(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize(&shared, &headers) {
+        return denied.into_response();
+    }
+    let st = shared.state();
+    let volumes: Vec<Value> = st
+        .cache_volumes
+        .iter()
+        .map(|(name, size)| json!({"name": name, "size_bytes": size}))
+        .collect();
+    Json(json!({"volumes": volumes, "weights": st.cached_weights})).into_response()
 }
 
 #[derive(Serialize)]

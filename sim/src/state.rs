@@ -93,6 +93,10 @@ pub(crate) struct State {
     pub engine_reads: VecDeque<super::SimEngineRead>,
     /// The simulated requests every engine serves (its `/metrics`).
     pub traffic: super::traffic::Traffic,
+    /// `GET /host/cache`: each volume's used bytes, and the weight repos cached
+    /// (`models--org--repo`).
+    pub cache_volumes: BTreeMap<String, u64>,
+    pub cached_weights: Vec<String>,
 }
 
 /// The operation holding the lock, as `/status` shows it.

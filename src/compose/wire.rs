@@ -43,6 +43,23 @@ fn is_service(names: &str, labels: &str, service: &str) -> bool {
             .any(|l| l.strip_prefix("com.docker.compose.service=") == Some(service))
 }
 
+/// `GET /host/cache` (newest compose-manager): each volume's used size and the cached weight
+/// repos (`models--org--repo`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCache {
+    #[serde(default)]
+    pub volumes: Vec<CacheVolume>,
+    #[serde(default)]
+    pub weights: Vec<String>,
+}
+
+/// One volume of [`HostCache`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheVolume {
+    pub name: String,
+    pub size_bytes: u64,
+}
+
 /// `GET /status`: the operation holding the host's lock, if any.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostStatus {

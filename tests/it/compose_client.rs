@@ -246,3 +246,57 @@ async fn a_failed_phase_is_a_failure_and_a_cut_stream_is_unknown() {
     let cut = f.client.up(&f.up("v0.0.452", R2)).await.expect("stream");
     assert_eq!(cut.outcome, StreamOutcome::Unknown, "{cut:?}");
 }
+
+#[tokio::test]
+async fn the_host_cache_reports_volumes_and_weights_and_the_gate_reads_it() {
+    use canaryd::domain::staging::{cache_dir, verdict, SpaceVerdict};
+    const GIB: u64 = 1 << 30;
+    const VOLUME: &str = "work_huggingface_cache";
+    const REPO: &str = "zai-org/GLM-5.3-W4AFP8";
+    let f = fixture().await;
+    let gate = |cache: &canaryd::compose::HostCache| {
+        let volumes: Vec<(String, u64)> = cache
+            .volumes
+            .iter()
+            .map(|v| (v.name.clone(), v.size_bytes))
+            .collect();
+        verdict(
+            &volumes,
+            &cache.weights,
+            VOLUME,
+            1000 * GIB,
+            250 * GIB,
+            REPO,
+        )
+    };
+    let cache = f.client.host_cache().await.expect("host cache");
+    assert!(cache.volumes.iter().any(|v| v.name == VOLUME), "{cache:?}");
+    assert!(!cache.weights.contains(&cache_dir(REPO)), "{cache:?}");
+
+    f.sim.faults().set_cache(VOLUME, Some(900 * GIB), None);
+    let full = f.client.host_cache().await.expect("host cache");
+    assert_eq!(
+        gate(&full),
+        SpaceVerdict::Insufficient {
+            free: 100 * GIB,
+            required: 250 * GIB
+        }
+    );
+    f.sim.faults().set_cache(VOLUME, Some(400 * GIB), None);
+    let room = f.client.host_cache().await.expect("host cache");
+    assert_eq!(gate(&room), SpaceVerdict::Enough { free: 600 * GIB });
+    let dir = cache_dir(REPO);
+    f.sim
+        .faults()
+        .set_cache(VOLUME, Some(990 * GIB), Some(&[dir.as_str()]));
+    let staged = f.client.host_cache().await.expect("host cache");
+    assert_eq!(gate(&staged), SpaceVerdict::AlreadyStaged);
+    // Reading the cache is a read: nothing was sent that acts on the host.
+    let acting: Vec<_> = f
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "POST")
+        .collect();
+    assert!(acting.is_empty(), "{acting:?}");
+}
