@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::downtime::{Downtime, StepTimes};
+use crate::domain::runbook::step::{evidence, Up, WaitHealth};
 use crate::domain::runbook::Runbook;
 use crate::domain::state::{AttemptOutcome, StepStatus};
 use crate::store::{Rollout, Step, StepAttempt};
@@ -141,9 +142,9 @@ pub fn downtime(
         .map(|s| {
             let companion = match runbook.and_then(|r| r.steps.get(s.position as usize)) {
                 Some(spec) => spec.kind.scope().is_some_and(|scope| scope.is_companion()),
-                None => s.detail.get("services").is_some() && s.detail.get("replaces").is_none(),
+                None => evidence::<Up>(&s.detail)
+                    .is_some_and(|e| e.services.is_some() && e.replaces.is_none()),
             };
-            let healthy_since = s.detail.get("healthy_since").and_then(|t| t.as_str());
             StepTimes {
                 kind: s.kind,
                 on_replica: !companion,
@@ -152,7 +153,7 @@ pub fn downtime(
                     .filter(|a| a.step_id == s.id)
                     .map(|a| (a.endpoint.clone(), a.started_at, a.finished_at))
                     .collect(),
-                healthy_since: healthy_since.and_then(|t| t.parse().ok()),
+                healthy_since: evidence::<WaitHealth>(&s.detail).and_then(|e| e.healthy_since),
             }
         })
         .collect();

@@ -156,21 +156,9 @@ pub(super) async fn look(
 
 /// The step's end with the signals read before it in its detail.
 pub(super) fn with_evidence(end: StepEnd, signals: Option<Signals>) -> StepEnd {
-    let Some(signals) = signals else {
-        return end;
-    };
-    match end {
-        StepEnd::Succeeded(d) => StepEnd::Succeeded(d.with_signals(&signals)),
-        StepEnd::Failed {
-            code,
-            message,
-            detail,
-        } => StepEnd::Failed {
-            code,
-            message,
-            detail: detail.with_signals(&signals),
-        },
-        StepEnd::Aborted(d) => StepEnd::Aborted(d.with_signals(&signals)),
+    match signals {
+        Some(signals) => end.map(|d| d.with_signals(&signals)),
+        None => end,
     }
 }
 

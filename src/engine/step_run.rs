@@ -35,6 +35,19 @@ pub(crate) enum StepEnd {
 }
 
 impl StepEnd {
+    /// The same end, its evidence changed by `f`.
+    pub(crate) fn map(self, f: impl FnOnce(Evidence) -> Evidence) -> Self {
+        match self {
+            StepEnd::Succeeded(d) => StepEnd::Succeeded(f(d)),
+            StepEnd::Failed {
+                code,
+                message,
+                detail,
+            } => StepEnd::failed(code, message, f(detail)),
+            StepEnd::Aborted(d) => StepEnd::Aborted(f(d)),
+        }
+    }
+
     pub(crate) fn failed(code: ErrorCode, message: impl Into<String>, detail: Evidence) -> Self {
         StepEnd::Failed {
             code,
@@ -159,7 +172,7 @@ impl Evidence {
     }
 
     /// Every text of it masked by `mask` (secrets kept out of evidence).
-    pub(crate) fn masked(self, mask: impl Fn(&serde_json::Value) -> serde_json::Value) -> Self {
+    pub(crate) fn masked(&self, mask: impl Fn(&serde_json::Value) -> serde_json::Value) -> Self {
         Evidence(mask(&self.0))
     }
 

@@ -54,7 +54,7 @@ async fn list_replicas(
                 current_deployment: current,
                 active_rollout: active
                     .as_ref()
-                    .filter(|r| &r.service == service)
+                    .filter(|r| r.service == **service)
                     .map(|r| r.id.clone()),
                 left_down: down.iter().any(|(h, s)| h == host_name && s == service),
             });

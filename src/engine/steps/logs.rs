@@ -193,18 +193,13 @@ impl StepRun<'_> {
     /// the evidence and the message of a log step (matched lines, forbidden lines, the last
     /// fetch error) is replaced by `***` before it is stored. An engine may print its env.
     pub(crate) fn masked(&self, end: StepEnd) -> StepEnd {
-        match end {
-            StepEnd::Succeeded(d) => StepEnd::Succeeded(self.mask_json(&d)),
-            StepEnd::Aborted(d) => StepEnd::Aborted(self.mask_json(&d)),
+        match end.map(|d| self.mask_json(&d)) {
             StepEnd::Failed {
                 code,
                 message,
                 detail,
-            } => StepEnd::Failed {
-                code,
-                message: mask(&message, &self.env_values()),
-                detail: self.mask_json(&detail),
-            },
+            } => StepEnd::failed(code, mask(&message, &self.env_values()), detail),
+            other => other,
         }
     }
 
@@ -226,7 +221,7 @@ impl StepRun<'_> {
             }
         }
         let secrets = self.env_values();
-        evidence.clone().masked(|v| walk(v, &secrets))
+        evidence.masked(|v| walk(v, &secrets))
     }
 
     pub(crate) async fn wait_logs(

@@ -48,8 +48,8 @@ async fn current_deployment(db: &mut Tx, want: &NewRollout) -> Result<Option<Str
             table: "deployment",
             message: e.to_string(),
         })?;
-    let same = d.file == want.file
-        && d.tag == want.tag
+    let same = d.file.as_str() == want.file.as_str()
+        && d.tag.as_str() == want.tag.as_str()
         && env == want.env_overrides
         && d.env_sha256.as_deref() == Some(want.env_sha256.as_str())
         && d.deployed_as.is_none();
