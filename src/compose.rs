@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 
 pub use error::ComposeError;
 pub use request::{ComposeRequest, ForceRecreate, LogsRequest, Services};
-pub use stream::{DryRunResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
+pub use stream::{DryRunResult, StageResult, StreamOutcome, StreamResult, TRANSCRIPT_TAIL_LINES};
 pub use wire::{
     CacheVolume, DeployedRecord, HostCache, HostStatus, InFlight, ProjectDeployments, PsEntry,
     VersionInfo,
@@ -229,6 +229,24 @@ impl ComposeClient {
             stream: streamed.result,
             plan,
             raw_plan,
+        })
+    }
+
+    /// The same `compose/up` with `"materialize_only": true`: pulls and builds, runs
+    /// nothing. Probe [`Self::supports_dry_run`] first (the same server version added both
+    /// flags): an older compose-manager ignores the flag and deploys for real.
+    pub async fn stage(&self, req: &ComposeRequest) -> Result<StageResult, ComposeError> {
+        let body = ComposeBody::stage(req)?;
+        self.log_compose_call(
+            "/compose/up (materialize only)",
+            &body,
+            req.env.len(),
+            &req.tag,
+        );
+        let streamed = self.stream(UP, &body).await?;
+        Ok(StageResult {
+            stream: streamed.result,
+            staged: streamed.staged,
         })
     }
 

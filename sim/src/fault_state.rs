@@ -33,6 +33,8 @@ pub(crate) struct FaultState {
     pub busy: Option<(Instant, DateTime<Utc>)>,
     pub health_never: BTreeSet<String>,
     pub cold_start: Duration,
+    /// Sticky: how long pulling an image the host does not hold takes.
+    pub pull_time: Duration,
     pub legacy: bool,
     pub logs_on_start: BTreeMap<String, Vec<String>>,
     /// Tags force-moved to another commit (tag → new commit), with other file content.

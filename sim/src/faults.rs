@@ -114,6 +114,12 @@ impl SimFaults {
         self.shared.state().faults.cold_start = cold_start;
     }
 
+    /// Sticky: how long an up or a stage takes to pull an image the host does not hold yet
+    /// (the images of the initial deployment are held; a pulled image stays).
+    pub fn set_pull_time(&self, pull_time: Duration) {
+        self.shared.state().faults.pull_time = pull_time;
+    }
+
     /// Immediate: appends `line` to the log of the container of `service` (ignored when the
     /// service has no container).
     pub fn emit_log_line(&self, service: &str, line: &str) {

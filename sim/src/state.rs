@@ -1,7 +1,7 @@
 //! What the simulated host remembers: containers, the files on disk, the deployed records
 //! behind `/version`, the one-operation lock, faults, and every request received.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -97,6 +97,9 @@ pub(crate) struct State {
     /// (`models--org--repo`).
     pub cache_volumes: BTreeMap<String, u64>,
     pub cached_weights: Vec<String>,
+    /// Images on the host (`docker images`): an up or a stage pulls only the others, each
+    /// taking [`super::fault_state::FaultState::pull_time`].
+    pub pulled_images: BTreeSet<String>,
 }
 
 /// The operation holding the lock, as `/status` shows it.

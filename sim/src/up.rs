@@ -270,6 +270,7 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
             .await?;
         return em.done(false, 1).await;
     }
+    pull_missing(&shared, pulled.iter().map(|(_, d)| d.image.as_str())).await;
     for (service, _) in &pulled {
         em.stderr(&format!(" {service} Pulled")).await?;
     }
@@ -360,6 +361,26 @@ async fn finish_abandoned(
     apply_steps(&shared, parsed, &recreated, &want, &tag, StartMode::Normal);
 }
 
+/// Pulls the images the host does not hold (in parallel, as compose does: one
+/// [`pull_time`](crate::SimFaults::set_pull_time) for all of them); they stay on the host.
+async fn pull_missing<'a>(shared: &Shared, images: impl Iterator<Item = &'a str>) {
+    let (missing, pull_time) = {
+        let st = shared.state();
+        let missing: BTreeSet<String> = images
+            .filter(|i| !st.pulled_images.contains(*i))
+            .map(str::to_owned)
+            .collect();
+        (missing, st.faults.pull_time)
+    };
+    if missing.is_empty() {
+        return;
+    }
+    if !pull_time.is_zero() {
+        tokio::time::sleep(pull_time).await;
+    }
+    shared.state().pulled_images.extend(missing);
+}
+
 /// A scripted pre-stream answer (`SimFaults::answer_status`): nothing happens.
 pub(crate) fn scripted_status(shared: &Shared, op: SimOp) -> Result<(), Refusal> {
     let status = shared.state().faults.take_status(op);
@@ -421,6 +442,8 @@ pub(crate) fn initial_deploy(
         .collect();
     let steps = plan(file, &order, &want, &BTreeMap::new(), false);
     apply_steps(shared, file, &steps, &want, tag, StartMode::Warm);
+    let images = want.values().map(|d| d.image.clone());
+    shared.state().pulled_images.extend(images);
     let record = DeployRecord {
         tag: tag.to_string(),
         commit: entry.tag.commit.clone(),

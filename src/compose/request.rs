@@ -124,6 +124,8 @@ pub(crate) struct ComposeBody<'a> {
     force_recreate: bool,
     #[serde(skip_serializing_if = "is_false")]
     dry_run: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    materialize_only: bool,
 }
 
 impl<'a> ComposeBody<'a> {
@@ -143,6 +145,15 @@ impl<'a> ComposeBody<'a> {
         Self::checked(req, false, false)
     }
 
+    /// A `compose/up` with `"materialize_only": true`: pull and build the scoped services,
+    /// run nothing (never `dry_run` nor `force_recreate`; never an empty list, which would
+    /// pull every service of the file: [`Services`] is never empty).
+    pub(crate) fn stage(req: &'a ComposeRequest) -> Result<Self, ComposeError> {
+        let mut body = Self::checked(req, false, false)?;
+        body.materialize_only = true;
+        Ok(body)
+    }
+
     fn checked(
         req: &'a ComposeRequest,
         dry_run: bool,
@@ -156,6 +167,7 @@ impl<'a> ComposeBody<'a> {
             env: &req.env,
             force_recreate,
             dry_run,
+            materialize_only: false,
         })
     }
 

@@ -15,6 +15,7 @@ use super::error::{truncate, ComposeError};
 use super::lines::LineSplitter;
 use super::plan::{raw_plan_from_event, RawPlan};
 use crate::domain::plan_gate::DryRunPlan;
+use crate::domain::runbook::step::up::Staged;
 
 /// How many output lines a [`StreamResult`] keeps.
 pub const TRANSCRIPT_TAIL_LINES: usize = 50;
@@ -69,11 +70,21 @@ pub struct DryRunResult {
     pub raw_plan: Option<Value>,
 }
 
-/// A stream read to its end: the verdict and the plan event, if any.
+/// A `materialize_only` up's stream and its `staged` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageResult {
+    /// The stream; staged only if this succeeded and `staged` came.
+    pub stream: StreamResult,
+    /// The `staged` event; `None` if none came.
+    pub staged: Option<Staged>,
+}
+
+/// A stream read to its end: the verdict and the plan or staged event, if any.
 #[derive(Debug)]
 pub(crate) struct Streamed {
     pub(crate) result: StreamResult,
     pub(crate) plan: Option<(Value, RawPlan)>,
+    pub(crate) staged: Option<Staged>,
 }
 
 /// Judges NDJSON lines one at a time. The first protocol error sticks.
@@ -86,6 +97,7 @@ pub(crate) struct Transcript {
     tail: VecDeque<String>,
     n_lines: usize,
     plan: Option<(Value, RawPlan)>,
+    staged: Option<Staged>,
     error: Option<ComposeError>,
 }
 
@@ -99,6 +111,7 @@ impl Transcript {
             tail: VecDeque::with_capacity(TRANSCRIPT_TAIL_LINES + 1),
             n_lines: 0,
             plan: None,
+            staged: None,
             error: None,
         }
     }
@@ -158,7 +171,22 @@ impl Transcript {
                 }
                 self.plan = Some(raw_plan_from_event(&map).map_err(|reason| bad(text, reason))?);
             }
-            "staged" => {}
+            "staged" => {
+                if self.staged.is_some() {
+                    return Err(bad(text, "second `staged` event".into()));
+                }
+                let field = |key: &str| {
+                    map.get(key)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .ok_or_else(|| bad(text, format!("`staged` without string `{key}`")))
+                };
+                self.staged = Some(Staged {
+                    file: field("file")?,
+                    file_sha256: field("file_sha256")?,
+                    tag: field("tag")?,
+                });
+            }
             "done" => {
                 let success = map
                     .get("success")
@@ -213,6 +241,7 @@ impl Transcript {
                 n_lines: self.n_lines,
             },
             plan: self.plan,
+            staged: self.staged,
         })
     }
 }
@@ -310,6 +339,7 @@ mod tests {
             (&[out, out, r#"{"data":"x"}"#], 3),
             (&[r#"{"event":"error","data":"x"}"#], 1),
             (&[r#"{"event":"stdout"}"#], 1),
+            (&[r#"{"event":"staged","images":[],"tag":"v1"}"#], 1),
             (&[r#"{"event":"done"}"#], 1),
             (&[r#"{"event":"done","success":true,"exit_code":"0"}"#], 1),
             (&[r#"{"event":"done","success":true}"#, out], 2),
@@ -332,15 +362,21 @@ mod tests {
     }
 
     #[test]
-    fn blank_lines_and_staged_events_are_tolerated() {
+    fn blank_lines_are_tolerated_and_a_staged_event_is_kept_without_its_images() {
         let streamed = judge(&[
             "",
-            r#"{"event":"staged","images":[],"tag":"v1"}"#,
+            r#"{"event":"staged","file":"prod/a.yaml","file_sha256":"9df5","images":[],"tag":"v1"}"#,
             r#"{"event":"done","success":true,"exit_code":0}"#,
             "  ",
         ])
         .expect("valid");
         assert!(streamed.result.succeeded());
+        let staged = Staged {
+            file: "prod/a.yaml".into(),
+            file_sha256: "9df5".into(),
+            tag: "v1".into(),
+        };
+        assert_eq!(streamed.staged, Some(staged));
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub const PEERS_HEALTHY_TIMEOUT: Duration = Duration::from_secs(2 * 60);
 pub const DOWN_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// `up.timeout`: pull of a new multi-GB image plus `up -d` (which returns at container start).
 pub const UP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// `stage`: a multi-GB engine image pulled over a slow registry link, as the `up`'s own pull.
+pub const STAGE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// `wait_health.timeout`: TP4 cold starts take up to ~50 min.
 pub const WAIT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// `wait_health.interval`.

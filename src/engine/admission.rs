@@ -95,6 +95,7 @@ pub(crate) fn waits(kind: &StepKind) -> bool {
         StepKind::Snapshot(_)
         | StepKind::PeersHealthy(_)
         | StepKind::Plan(_)
+        | StepKind::Stage(_)
         | StepKind::Down(_)
         | StepKind::Up(_)
         | StepKind::VerifyNeighbours(_) => false,

@@ -31,6 +31,7 @@ mod logs;
 mod observe;
 
 mod smoke;
+mod stage;
 
 const HOST: &str = "gpu02";
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";

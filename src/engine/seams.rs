@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 
 use crate::compose::{
     ComposeClient, ComposeError, ComposeRequest, DryRunResult, HostStatus, LogsRequest, PsEntry,
-    StreamResult, VersionInfo,
+    StageResult, StreamResult, VersionInfo,
 };
 use crate::domain::state::AttemptOutcome;
 use crate::probe::{HealthProber, HealthSample, HealthUrl};
@@ -32,6 +32,11 @@ pub(crate) trait HostCalls: Send + Sync {
         &'a self,
         req: &'a ComposeRequest,
     ) -> BoxFuture<'a, Result<StreamResult, ComposeError>>;
+    /// `compose/up` with `materialize_only` (probe [`Self::supports_dry_run`] first).
+    fn stage<'a>(
+        &'a self,
+        req: &'a ComposeRequest,
+    ) -> BoxFuture<'a, Result<StageResult, ComposeError>>;
     fn logs<'a>(&'a self, req: &'a LogsRequest) -> BoxFuture<'a, Result<String, ComposeError>>;
     fn ps(&self) -> BoxFuture<'_, Result<Vec<PsEntry>, ComposeError>>;
     /// `docker ps`'s entry of one compose service, if it has a container (a soak reads it at
@@ -42,7 +47,8 @@ pub(crate) trait HostCalls: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<PsEntry>, ComposeError>>;
     fn status(&self) -> BoxFuture<'_, Result<HostStatus, ComposeError>>;
     fn version(&self) -> BoxFuture<'_, Result<VersionInfo, ComposeError>>;
-    /// Whether the server honours `dry_run` (docs/safety.md), probed without side effects.
+    /// Whether the server honours `dry_run` and `materialize_only` (docs/safety.md), probed
+    /// without side effects.
     fn supports_dry_run(&self) -> BoxFuture<'_, Result<bool, ComposeError>>;
 }
 
@@ -64,6 +70,12 @@ impl HostCalls for ComposeClient {
         req: &'a ComposeRequest,
     ) -> BoxFuture<'a, Result<StreamResult, ComposeError>> {
         Box::pin(ComposeClient::down(self, req))
+    }
+    fn stage<'a>(
+        &'a self,
+        req: &'a ComposeRequest,
+    ) -> BoxFuture<'a, Result<StageResult, ComposeError>> {
+        Box::pin(ComposeClient::stage(self, req))
     }
     fn logs<'a>(&'a self, req: &'a LogsRequest) -> BoxFuture<'a, Result<String, ComposeError>> {
         Box::pin(ComposeClient::logs(self, req))

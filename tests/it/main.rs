@@ -45,4 +45,5 @@ mod rollback;
 mod secrets;
 mod sim_host;
 mod smoke;
+mod staging;
 mod storage;

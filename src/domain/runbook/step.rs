@@ -28,6 +28,7 @@ macro_rules! for_each_step_kind {
             Snapshot => snapshot::Snapshot,
             PeersHealthy => peers_healthy::PeersHealthy,
             Plan => plan::Plan,
+            Stage => stage::Stage,
             Down => down::Down,
             Up => up::Up,
             VerifyNeighbours => verify_neighbours::VerifyNeighbours,

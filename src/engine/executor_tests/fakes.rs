@@ -13,10 +13,11 @@ use serde_json::json;
 
 use super::super::seams::{HostCalls, Probe, StepStore};
 use crate::compose::{
-    ComposeError, ComposeRequest, DryRunResult, HostStatus, LogsRequest, PsEntry, StreamOutcome,
-    StreamResult, VersionInfo,
+    ComposeError, ComposeRequest, DryRunResult, HostStatus, LogsRequest, PsEntry, StageResult,
+    StreamOutcome, StreamResult, VersionInfo,
 };
 use crate::domain::plan_gate::DryRunPlan;
+use crate::domain::runbook::step::up::Staged;
 use crate::domain::state::AttemptOutcome;
 use crate::probe::{HealthSample, HealthUrl};
 use crate::store::{Approval, Deployment, NewDeployment, Step, StepAttempt, StoreError};
@@ -196,6 +197,22 @@ impl HostCalls for FakeHost {
                 ps.retain(|c| !c.is_service(service));
             }
         }
+        Box::pin(async move { answer })
+    }
+
+    fn stage<'a>(
+        &'a self,
+        req: &'a ComposeRequest,
+    ) -> BoxFuture<'a, Result<StageResult, ComposeError>> {
+        self.record("compose/up?materialize_only", Some(req));
+        let answer = self.stream().map(|stream| StageResult {
+            staged: stream.succeeded().then(|| Staged {
+                file: req.file.to_string(),
+                file_sha256: "9df5".to_owned(),
+                tag: req.tag.to_string(),
+            }),
+            stream,
+        });
         Box::pin(async move { answer })
     }
 

@@ -1,4 +1,4 @@
-//! The steps that call compose-manager with side effects (or a dry run): plan, down, up,
+//! The steps that call compose-manager with side effects (or a dry run): plan, stage, down, up,
 //! each scoped to the target or the step's companions. Every call goes through
 //! [`attempt`]: written ahead, retried only where that is safe, never resent when its outcome
 //! is unknown.
@@ -20,6 +20,7 @@ use crate::engine::step_run::{Evidence, Execute, Running, StepEnd, StepRun};
 use crate::store::Step;
 
 mod attempt;
+mod stage;
 use attempt::{
     call, call_error, close_dangling_attempts, finish, mutate, out_of_time, outcome_name,
     settle_before_first_call, Call,
@@ -115,7 +116,7 @@ async fn plan(
             );
         }
     }
-    close_dangling_attempts(run, step).await;
+    close_dangling_attempts(run, step, "dry run").await;
     if let Some(end) = settle_before_first_call(run, deadline, abort).await {
         return end;
     }
@@ -390,7 +391,7 @@ async fn materialize(
             Evidence::none(),
         ));
     }
-    close_dangling_attempts(run, at.step).await;
+    close_dangling_attempts(run, at.step, "dry run").await;
     if let Some(end) = settle_before_first_call(run, at.deadline, at.abort).await {
         return Err(end);
     }

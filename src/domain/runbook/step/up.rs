@@ -91,9 +91,22 @@ pub struct ComposeEvidence {
     /// The signals read before the rollout's first call of its target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signals: Option<Signals>,
+    /// A `stage`'s `staged` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<Staged>,
     /// How a call that did not end with a plain answer went.
     #[serde(flatten)]
     pub failure: CallFailure,
+}
+
+/// The `staged` event of a `materialize_only` up: the file and tag compose pulled and built
+/// for. Its `images` list is not kept: the server reports `[]` whenever `env` is set, and
+/// otherwise the images of the containers that exist, not the ones pulled.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Staged {
+    pub file: String,
+    pub file_sha256: String,
+    pub tag: String,
 }
 
 /// The former service of a rename: as its `down` acted on it, or only its name when no

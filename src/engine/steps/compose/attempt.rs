@@ -255,9 +255,9 @@ fn is_ambiguous(e: &ComposeError) -> bool {
     )
 }
 
-/// A dry run caught mid-call by a restart had no side effect; its attempt is closed as
-/// `unknown` and the dry run is simply sent again.
-pub(super) async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
+/// A dry run or a stage (`what`) caught mid-call by a restart changed no container; its
+/// attempt is closed as `unknown` and the call is simply sent again.
+pub(super) async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step, what: &str) {
     let store = run.ctx.store;
     let Ok(attempts) = store.attempts(&run.rollout.id).await else {
         return;
@@ -266,10 +266,10 @@ pub(super) async fn close_dangling_attempts(run: &StepRun<'_>, step: &Step) {
         .iter()
         .filter(|a| a.step_id == step.id && a.outcome.is_none())
     {
-        tracing::info!(rollout.id = %run.rollout.id, step.name = %step.name, "a dry run was in flight at the restart; sending it again (no side effect)");
+        tracing::info!(rollout.id = %run.rollout.id, step.name = %step.name, "a {what} was in flight at the restart; sending it again (it changes no container)");
         let detail = CallDetail {
             reconciled: Some(true),
-            resent: Some("dry run".to_owned()),
+            resent: Some(what.to_owned()),
             ..CallDetail::default()
         };
         finish(run, &a.id, AttemptOutcome::Unknown, &detail).await;
