@@ -200,6 +200,8 @@ pub struct HostConfig {
     pub project: String,
     /// Replicas (compose services) canaryd may roll, by service name.
     pub replicas: BTreeMap<String, ReplicaConfig>,
+    /// Low-traffic windows (UTC) a canary's `window` step waits for; none: it never waits.
+    pub windows: Vec<crate::domain::window::TrafficWindow>,
 }
 
 /// One replica canaryd may roll.

@@ -23,4 +23,5 @@ pub mod staging;
 pub mod state;
 pub mod unknown_keys;
 pub mod uptime;
+pub mod window;
 pub mod yaml_line;

@@ -100,6 +100,9 @@ struct HostFile {
     env_file: PathBuf,
     #[serde(default)]
     project: Option<String>,
+    /// Low-traffic windows (UTC) a `window` step waits for.
+    #[serde(default)]
+    windows: Vec<crate::domain::window::TrafficWindow>,
     replicas: BTreeMap<String, ReplicaFile>,
 }
 
@@ -552,6 +555,7 @@ fn resolve_host(
         env: EnvMap::new(host_env),
         project,
         replicas,
+        windows: h.windows,
     })
 }
 

@@ -49,6 +49,7 @@ pub fn dev_config(
         env: EnvMap::new(env),
         project: "work".to_owned(),
         replicas,
+        windows: Vec::new(),
     };
     let compose = ComposeTuning {
         busy_retry_initial: Duration::from_millis(100),

@@ -157,6 +157,10 @@ fn optional_settings_are_read() {
     assert_eq!(config.compose.busy_retry_max, Duration::from_secs(300));
     assert_eq!(config.compose.request_timeout, Duration::from_secs(30));
     assert_eq!(config.hosts["gpu02"].project, "glm53");
+    assert!(
+        config.hosts["gpu02"].windows.is_empty(),
+        "no window unless configured"
+    );
     assert_eq!(config.http.body_read_timeout, Duration::from_secs(5));
     assert_eq!(config.http.header_read_timeout, Duration::from_secs(30));
 }
@@ -193,6 +197,8 @@ fn bad_configs_are_refused_naming_file_line_and_key() {
         ("a replica without a group", ("{group: glm52,", "{group: \"\","), ":16: hosts.gpu02.replicas.model-sg-glm52-w4a-tp4-r1.group: must be a non-empty name"),
         ("a missing field", ("listen: 127.0.0.1:7878\n", ""), ":1: missing field `listen`"),
         ("a tab-broken YAML", ("hosts:\n", "hosts:\n\t"), ":9: found character that cannot start any token"),
+        ("a window with a bad time", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    windows: [{start: \"02:00\", end: \"25:00\"}]\n"), ":13: hosts.gpu02.windows: `end`: `25:00` is not a time `HH:MM` (UTC, 00:00 to 24:00)"),
+        ("a window on no day", ("    env_file: env/gpu02.env\n", "    env_file: env/gpu02.env\n    windows: [{days: [someday], start: \"02:00\", end: \"04:00\"}]\n"), ":13: hosts.gpu02.windows: `days`: `someday` is not a day"),
     ];
     for (case, (from, to), expected) in cases {
         assert!(BASE.contains(from), "{case}: edit does not apply");

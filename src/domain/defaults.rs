@@ -11,6 +11,8 @@ pub const DOWN_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 pub const UP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// `stage`: a multi-GB engine image pulled over a slow registry link, as the `up`'s own pull.
 pub const STAGE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// `window.timeout`: a daily window opens within a day.
+pub const WINDOW_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// `wait_health.timeout`: TP4 cold starts take up to ~50 min.
 pub const WAIT_HEALTH_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// `wait_health.interval`.

@@ -116,6 +116,9 @@ string_enum!(
         // `approve`.
         /// Nobody approved before the step's timeout.
         NotApproved => "not_approved",
+        // `window`.
+        /// No low-traffic window opened (and nobody started the rollout) before the timeout.
+        WindowClosed => "window_closed",
         // The rollout's own (the runner's).
         /// A failed step whose stored detail lost its code.
         StepFailed => "step_failed",

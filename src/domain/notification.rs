@@ -131,6 +131,8 @@ pub struct Subject<'a> {
     pub reason: &'a str,
     pub step: Option<&'a str>,
     pub error: Option<&'a str>,
+    /// What a waiting step waits for, besides an approval (a `window` step's window).
+    pub waiting_for: Option<&'a str>,
 }
 
 /// One line for chat: `canaryd: canary ro_… of r2 on gpu02 to v0.0.452 failed at step up: …`.
@@ -155,10 +157,16 @@ pub fn text(event: NotifyEvent, s: &Subject<'_>) -> String {
             "canaryd: REPLICA LEFT DOWN: {} on {} has no running container after {what}{error}",
             s.service, s.host
         ),
-        NotifyEvent::ApprovalRequested => format!(
-            "canaryd: {what} waits for an approval at step {step} (canaryd rollout approve {} --reason ...)",
-            s.rollout_id
-        ),
+        NotifyEvent::ApprovalRequested => match s.waiting_for {
+            Some(window) => format!(
+                "canaryd: {what} waits at step {step} for {window}; to start it now: canaryd rollout approve {} --reason ...",
+                s.rollout_id
+            ),
+            None => format!(
+                "canaryd: {what} waits for an approval at step {step} (canaryd rollout approve {} --reason ...)",
+                s.rollout_id
+            ),
+        },
     }
 }
 
@@ -249,6 +257,26 @@ mod tests {
         }
         let err = "deployed".parse::<NotifyEvent>().expect_err("unknown");
         assert!(err.contains("rolled_back"), "{err}");
+    }
+
+    #[test]
+    fn a_wait_for_a_window_says_what_it_waits_for_and_how_to_start_it_now() {
+        let s = Subject {
+            rollout_id: "ro_1",
+            kind: "canary",
+            host: "gpu02",
+            service: "r2",
+            tag: "v0.0.452",
+            step: Some("window"),
+            waiting_for: Some("the low-traffic window (daily 02:00-06:00 UTC) opening at T"),
+            ..Subject::default()
+        };
+        assert_eq!(
+            text(NotifyEvent::ApprovalRequested, &s),
+            "canaryd: canary ro_1 of r2 on gpu02 to v0.0.452 waits at step window for the \
+             low-traffic window (daily 02:00-06:00 UTC) opening at T; to start it now: canaryd \
+             rollout approve ro_1 --reason ..."
+        );
     }
 
     #[test]

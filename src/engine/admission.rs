@@ -91,6 +91,7 @@ pub(crate) fn waits(kind: &StepKind) -> bool {
         | StepKind::Soak(_)
         | StepKind::Analyze(_)
         | StepKind::Approve(_)
+        | StepKind::Window(_)
         | StepKind::Smoke(_) => true,
         StepKind::Snapshot(_)
         | StepKind::PeersHealthy(_)

@@ -32,6 +32,7 @@ mod observe;
 
 mod smoke;
 mod stage;
+mod window;
 
 const HOST: &str = "gpu02";
 const FILE: &str = "prod/GLM-5.3-Flash-SGL-TP4-W4AFP8-LongContext.yaml";
@@ -81,6 +82,7 @@ impl Bench {
             env: EnvMap::new(BTreeMap::from([("MODEL_DIR".to_owned(), "/m".to_owned())])),
             project: "work".to_owned(),
             replicas: BTreeMap::from([(R1.to_owned(), replica(R1)), (R2.to_owned(), replica(R2))]),
+            windows: Vec::new(),
         };
         let old = "engine:v0.0.450";
         let host = FakeHost::running(vec![

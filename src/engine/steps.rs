@@ -1,6 +1,6 @@
 //! The step executors, one module per kind family, mirroring `domain/runbook/step/`:
-//! `observe.rs` (snapshot, peers, neighbours, health), `compose.rs` (plan, down, up),
-//! `logs.rs` (wait_logs, soak), `smoke.rs`, `analyze.rs`, `approve.rs`. Each implements
+//! `observe.rs` (snapshot, peers, neighbours, health), `compose.rs` (plan, stage, down, up),
+//! `logs.rs` (wait_logs, soak), `smoke.rs`, `analyze.rs`, `approve.rs`, `window.rs`. Each implements
 //! [`Execute`](super::step_run::Execute); the dispatch from a step kind to its executor is
 //! generated here from the kinds' registration list (`for_each_step_kind!`), naming no kind.
 
@@ -10,6 +10,7 @@ pub(crate) mod compose;
 pub(crate) mod logs;
 pub(crate) mod observe;
 pub(crate) mod smoke;
+pub(crate) mod window;
 
 use tokio_util::sync::CancellationToken;
 

@@ -132,10 +132,14 @@ function renderActive() {
       r.steps.find(s => s.status === "running" && s.detail && s.detail.awaiting_approval);
     let approve = null;
     if (waiting) {
-      const button = el("button", {type: "button", "data-approve": r.id}, "Approve…");
+      // A step waiting for a low-traffic window says when it opens; approving starts it now.
+      const opens = waiting.detail.next_opening;
+      const button = el("button", {type: "button", "data-approve": r.id}, opens ? "Start now…" : "Approve…");
       button.addEventListener("click", () => openApprove(r.id, waiting.name));
-      approve = el("div", {class: "waiting"}, "Step " + waiting.name + " waits for an approval until " +
-        time(waiting.detail.deadline) + " ", button);
+      const why = opens
+        ? "Step " + waiting.name + " waits for the low-traffic window opening at " + time(opens) + " "
+        : "Step " + waiting.name + " waits for an approval until " + time(waiting.detail.deadline) + " ";
+      approve = el("div", {class: "waiting"}, why, button);
     }
     let abort = null;
     if (!terminal(r)) {

@@ -26,6 +26,16 @@ pub struct Approval {
 /// The key of a step's evidence that says it is waiting for an approval.
 pub const AWAITING_APPROVAL: &str = "awaiting_approval";
 
+/// The `approval_requested` event's detail: the wait's deadline and, for a `window` step,
+/// what it waits for (the notification says it).
+fn approval_request(detail: &serde_json::Value) -> serde_json::Value {
+    let mut event = serde_json::json!({"deadline": detail.get("deadline")});
+    if let Some(waiting_for) = detail.get("waiting_for") {
+        event["waiting_for"] = waiting_for.clone();
+    }
+    event
+}
+
 impl Store {
     /// Marks a running step as waiting for an approval: its evidence (which must carry
     /// `"awaiting_approval": true`) and an `approval_requested` event, in one transaction.
@@ -55,7 +65,7 @@ impl Store {
                 let entry = AuditEntry::new(at, "canaryd", AuditKind::ApprovalRequested)
                     .rollout(rollout_id)
                     .step(step_name)
-                    .detail(serde_json::json!({"deadline": detail.get("deadline")}));
+                    .detail(approval_request(detail));
                 append(&mut db, &entry).await?;
             }
             db.commit(()).await

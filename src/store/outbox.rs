@@ -95,6 +95,7 @@ pub(super) async fn enqueue(db: &mut Tx, entry: &AuditEntry) -> Result<(), Store
         reason: &reason,
         step: entry.step.as_deref(),
         error: error_line.as_deref(),
+        waiting_for: entry.detail["waiting_for"].as_str(),
     };
     let outbox_id = super::new_id("ob");
     let payload = json!({

@@ -158,6 +158,8 @@ pub struct TestOptions {
     pub notifications: Option<canaryd::config::NotificationsConfig>,
     /// The engine's timings (default: `dev_config`'s).
     pub engine: Option<canaryd::config::EngineTuning>,
+    /// Every host's low-traffic windows (none by default).
+    pub windows: Vec<canaryd::domain::window::TrafficWindow>,
 }
 
 #[allow(dead_code)] // not every test module uses every helper
@@ -174,6 +176,7 @@ impl TestOptions {
             aliases: Vec::new(),
             notifications: None,
             engine: None,
+            windows: Vec::new(),
             tokens: vec![
                 ("ops-alice".into(), Role::Operator, operator.into()),
                 ("oncall".into(), Role::Oncall, oncall.into()),
@@ -296,6 +299,9 @@ impl TestApp {
             for replica in host.replicas.values_mut() {
                 replica.api_token = opts.api_token.clone().map(Secret::new);
             }
+        }
+        for host in config.hosts.values_mut() {
+            host.windows = opts.windows.clone();
         }
         for (service, aliases) in &opts.aliases {
             for host in config.hosts.values_mut() {

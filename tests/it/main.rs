@@ -47,3 +47,4 @@ mod sim_host;
 mod smoke;
 mod staging;
 mod storage;
+mod window;

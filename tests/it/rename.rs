@@ -439,9 +439,9 @@ async fn the_long_context_runbook_runs_procedure_a_end_to_end_on_the_sim() {
     assert_eq!(
         shape(&calls),
         [
-            call("/compose/up", true, new, &[NEW]),
             // The stage: the new name's image pulled while the old name serves.
             call("/compose/up", false, new, &[NEW]),
+            call("/compose/up", true, new, &[NEW]),
             call("/compose/up", true, "v0.0.451", &[OLD]),
             call("/compose/down", false, "v0.0.451", &[OLD]),
             call("/compose/up", true, new, &[NEW]),
@@ -461,7 +461,7 @@ async fn the_long_context_runbook_runs_procedure_a_end_to_end_on_the_sim() {
     let staged: Vec<usize> = (0..calls.len())
         .filter(|i| calls[*i].body["materialize_only"] == json!(true))
         .collect();
-    assert_eq!(staged, [1], "the second call, and only it, stages");
+    assert_eq!(staged, [0], "the first call, and only it, stages");
     assert_safe(&app, &calls);
     let verdict = r
         .steps

@@ -29,6 +29,7 @@ macro_rules! for_each_step_kind {
             PeersHealthy => peers_healthy::PeersHealthy,
             Plan => plan::Plan,
             Stage => stage::Stage,
+            Window => window::Window,
             Down => down::Down,
             Up => up::Up,
             VerifyNeighbours => verify_neighbours::VerifyNeighbours,
@@ -92,6 +93,7 @@ impl StepEvidence for soak::SoakEvidence {}
 impl StepEvidence for smoke::SmokeEvidence {}
 impl StepEvidence for analyze::AnalyzeEvidence {}
 impl StepEvidence for approve::ApproveEvidence {}
+impl StepEvidence for window::WindowEvidence {}
 
 /// A step's stored `detail` read as kind `K`'s evidence; `None` when it does not read as one
 /// (a step that failed before it gathered any).

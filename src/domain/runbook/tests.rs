@@ -45,10 +45,11 @@ fn kinds(runbook: &Runbook) -> Vec<&'static str> {
 #[test]
 fn the_shipped_runbooks_parse_with_the_spec_sequences() {
     let canary = [
+        "stage",
+        "window",
         "snapshot",
         "peers_healthy",
         "plan",
-        "stage",
         "down",
         "plan",
         "up",
@@ -60,10 +61,11 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "analyze",
     ];
     let recreate = [
+        "stage",
+        "window",
         "snapshot",
         "peers_healthy",
         "plan",
-        "stage",
         "up",
         "verify_neighbours",
         "wait_health",
@@ -71,19 +73,14 @@ fn the_shipped_runbooks_parse_with_the_spec_sequences() {
         "wait_logs",
         "soak",
     ];
-    // The rollback is the canary without its stage (the prior image is on the host), soak
-    // and analysis.
-    let rollback: Vec<&str> = canary[..11]
-        .iter()
-        .copied()
-        .filter(|k| *k != "stage")
-        .collect();
     for (file, name, text) in SHIPPED {
         let runbook = parse(name, file, text).unwrap_or_else(|e| panic!("{e}"));
         let expected: &[&str] = match *name {
             "single-replica-canary" => &canary,
             "recreate-in-place" => &recreate,
-            _ => &rollback,
+            // A rollback: no stage (the prior image is on the host), no window (it never
+            // waits), no soak nor analysis.
+            _ => &canary[2..12],
         };
         assert_eq!(kinds(&runbook), expected, "{file}");
         assert!(!runbook.description.is_empty(), "{file}");
@@ -408,7 +405,7 @@ fn a_runbook_round_trips_through_json_in_the_file_shape() {
     let runbook = parse("single-replica-canary", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     let json = serde_json::to_value(&runbook).expect("serialises");
     assert_eq!(
-        json["steps"][4],
+        json["steps"][5],
         serde_json::json!({"name": "down", "kind": "down", "timeout": "10m"})
     );
     let back: Runbook = serde_json::from_value(json).expect("deserialises");
@@ -494,9 +491,10 @@ fn the_long_context_runbooks_follow_procedure_a_and_its_rollback() {
         target("smoke"),
         target("wait_logs"),
     ];
-    // The rollout stages the new name's image before its down; the rollback does not.
-    let mut rollout = head.to_vec();
-    rollout.insert(3, target("stage"));
+    // The rollout stages the new name's image and waits for a window first; the rollback
+    // does neither.
+    let mut rollout = vec![target("stage"), target("window")];
+    rollout.extend(head.clone());
     rollout.extend([
         ("plan", list(&["glm53-soak-relay"])),
         ("up", list(&["glm53-soak-relay"])),
@@ -621,10 +619,11 @@ fn budgets_are_the_step_timeouts_and_quick_steps_get_five_minutes() {
     let runbook = parse("c", "c.yaml", yaml).unwrap_or_else(|e| panic!("{e}"));
     let (s, m) = (Duration::from_secs, |n: u64| Duration::from_secs(n * 60));
     let expected = [
+        ("stage", m(30)),
+        ("window", m(24 * 60)),
         ("snapshot", m(5)),
         ("peers", m(2)),
         ("preflight", m(5)),
-        ("stage", m(30)),
         ("down", m(10)),
         ("plan", m(5)),
         ("up", m(30)),

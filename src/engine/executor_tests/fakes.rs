@@ -395,10 +395,12 @@ impl StepStore for FakeStore {
     fn request_approval<'a>(
         &'a self,
         step: &'a Step,
-        _detail: &'a serde_json::Value,
+        detail: &'a serde_json::Value,
         _at: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         lock(&self.approval_requests).push(step.name.clone());
+        // The store writes the waiting step's evidence with the request.
+        lock(&self.saves).push(detail.clone());
         ready(Ok(()))
     }
 

@@ -35,6 +35,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         env: EnvMap::new(BTreeMap::new()),
         project: "work".into(),
         replicas: BTreeMap::new(),
+        windows: Vec::new(),
     };
     ResolvedConfig {
         public_url: None,
