@@ -202,6 +202,17 @@ pub struct HostConfig {
     pub replicas: BTreeMap<String, ReplicaConfig>,
     /// Low-traffic windows (UTC) a canary's `window` step waits for; none: it never waits.
     pub windows: Vec<crate::domain::window::TrafficWindow>,
+    /// The engines' model-cache volume and its size, for a weights pre-stage's free-space
+    /// gate (`free_space`); none: that gate fails, nothing sent.
+    pub model_cache: Option<ModelCache>,
+}
+
+/// A host's model-cache volume (as compose-manager's `GET /host/cache` names it) and its
+/// capacity in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCache {
+    pub volume: String,
+    pub capacity: u64,
 }
 
 /// One replica canaryd may roll.

@@ -336,17 +336,8 @@ impl Metrics {
         if let Some(secs) = seconds(r.started_at.unwrap_or(r.created_at), r.finished_at) {
             self.rollout_duration.get_or_create(&labels).observe(secs);
         }
-        if !r.touched_replica {
-            return;
-        }
-        let (Ok(steps), Ok(attempts)) = (
-            store.steps(rollout_id).await,
-            store.attempts(rollout_id).await,
-        ) else {
-            return;
-        };
-        let downtime = crate::api::rollout::downtime(&steps, &attempts, None);
-        if let Some(ms) = downtime.and_then(|d| d.total_ms) {
+        // Written with the rollout's end: no read of its steps and calls here.
+        if let Some(ms) = r.downtime_ms {
             let secs = ms as f64 / 1000.0;
             self.replica_downtime.get_or_create(&labels).observe(secs);
         }

@@ -8,6 +8,7 @@ mod bulk;
 #[cfg(test)]
 mod checks;
 mod deployment;
+pub mod downtime;
 mod health;
 mod history;
 mod outbox;

@@ -112,6 +112,9 @@ pub struct ReleaseTargetOut {
     pub rollback_status: Option<String>,
     /// The name of the target rollout's running step, if one runs.
     pub current_step: Option<String>,
+    /// How long its replica was out (ms), once its rollout ended (its `downtime_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime_ms: Option<i64>,
 }
 
 /// The state a target is shown in.
@@ -152,6 +155,7 @@ impl ReleaseOut {
                 rollback_id: t.rollback_id.clone(),
                 rollback_status: t.rollback_status.map(|s| s.as_str().to_owned()),
                 current_step: t.current_step.clone(),
+                downtime_ms: t.downtime_ms,
             })
             .collect();
         let mut progress = BTreeMap::new();

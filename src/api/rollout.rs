@@ -4,11 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::downtime::{Downtime, StepTimes};
-use crate::domain::runbook::step::{evidence, Up, WaitHealth};
-use crate::domain::runbook::Runbook;
+use crate::domain::downtime::Downtime;
 use crate::domain::state::{AttemptOutcome, StepStatus};
-use crate::store::{Rollout, Step, StepAttempt};
+use crate::store::{Rollout, Step};
 
 /// A rollout as the API shows it.
 #[derive(Debug, Serialize, Deserialize, Clone)]
@@ -50,6 +48,11 @@ pub struct RolloutOut {
     /// rollout's answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downtime: Option<Downtime>,
+    /// The downtime's total (ms) as written when the rollout ended: in every answer, lists
+    /// and the CSV export too; absent while it runs and when its replica was not taken down
+    /// or did not answer healthy again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime_ms: Option<i64>,
 }
 
 /// A rollout's error.
@@ -125,39 +128,9 @@ impl RolloutOut {
             release_id: None,
             page_url: None,
             downtime: None,
+            downtime_ms: r.downtime_ms,
         }
     }
-}
-
-/// The replica's downtime in a rollout of `steps` with these compose `attempts`
-/// ([`crate::domain::downtime`]). A `down` or `up` acts on the replica unless its runbook
-/// step names companion `services` (`runbook`, when loaded; else its evidence says so).
-pub fn downtime(
-    steps: &[Step],
-    attempts: &[StepAttempt],
-    runbook: Option<&Runbook>,
-) -> Option<Downtime> {
-    let times: Vec<StepTimes> = steps
-        .iter()
-        .map(|s| {
-            let companion = match runbook.and_then(|r| r.steps.get(s.position as usize)) {
-                Some(spec) => spec.kind.scope().is_some_and(|scope| scope.is_companion()),
-                None => evidence::<Up>(&s.detail)
-                    .is_some_and(|e| e.services.is_some() && e.replaces.is_none()),
-            };
-            StepTimes {
-                kind: s.kind,
-                on_replica: !companion,
-                calls: attempts
-                    .iter()
-                    .filter(|a| a.step_id == s.id)
-                    .map(|a| (a.endpoint.clone(), a.started_at, a.finished_at))
-                    .collect(),
-                healthy_since: evidence::<WaitHealth>(&s.detail).and_then(|e| e.healthy_since),
-            }
-        })
-        .collect();
-    crate::domain::downtime::of(&times)
 }
 
 impl From<Step> for StepOut {

@@ -499,14 +499,14 @@ pub fn render_history(items: &[Value], format: &str) -> anyhow::Result<String> {
         }
         "table" => {
             let mut out = format!(
-                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} REASON\n",
-                "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR", "CREATED"
+                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} REASON\n",
+                "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR", "CREATED", "OUT"
             );
             for item in items {
                 let r: RolloutOut = serde_json::from_value(item.clone())?;
                 let reason = r.reason.replace(['\n', '\r'], " ");
                 out.push_str(&format!(
-                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {}\n",
+                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} {}\n",
                     r.id,
                     r.kind,
                     r.status,
@@ -515,6 +515,10 @@ pub fn render_history(items: &[Value], format: &str) -> anyhow::Result<String> {
                     r.tag,
                     r.actor,
                     r.created_at.format("%Y-%m-%d %H:%M:%S"),
+                    // How long the replica was out, once the rollout ended.
+                    r.downtime_ms
+                        .map(|ms| format!("{:.1}s", ms as f64 / 1000.0))
+                        .unwrap_or_default(),
                     reason
                 ));
             }

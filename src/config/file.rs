@@ -103,7 +103,16 @@ struct HostFile {
     /// Low-traffic windows (UTC) a `window` step waits for.
     #[serde(default)]
     windows: Vec<crate::domain::window::TrafficWindow>,
+    #[serde(default)]
+    model_cache: Option<ModelCacheFile>,
     replicas: BTreeMap<String, ReplicaFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelCacheFile {
+    volume: String,
+    capacity: String,
 }
 
 #[derive(Deserialize)]
@@ -547,6 +556,22 @@ fn resolve_host(
             },
         );
     }
+    let model_cache = match h.model_cache {
+        Some(m) => {
+            let at = [Key("hosts"), Key(name), Key("model_cache"), Key("capacity")];
+            let capacity =
+                crate::domain::staging::parse_size(&m.capacity).map_err(|e| src.error(&at, e))?;
+            if m.volume.trim().is_empty() {
+                let at = [Key("hosts"), Key(name), Key("model_cache"), Key("volume")];
+                return Err(src.error(&at, "the volume must be named"));
+            }
+            Some(crate::config::ModelCache {
+                volume: m.volume,
+                capacity,
+            })
+        }
+        None => None,
+    };
     Ok(HostConfig {
         name: name.to_string(),
         compose_manager_url: url,
@@ -556,6 +581,7 @@ fn resolve_host(
         project,
         replicas,
         windows: h.windows,
+        model_cache,
     })
 }
 

@@ -50,6 +50,11 @@ pub fn dev_config(
         project: "work".to_owned(),
         replicas,
         windows: Vec::new(),
+        // The simulated host's model cache (`/host/cache`): a 1 TiB volume.
+        model_cache: Some(crate::config::ModelCache {
+            volume: "work_huggingface_cache".to_owned(),
+            capacity: 1 << 40,
+        }),
     };
     let compose = ComposeTuning {
         busy_retry_initial: Duration::from_millis(100),

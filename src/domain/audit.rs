@@ -117,6 +117,10 @@ pub struct ChangeDetail {
     /// Its target taken down and not brought back (safety rule 14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica_left_down: Option<LeftDown>,
+    /// How long its replica was out, in ms (`domain::downtime`), when it took it down and the
+    /// replica answered healthy again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downtime_ms: Option<i64>,
 }
 
 /// How a rollout was seen to leave its target down, and the end it restates.

@@ -116,6 +116,14 @@ string_enum!(
         // `approve`.
         /// Nobody approved before the step's timeout.
         NotApproved => "not_approved",
+        // `free_space`.
+        /// Too little free space on the host's model cache for the weights.
+        InsufficientSpace => "insufficient_space",
+        /// canaryd cannot tell the model cache's free space (no `model_cache` configured, or
+        /// the host does not report that volume).
+        ModelCacheUnknown => "model_cache_unknown",
+        /// The rollout's file is not the one the host runs.
+        FileNotDeployed => "file_not_deployed",
         // `window`.
         /// No low-traffic window opened (and nobody started the rollout) before the timeout.
         WindowClosed => "window_closed",

@@ -48,5 +48,44 @@ pub fn verdict(
     }
 }
 
+/// The binary units a size is written in, largest first.
+const UNITS: [(&str, u64); 5] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("B", 1),
+];
+
+/// A size as written in a config or a runbook: a whole number and a binary unit (`250GiB`,
+/// `1TiB`, `512MiB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a size: a whole number and a unit, B, KiB, MiB, GiB or TiB (`250GiB`)"
+        )
+    };
+    let (number, unit) = UNITS
+        .iter()
+        .find_map(|(unit, n)| text.strip_suffix(unit).map(|num| (num, *n)))
+        .ok_or_else(bad)?;
+    let number: u64 = number.trim().parse().map_err(|_| bad())?;
+    number.checked_mul(unit).ok_or_else(bad)
+}
+
+/// Bytes in the largest binary unit that keeps one decimal readable: `165.0 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    let (unit, n) = UNITS
+        .iter()
+        .find(|(_, n)| bytes >= *n)
+        .copied()
+        .unwrap_or(("B", 1));
+    if n == 1 {
+        format!("{bytes} B")
+    } else {
+        format!("{:.1} {unit}", bytes as f64 / n as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -94,6 +94,7 @@ pub(crate) fn waits(kind: &StepKind) -> bool {
         | StepKind::Window(_)
         | StepKind::Smoke(_) => true,
         StepKind::Snapshot(_)
+        | StepKind::FreeSpace(_)
         | StepKind::PeersHealthy(_)
         | StepKind::Plan(_)
         | StepKind::Stage(_)

@@ -26,6 +26,7 @@ mod approve;
 mod compose;
 mod engine;
 mod fakes;
+mod free_space;
 mod left_down;
 mod logs;
 mod observe;
@@ -83,6 +84,7 @@ impl Bench {
             project: "work".to_owned(),
             replicas: BTreeMap::from([(R1.to_owned(), replica(R1)), (R2.to_owned(), replica(R2))]),
             windows: Vec::new(),
+            model_cache: None,
         };
         let old = "engine:v0.0.450";
         let host = FakeHost::running(vec![
@@ -243,6 +245,7 @@ fn rollout() -> Rollout {
         abort_reason: None,
         deploy_as: None,
         replaces: None,
+        downtime_ms: None,
     }
 }
 

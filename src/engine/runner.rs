@@ -94,6 +94,16 @@ async fn drive(
         return Ok(());
     };
     loop {
+        // A step that ended the rollout's work (weights already staged): the rest is skipped.
+        if let Some(done) = drive.steps.iter().find(|s| completes_rollout(s)) {
+            let position = done.position;
+            skip_rest(engine, &drive.steps, position).await?;
+            for s in drive.steps.iter_mut().filter(|s| s.position > position) {
+                if s.status == StepStatus::Pending {
+                    s.status = StepStatus::Skipped;
+                }
+            }
+        }
         let statuses: Vec<StepStatus> = drive.steps.iter().map(|s| s.status).collect();
         let i = match rollout::next(&statuses) {
             Next::Succeed => return finish_succeeded(engine, &drive.rollout).await,
@@ -295,10 +305,16 @@ impl<'e> Drive<'e> {
                 // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
                 let now = engine.inner.clock.now();
+                let completes = completes_rollout(&Step {
+                    status: StepStatus::Succeeded,
+                    detail: detail.clone(),
+                    ..step.clone()
+                });
                 let next = self
                     .steps
                     .get(i + 1)
                     .filter(|n| n.status == StepStatus::Pending && !engine.is_stopping())
+                    .filter(|_| !completes)
                     .and_then(|n| {
                         let spec = self.runbook.steps.get(n.position as usize)?;
                         Some((n, steps::timeout_of(&spec.kind).map(|t| now + t)))
@@ -449,6 +465,17 @@ async fn rollout_abort_requested(engine: &Engine, id: &str) -> Result<bool, supe
     Ok(engine.get(id).await?.abort_reason.is_some())
 }
 
+/// Whether `step` succeeded having found nothing left to do: a weights pre-stage's gate that
+/// found the weights cached (`already_staged`). The steps after it are skipped.
+fn completes_rollout(step: &Step) -> bool {
+    step.status == StepStatus::Succeeded
+        && step.kind == crate::domain::runbook::StepKindName::FreeSpace
+        && crate::domain::runbook::step::evidence::<crate::domain::runbook::step::FreeSpace>(
+            &step.detail,
+        )
+        .is_some_and(|e| e.already_staged == Some(true))
+}
+
 /// Marks every step after `from` (exclusive) that never ran as skipped.
 async fn skip_rest(
     engine: &Engine,
@@ -475,6 +502,23 @@ async fn skip_rest(
 }
 
 async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), super::EngineError> {
+    // A rollout that never touched its replica (a weights pre-stage) deployed nothing to it.
+    let fresh = engine.get(&rollout.id).await?;
+    if !fresh.touched_replica {
+        let ch = change(
+            RolloutEvent::Succeed,
+            None,
+            ChangeDetail::default(),
+            engine.inner.clock.now(),
+        );
+        engine
+            .inner
+            .store
+            .transition_rollout(&rollout.id, &ch)
+            .await?;
+        tracing::info!(rollout.id = %rollout.id, "rollout {} succeeded without touching {}", rollout.id, rollout.service);
+        return Ok(());
+    }
     let host = engine.host(&rollout.host)?;
     // What the host reports now: the commit and file hash of the tag, the replica's image.
     let version = host.client.version().await.ok();
@@ -508,6 +552,7 @@ async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), supe
         tag: Some(rollout.tag.to_string()),
         commit: Some(deployment.commit.clone()),
         image: Some(deployment.image.clone()),
+        downtime_ms: downtime_ms(engine, rollout).await,
         ..ChangeDetail::default()
     };
     engine
@@ -569,11 +614,24 @@ async fn finish_failed(
         ChangeDetail {
             step: Some(failed.name.clone()),
             code: Some(code.to_owned()),
+            downtime_ms: downtime_ms(engine, rollout).await,
             ..ChangeDetail::default()
         },
         engine.inner.clock.now(),
     );
     rollback::finish_failed_canary(engine, rollout, ch).await
+}
+
+/// How long the rollout's replica was out (ms), from its stored steps and calls, written with
+/// its end; `None` when it was not taken down or did not answer healthy again.
+async fn downtime_ms(engine: &Engine, rollout: &Rollout) -> Option<i64> {
+    let store = &engine.inner.store;
+    let (steps, attempts) = (
+        store.steps(&rollout.id).await.ok()?,
+        store.attempts(&rollout.id).await.ok()?,
+    );
+    let runbook = engine.runbook(&rollout.runbook);
+    crate::store::downtime::of_rollout(&steps, &attempts, runbook.ok())?.total_ms
 }
 
 /// The evidence operators keep when a step fails after the target was touched: the target's
@@ -632,6 +690,7 @@ async fn finish_aborted(
         Some((ErrorCode::Aborted.as_str(), &reason)),
         ChangeDetail {
             reason: Some(reason.clone()),
+            downtime_ms: downtime_ms(engine, rollout).await,
             ..ChangeDetail::default()
         },
         engine.inner.clock.now(),

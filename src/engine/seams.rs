@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 use crate::compose::{
-    ComposeClient, ComposeError, ComposeRequest, DryRunResult, HostStatus, LogsRequest, PsEntry,
-    StageResult, StreamResult, VersionInfo,
+    ComposeClient, ComposeError, ComposeRequest, DryRunResult, HostCache, HostStatus, LogsRequest,
+    PsEntry, StageResult, StreamResult, VersionInfo,
 };
 use crate::domain::state::AttemptOutcome;
 use crate::probe::{HealthProber, HealthSample, HealthUrl};
@@ -47,6 +47,8 @@ pub(crate) trait HostCalls: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<PsEntry>, ComposeError>>;
     fn status(&self) -> BoxFuture<'_, Result<HostStatus, ComposeError>>;
     fn version(&self) -> BoxFuture<'_, Result<VersionInfo, ComposeError>>;
+    /// The model cache: each volume's used bytes and the cached weight repos.
+    fn host_cache(&self) -> BoxFuture<'_, Result<HostCache, ComposeError>>;
     /// Whether the server honours `dry_run` and `materialize_only` (docs/safety.md), probed
     /// without side effects.
     fn supports_dry_run(&self) -> BoxFuture<'_, Result<bool, ComposeError>>;
@@ -94,6 +96,9 @@ impl HostCalls for ComposeClient {
     }
     fn version(&self) -> BoxFuture<'_, Result<VersionInfo, ComposeError>> {
         Box::pin(ComposeClient::version(self))
+    }
+    fn host_cache(&self) -> BoxFuture<'_, Result<HostCache, ComposeError>> {
+        Box::pin(ComposeClient::host_cache(self))
     }
     fn supports_dry_run(&self) -> BoxFuture<'_, Result<bool, ComposeError>> {
         Box::pin(ComposeClient::supports_dry_run(self))

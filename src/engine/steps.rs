@@ -7,6 +7,7 @@
 pub(crate) mod analyze;
 pub(crate) mod approve;
 pub(crate) mod compose;
+pub(crate) mod free_space;
 pub(crate) mod logs;
 pub(crate) mod observe;
 pub(crate) mod smoke;

@@ -350,7 +350,9 @@ function renderRelease(r) {
       el("td", {}, String(t.position) + (t.canary ? " canary" : "")), el("td", {}, t.host),
       el("td", {class: "mono"}, t.service), el("td", {"data-field": "state"}, statusCell(t.state)),
       el("td", {}, rollout, rollback), el("td", {class: "mono", "data-field": "current-step"}, t.current_step || ""),
-      el("td", {}, time(t.started_at)), el("td", {}, time(t.finished_at)), el("td", {class: "failed"}, t.error || ""));
+      el("td", {}, time(t.started_at)), el("td", {}, time(t.finished_at)),
+      el("td", {"data-field": "downtime"}, t.downtime_ms == null ? "" : (t.downtime_ms / 1000).toFixed(1) + " s"),
+      el("td", {class: "failed"}, t.error || ""));
   }));
   document.getElementById("release-events").replaceChildren(...r.events.map(e =>
     el("li", {"data-release-event": e.kind}, time(e.at) + " " + e.actor + " " + e.kind + (e.reason ? ": " + e.reason : ""))));

@@ -43,7 +43,7 @@ pub(super) async fn rollout_out(
     let steps = store.steps(&rollout.id).await.map_err(internal)?;
     let step_ids: Vec<String> = steps.iter().map(|s| s.id.clone()).collect();
     let runbook = state.engine.runbook(&rollout.runbook).ok();
-    let downtime = crate::api::rollout::downtime(&steps, &attempts, runbook);
+    let downtime = crate::store::downtime::of_rollout(&steps, &attempts, runbook);
     let mut out = RolloutOut::new(rollout, steps);
     out.downtime = downtime;
     for a in attempts {

@@ -135,7 +135,14 @@ function geometry(r) {
     const label = s.status + (took !== null ? " · " + duration(took) : "") + (s.attempts > 1 ? " · " + s.attempts + " calls" : "");
     return {s, took, bx, bw, label};
   });
-  return {lo, hi, steps};
+  // The replica out of service (the rollout's downtime), shaded behind every step's bar.
+  let out = null;
+  if (r.downtime && r.downtime.down_at) {
+    const end = ms(r.downtime.back_at) || (terminal(r) ? ms(r.finished_at) : now) || now;
+    const x0 = x(ms(r.downtime.down_at));
+    out = {x: x0, w: Math.max(x(end) - x0, 1)};
+  }
+  return {lo, hi, steps, out};
 }
 function renderAxis(r, lo, hi) {
   document.getElementById("axis").replaceChildren(
@@ -144,13 +151,14 @@ function renderAxis(r, lo, hi) {
 }
 function renderTimeline(r) {
   const focused = document.activeElement && document.activeElement.getAttribute("data-step-summary");
-  const {lo, hi, steps} = geometry(r);
+  const {lo, hi, steps, out} = geometry(r);
   renderAxis(r, lo, hi);
   const list = document.getElementById("timeline");
   const items = steps.map(({s, took, bx, bw, label}) => {
     const shape = stepShape(s);
     const bar = svg("svg", {class: "bar", viewBox: "0 0 " + WIDTH + " 16", preserveAspectRatio: "none", "aria-hidden": "true"},
       svg("rect", {class: "track", x: 0, y: 0, width: WIDTH, height: 16}));
+    if (out) bar.append(svg("rect", {class: "out", "data-out": s.name, x: out.x.toFixed(2), y: 0, width: out.w.toFixed(2), height: 16}));
     if (bx !== null) {
       bar.append(svg("rect", {class: "step-bar " + shape + " " + s.status, "data-bar": s.name, x: bx.toFixed(2), y: 2,
         width: bw.toFixed(2), height: 12, "data-duration-ms": Math.round(took)}));

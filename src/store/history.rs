@@ -19,7 +19,7 @@ pub struct CsvPage {
 }
 
 /// The columns of the CSV export, in order (the header row names them, `id` for `rollout_id`).
-pub const CSV_COLUMNS: [&str; 17] = [
+pub const CSV_COLUMNS: [&str; 18] = [
     "rollout_id",
     "kind",
     "status",
@@ -37,6 +37,7 @@ pub const CSV_COLUMNS: [&str; 17] = [
     "error_message",
     "rollback_of",
     "rolled_back_by",
+    "downtime_ms",
 ];
 
 /// An SQL expression for one RFC 4180 field: NULL is empty; a value that a spreadsheet would
@@ -56,7 +57,7 @@ fn csv_field_sql(column: &str) -> String {
 }
 
 /// The columns of `SELECT_ROLLOUT` (the fields of `RolloutRow`).
-const ROLLOUT_COLUMNS: [&str; 27] = [
+const ROLLOUT_COLUMNS: [&str; 28] = [
     "rollout_id",
     "kind",
     "status",
@@ -84,6 +85,7 @@ const ROLLOUT_COLUMNS: [&str; 27] = [
     "abort_reason",
     "deploy_as",
     "replaces",
+    "downtime_ms",
 ];
 
 impl Store {

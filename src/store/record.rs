@@ -45,6 +45,8 @@ pub struct Rollout {
     pub deploy_as: Option<ServiceName>,
     /// The former service a rename takes down (`down` acts on it with its file and tag).
     pub replaces: Option<crate::domain::plan::Replaces>,
+    /// How long its replica was out (ms), written with its end (`domain::downtime`).
+    pub downtime_ms: Option<i64>,
 }
 
 impl Rollout {

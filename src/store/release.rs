@@ -84,6 +84,8 @@ pub struct ReleaseTarget {
     pub current_step: Option<String>,
     /// How it ended without a rollout: `already_current` or `not_started`.
     pub outcome: Option<TargetOutcome>,
+    /// Its rollout's replica downtime (ms), once the rollout ended.
+    pub downtime_ms: Option<i64>,
 }
 
 /// One entry of a release's audit trail.
@@ -166,6 +168,7 @@ type TargetRow = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<i64>,
 );
 
 const SELECT_TARGETS: &str = "select t.position, t.host, t.service, t.plan, t.rollout_id, r.status, \
@@ -173,7 +176,7 @@ const SELECT_TARGETS: &str = "select t.position, t.host, t.service, t.plan, t.ro
     (select b.rollout_id from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
     (select b.status from rollout b where b.rollback_of = t.rollout_id order by b.created_at desc limit 1), \
     (select s.name from step s where s.rollout_id = t.rollout_id and s.status = 'running' order by s.position limit 1), \
-    t.outcome from release_target t left join rollout r on r.rollout_id = t.rollout_id \
+    t.outcome, r.downtime_ms from release_target t left join rollout r on r.rollout_id = t.rollout_id \
     where t.release_id = ? order by t.position";
 
 fn status_of(s: Option<String>) -> Result<Option<RolloutStatus>, StoreError> {
@@ -574,6 +577,7 @@ impl Store {
                 rollback_status: status_of(t.10)?,
                 current_step: t.11,
                 outcome: outcome::outcome_of(t.12)?,
+                downtime_ms: t.13,
             });
         }
         Ok(Release {

@@ -86,6 +86,7 @@ pub(super) struct RolloutRow {
     abort_reason: Option<String>,
     deploy_as: Option<String>,
     replaces: Option<String>,
+    downtime_ms: Option<i64>,
 }
 
 pub(super) fn corrupt(message: impl std::fmt::Display) -> StoreError {
@@ -133,6 +134,7 @@ impl TryFrom<RolloutRow> for Rollout {
                 Some(text) => Some(serde_json::from_str(&text).map_err(corrupt)?),
                 None => None,
             },
+            downtime_ms: r.downtime_ms,
         })
     }
 }
@@ -140,7 +142,7 @@ impl TryFrom<RolloutRow> for Rollout {
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
-    abort_reason, deploy_as, replaces from rollout";
+    abort_reason, deploy_as, replaces, downtime_ms from rollout";
 
 impl Store {
     /// Creates a pending rollout and its steps, or fails `HostBusy` if the host has an active one.
@@ -447,7 +449,8 @@ pub(super) async fn transition(
          started_at = coalesce(started_at, case when ? = 'running' then ? end), \
          finished_at = case when ? then ? else finished_at end, \
          active_host = case when ? then null else active_host end, \
-         error_code = coalesce(?, error_code), error_message = coalesce(?, error_message) \
+         error_code = coalesce(?, error_code), error_message = coalesce(?, error_message), \
+         downtime_ms = coalesce(?, downtime_ms) \
          where rollout_id = ?",
     )
     .bind(next.as_str())
@@ -458,6 +461,7 @@ pub(super) async fn transition(
     .bind(next.is_terminal())
     .bind(code)
     .bind(message)
+    .bind(change.detail.downtime_ms)
     .bind(id);
     // An abort is carried out by canaryd but caused by whoever asked for it: the audit event
     // names them, with their reason.

@@ -101,6 +101,40 @@ async fn a_canary_shows_how_long_its_replica_was_out_and_its_cold_start_bounds_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(seen, Some(1.0), "one canary's downtime observed");
+
+    // Written with the rollout's end: in the history list and its CSV export too.
+    assert_eq!(r.downtime_ms, Some(total), "{r:#?}");
+    let list: serde_json::Value = reqwest::get(format!("{}/v1/rollouts?service={R2}", app.url))
+        .await
+        .expect("list answers")
+        .json()
+        .await
+        .expect("json");
+    let item = list["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["id"] == id.as_str()))
+        .unwrap_or_else(|| panic!("{list:#}"));
+    assert_eq!(item["downtime_ms"], total, "{item:#}");
+    let csv = reqwest::get(format!("{}/v1/rollouts?format=csv", app.url))
+        .await
+        .expect("csv answers")
+        .text()
+        .await
+        .expect("text");
+    let header: Vec<&str> = csv.lines().next().unwrap_or_default().split(',').collect();
+    let at = header
+        .iter()
+        .position(|h| *h == "downtime_ms")
+        .unwrap_or_else(|| panic!("{csv}"));
+    let row = csv
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{csv}"));
+    assert_eq!(
+        row.split(',').nth(at),
+        Some(total.to_string().as_str()),
+        "{csv}"
+    );
 }
 
 #[tokio::test]
@@ -111,5 +145,6 @@ async fn a_rollout_that_never_took_its_replica_down_has_no_downtime() {
     let r = app.wait_terminal(&id).await;
     assert_eq!(r.status, "failed", "{r:#?}");
     assert!(r.downtime.is_none(), "{:?}", r.downtime);
+    assert_eq!(r.downtime_ms, None);
     assert!(app.container_id(R2).is_some(), "r2 still runs");
 }

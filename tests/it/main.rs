@@ -34,6 +34,7 @@ mod notify;
 mod openapi;
 mod owner;
 mod preflight;
+mod prestage;
 mod prometheus;
 mod real_host;
 mod recovery;

@@ -477,6 +477,19 @@ async fn the_cli_starts_a_release_from_flags_and_waits_for_it() {
         "{stdout}"
     );
     assert!(stdout.contains("succeeded (prod/"), "{stdout}");
+    // Each target's replica downtime, and the release's in all.
+    let out_lines = stdout
+        .lines()
+        .filter(|l| l.contains(", replica out "))
+        .count();
+    assert!(
+        out_lines >= 4,
+        "every target says how long its replica was out: {stdout}"
+    );
+    assert!(
+        stdout.contains("replicas out "),
+        "the summary adds them up: {stdout}"
+    );
 }
 
 #[tokio::test]

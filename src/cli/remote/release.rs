@@ -259,8 +259,17 @@ async fn get(client: &ApiClient, id: &str) -> anyhow::Result<ReleaseOut> {
 
 fn summary(r: &ReleaseOut) -> String {
     let progress: Vec<String> = r.progress.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let out: Vec<i64> = r.targets.iter().filter_map(|t| t.downtime_ms).collect();
+    let downtime = match out.iter().max() {
+        Some(longest) => format!(
+            "; replicas out {} in all, the longest {}",
+            seconds(out.iter().sum()),
+            seconds(*longest)
+        ),
+        None => String::new(),
+    };
     format!(
-        "{} {} ({} to {}): {}",
+        "{} {} ({} to {}): {}{downtime}",
         r.id,
         r.status,
         r.file,
@@ -269,9 +278,14 @@ fn summary(r: &ReleaseOut) -> String {
     )
 }
 
+/// Milliseconds as seconds with one decimal: `2.1s`.
+fn seconds(ms: i64) -> String {
+    format!("{:.1}s", ms as f64 / 1000.0)
+}
+
 fn target_line(t: &crate::api::ReleaseTargetOut) -> String {
     format!(
-        "{}{}/{}: {}{}{}{}",
+        "{}{}/{}: {}{}{}{}{}",
         if t.canary { "canary " } else { "" },
         t.host,
         t.service,
@@ -286,6 +300,9 @@ fn target_line(t: &crate::api::ReleaseTargetOut) -> String {
         t.current_step
             .as_deref()
             .map(|s| format!(" step {s}"))
+            .unwrap_or_default(),
+        t.downtime_ms
+            .map(|ms| format!(", replica out {}", seconds(ms)))
             .unwrap_or_default(),
         t.error
             .as_deref()

@@ -25,6 +25,7 @@ use crate::domain::yaml_line::{locate, read_node, Seg, YamlError};
 macro_rules! for_each_step_kind {
     ($callback:ident) => {
         $callback! {
+            FreeSpace => free_space::FreeSpace,
             Snapshot => snapshot::Snapshot,
             PeersHealthy => peers_healthy::PeersHealthy,
             Plan => plan::Plan,
@@ -94,6 +95,7 @@ impl StepEvidence for smoke::SmokeEvidence {}
 impl StepEvidence for analyze::AnalyzeEvidence {}
 impl StepEvidence for approve::ApproveEvidence {}
 impl StepEvidence for window::WindowEvidence {}
+impl StepEvidence for free_space::FreeSpaceEvidence {}
 
 /// A step's stored `detail` read as kind `K`'s evidence; `None` when it does not read as one
 /// (a step that failed before it gathered any).

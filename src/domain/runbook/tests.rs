@@ -225,7 +225,7 @@ fn bad_runbooks_are_refused_with_the_line_and_the_step_named() {
     // (case, yaml, expected "line: message" fragment)
     let cases: &[(&str, String, &str)] = &[
         ("a field another kind takes", format!("{SAFE_HEAD}  - {{name: down, kind: down, interval: 5s}}\n  - {{name: up, kind: up}}\n"), "r.yaml:5: step 4 \"down\": unknown field `interval` (a `down` step takes: timeout, services)"),
-        ("an unknown kind", format!("{SAFE_HEAD}  - {{name: x, kind: reboot}}\n"), "r.yaml:5: step 4 \"x\": unknown kind `reboot` (expected one of: snapshot, peers_healthy"),
+        ("an unknown kind", format!("{SAFE_HEAD}  - {{name: x, kind: reboot}}\n"), "r.yaml:5: step 4 \"x\": unknown kind `reboot` (expected one of: free_space, snapshot, peers_healthy"),
         ("a field no kind takes, in block style", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    retries: 3\n"), "r.yaml:7: step 4 \"health\": unknown field `retries` (a `wait_health` step takes: timeout, interval, consecutive)"),
         ("a field on a kind that takes none", "steps:\n  - {name: s, kind: snapshot, timeout: 1m}\n".into(), "r.yaml:2: step 1 \"s\": unknown field `timeout` (a `snapshot` step takes: no other fields)"),
         ("a duration without a unit", format!("{SAFE_HEAD}  - name: health\n    kind: wait_health\n    timeout: 60\n"), "r.yaml:7: step 4 \"health\": `timeout`: invalid type: integer `60`, expected a duration such as `5s` or `45m`"),
@@ -388,11 +388,12 @@ fn kinds_have_stable_names_and_only_down_and_up_touch_the_replica() {
     names.sort_unstable();
     names.dedup();
     // The shipped canary runs unattended: a wait for a human (`approve`) is the one kind it
-    // leaves to runbooks that want it.
+    // leaves to runbooks that want it, and a weights pre-stage's gate (`free_space`) is the
+    // pre-stage runbook's.
     let mut all: Vec<&str> = StepKind::NAMES
         .iter()
         .copied()
-        .filter(|k| *k != "approve")
+        .filter(|k| *k != "approve" && *k != "free_space")
         .collect();
     all.sort_unstable();
     assert_eq!(names, all, "the canary uses every unattended kind");
@@ -444,6 +445,7 @@ fn the_shipped_directories_load_whole() {
     let shipped: &[&str] = &[
         "long-context-rollback",
         "long-context-rollout",
+        "prestage-glm53-w4afp8",
         "recreate-in-place",
         DEFAULT_CANARY,
         ROLLBACK,

@@ -1,4 +1,4 @@
-use super::{cache_dir, verdict, SpaceVerdict};
+use super::{cache_dir, format_size, parse_size, verdict, SpaceVerdict};
 
 const GIB: u64 = 1 << 30;
 const VOLUME: &str = "work_huggingface_cache";
@@ -85,4 +85,23 @@ fn the_gate_stages_only_into_enough_free_space_and_not_at_all_when_cached() {
         let got = verdict(&volumes, weights, VOLUME, capacity, required, REPO);
         assert_eq!(got, want, "{case}");
     }
+}
+
+#[test]
+fn sizes_are_a_whole_number_and_a_binary_unit() {
+    for (text, bytes) in [
+        ("250GiB", 250 * GIB),
+        ("1TiB", 1 << 40),
+        ("512MiB", 512 << 20),
+        ("0B", 0),
+    ] {
+        assert_eq!(parse_size(text), Ok(bytes), "{text}");
+    }
+    for bad in ["250", "250GB", "2.5GiB", "-1GiB", "GiB", "99999999999TiB"] {
+        let err = parse_size(bad).expect_err(bad);
+        assert!(err.contains("is not a size"), "{bad}: {err}");
+    }
+    assert_eq!(format_size(165 * GIB), "165.0 GiB");
+    assert_eq!(format_size(1536 << 20), "1.5 GiB");
+    assert_eq!(format_size(12), "12 B");
 }

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::super::seams::{HostCalls, Probe, StepStore};
 use crate::compose::{
-    ComposeError, ComposeRequest, DryRunResult, HostStatus, LogsRequest, PsEntry, StageResult,
-    StreamOutcome, StreamResult, VersionInfo,
+    ComposeError, ComposeRequest, DryRunResult, HostCache, HostStatus, LogsRequest, PsEntry,
+    StageResult, StreamOutcome, StreamResult, VersionInfo,
 };
 use crate::domain::plan_gate::DryRunPlan;
 use crate::domain::runbook::step::up::Staged;
@@ -95,6 +95,8 @@ pub(super) struct FakeHost {
     /// Whether the server honours `dry_run` (an old one does not).
     pub no_dry_run: AtomicBool,
     pub version: Mutex<VersionInfo>,
+    /// What `GET /host/cache` answers.
+    pub cache: Mutex<HostCache>,
     containers_made: AtomicU64,
 }
 
@@ -251,6 +253,12 @@ impl HostCalls for FakeHost {
         self.record("version", None);
         let v = lock(&self.version).clone();
         Box::pin(async move { Ok(v) })
+    }
+
+    fn host_cache(&self) -> BoxFuture<'_, Result<HostCache, ComposeError>> {
+        self.record("host/cache", None);
+        let cache = lock(&self.cache).clone();
+        Box::pin(async move { Ok(cache) })
     }
 
     fn supports_dry_run(&self) -> BoxFuture<'_, Result<bool, ComposeError>> {

@@ -223,13 +223,19 @@ impl StepRun<'_> {
             id: c.id.clone(),
             image: c.image.clone(),
         };
-        // The target and, in a rename, the former service it replaces are expected to change.
+        // The target, in a rename the former service it replaces, and the companion services
+        // this rollout planned (and so may have brought up) are expected to change.
         let own = |c: &PsEntry| {
             is_service(c, self.rollout.target())
                 || self
                     .rollout
                     .replaced()
                     .is_some_and(|old| is_service(c, old))
+                || self
+                    .companion_plans
+                    .keys()
+                    .flatten()
+                    .any(|s| is_service(c, s))
         };
         for old in before.iter().filter(|c| !own(c)) {
             match now.iter().find(|c| c.names == old.names) {

@@ -206,7 +206,8 @@ impl RolloutOut {
     /// The header row of the CSV export (RFC 4180, CRLF line ends).
     pub const CSV_HEADER: &'static str =
         "id,kind,status,host,service,file,tag,runbook,actor,reason,\
-        created_at,started_at,finished_at,error_code,error_message,rollback_of,rolled_back_by\r\n";
+        created_at,started_at,finished_at,error_code,error_message,rollback_of,rolled_back_by,\
+        downtime_ms\r\n";
 
     /// Appends this rollout as one CSV record (RFC 4180: fields with a comma, quote, CR or LF
     /// are quoted, quotes doubled).
@@ -217,6 +218,10 @@ impl RolloutOut {
             time(self.started_at),
             time(self.finished_at),
         );
+        let downtime = self
+            .downtime_ms
+            .map(|ms| ms.to_string())
+            .unwrap_or_default();
         write_record(
             out,
             &[
@@ -237,13 +242,14 @@ impl RolloutOut {
                 self.error.as_ref().map_or("", |e| e.message.as_str()),
                 self.rollback_of.as_deref().unwrap_or(""),
                 self.rolled_back_by.as_deref().unwrap_or(""),
+                &downtime,
             ],
         );
     }
 }
 
 /// One CSV record in the columns of `CSV_HEADER`, CRLF-terminated.
-fn write_record(out: &mut String, fields: &[&str; 17]) {
+fn write_record(out: &mut String, fields: &[&str; 18]) {
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
             out.push(',');

@@ -128,6 +128,37 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
         text.contains("cold start") && text.contains("down call "),
         "{text}"
     );
+    // The timeline shades the same span behind every step: from the down step's start to
+    // the health wait's end, at most.
+    let band = browser
+        .eval("return [...document.querySelectorAll('#timeline rect.out')].map(b => ({x: Number(b.getAttribute('x')), w: Number(b.getAttribute('width'))})).concat([...['down', 'health'].map(n => { const b = document.querySelector('#timeline [data-step=\"' + n + '\"] rect.step-bar'); return {x: Number(b.getAttribute('x')), w: Number(b.getAttribute('width'))}; })])")
+        .await;
+    let band = band.as_array().expect("bands");
+    assert_eq!(
+        band.len(),
+        steps.len() + 2,
+        "a band on every step's row: {band:?}"
+    );
+    let (x, w) = (
+        band[0]["x"].as_f64().expect("x"),
+        band[0]["w"].as_f64().expect("w"),
+    );
+    assert!(
+        band[..steps.len()].iter().all(|b| b == &band[0]),
+        "{band:?}"
+    );
+    let (down, health) = (&band[steps.len()], &band[steps.len() + 1]);
+    let end_of =
+        |b: &serde_json::Value| b["x"].as_f64().unwrap_or(0.0) + b["w"].as_f64().unwrap_or(0.0);
+    assert!(w > 0.0, "{band:?}");
+    assert!(
+        x + 0.5 >= down["x"].as_f64().unwrap_or(0.0),
+        "starts at the down: {band:?}"
+    );
+    assert!(
+        x + w <= end_of(health) + 0.5,
+        "ends by the health wait's end: {band:?}"
+    );
     for (s, want) in shown.as_array().expect("steps").iter().zip(steps) {
         let name = want["name"].as_str().expect("name");
         assert_eq!(s["name"], want["name"]);

@@ -36,6 +36,7 @@ fn config(dir: &std::path::Path, tuning: ComposeTuning) -> ResolvedConfig {
         project: "work".into(),
         replicas: BTreeMap::new(),
         windows: Vec::new(),
+        model_cache: None,
     };
     ResolvedConfig {
         public_url: None,

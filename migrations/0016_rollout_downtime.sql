@@ -1,0 +1,4 @@
+-- A rollout's replica downtime in milliseconds, from the down sent to its replica to the first
+-- healthy answer after the up (domain::downtime), written with the rollout's end; null when it
+-- did not take its replica down or the replica never answered healthy again.
+alter table rollout add column downtime_ms integer;
