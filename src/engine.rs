@@ -332,6 +332,7 @@ impl Engine {
         let new = NewRollout {
             deploy_as: None,
             replaces: plan.replaces,
+            windows: plan.windows,
             id: new_id("ro"),
             kind: RolloutKind::Canary,
             env_sha256: merged_env_sha256(&host.config, &plan.env),

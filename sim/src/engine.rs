@@ -166,6 +166,7 @@ pub(crate) fn apply_steps(
     mode: StartMode,
 ) {
     let mut writers = Vec::new();
+    let mut downloads = Vec::new();
     {
         let mut st = shared.state();
         let cold = st.faults.cold_start;
@@ -173,7 +174,13 @@ pub(crate) fn apply_steps(
             let def = file.services.get(&step.service);
             let one_shot = def.is_some_and(is_one_shot);
             let engine = def.is_some_and(is_engine);
-            match step.change {
+            // A downloader with a download to make runs a changed command (the tag added the
+            // download): compose recreates it, with a log of its own.
+            let change = match step.change {
+                Change::Start if one_shot && pending_download(&st).is_some() => Change::Recreate,
+                other => other,
+            };
+            match change {
                 Change::Keep => continue,
                 Change::RemoveOrphan => {
                     st.containers.remove(&step.service);
@@ -224,7 +231,7 @@ pub(crate) fn apply_steps(
             c.ready_at = ready_at;
             c.generation = generation;
             c.running = !one_shot;
-            if mode == StartMode::Warm && step.change != Change::Start {
+            if mode == StartMode::Warm && change != Change::Start {
                 c.created_at = started_at;
             }
             if engine {
@@ -233,11 +240,27 @@ pub(crate) fn apply_steps(
                 // `SimFaults::set_logs_on_start` replaces a plain service's lines too (the
                 // perception check's failing verdict).
                 let lines = st.faults.logs_on_start.get(&step.service).cloned();
+                // A downloader with a download to make logs its end when it is done.
+                let download = one_shot
+                    .then(|| pending_download(&st))
+                    .flatten()
+                    .filter(|_| lines.is_none());
                 let Some(c) = st.containers.get_mut(&step.service) else {
                     continue;
                 };
-                for line in lines.unwrap_or_else(|| plain_startup(&step.service, one_shot)) {
+                let lines = match &download {
+                    Some((repo, ..)) => vec![
+                        format!("{}: starting", step.service),
+                        format!("Downloading {repo}..."),
+                    ],
+                    None => lines.unwrap_or_else(|| plain_startup(&step.service, one_shot)),
+                };
+                for line in lines {
                     c.push_log(line);
+                }
+                if let Some((repo, time, bytes)) = download {
+                    c.running = true;
+                    downloads.push((step.service.clone(), generation, repo, time, bytes));
                 }
             }
         }
@@ -245,6 +268,64 @@ pub(crate) fn apply_steps(
     for (service, generation, warm) in writers {
         tokio::spawn(write_engine_log(shared.clone(), service, generation, warm));
     }
+    for (service, generation, repo, time, bytes) in downloads {
+        tokio::spawn(finish_download(
+            shared.clone(),
+            service,
+            generation,
+            repo,
+            time,
+            bytes,
+        ));
+    }
+}
+
+/// The cache directory of a Hugging Face repo, as `/host/cache` lists it.
+pub(crate) fn cache_dir(repo: &str) -> String {
+    format!("models--{}", repo.replace('/', "--"))
+}
+
+/// The download the downloader would make now (`SimFaults::set_download`), unless cached.
+pub(crate) fn pending_download(st: &super::state::State) -> Option<(String, Duration, u64)> {
+    st.faults
+        .download
+        .clone()
+        .filter(|(repo, _, _)| !st.cached_weights.contains(&cache_dir(repo)))
+}
+
+/// Marks a finished download: the repo cached, its bytes used on the model cache.
+pub(crate) fn cache_download(st: &mut super::state::State, repo: &str, bytes: u64) {
+    let dir = cache_dir(repo);
+    if !st.cached_weights.contains(&dir) {
+        st.cached_weights.push(dir);
+        *st.cache_volumes
+            .entry(super::state::HF_VOLUME.to_owned())
+            .or_default() += bytes;
+    }
+}
+
+/// A downloader started alone: after `time`, `Download complete.` in its log (unless it was
+/// recreated meanwhile) and the repo cached.
+async fn finish_download(
+    shared: Arc<Shared>,
+    service: String,
+    generation: u64,
+    repo: String,
+    time: Duration,
+    bytes: u64,
+) {
+    tokio::time::sleep(time).await;
+    let mut st = shared.state();
+    let Some(c) = st
+        .containers
+        .get_mut(&service)
+        .filter(|c| c.generation == generation)
+    else {
+        return;
+    };
+    c.push_log("Download complete.".to_owned());
+    c.running = false;
+    cache_download(&mut st, &repo, bytes);
 }
 
 /// Writes an engine's startup lines over its cold start, then a decode line every 200 ms,

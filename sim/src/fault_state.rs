@@ -35,6 +35,9 @@ pub(crate) struct FaultState {
     pub cold_start: Duration,
     /// Sticky: how long pulling an image the host does not hold takes.
     pub pull_time: Duration,
+    /// Sticky: the repo the downloader fetches when it runs (unless cached), how long that
+    /// takes and the bytes it adds to the model cache.
+    pub download: Option<(String, Duration, u64)>,
     pub legacy: bool,
     pub logs_on_start: BTreeMap<String, Vec<String>>,
     /// Tags force-moved to another commit (tag → new commit), with other file content.

@@ -120,6 +120,15 @@ impl SimFaults {
         self.shared.state().faults.pull_time = pull_time;
     }
 
+    /// Sticky: from now on the one-shot downloader, when an up runs it, fetches `repo`
+    /// (`org/repo`) in `time` unless the model cache holds it: its log says `Downloading
+    /// {repo}...` at once and `Download complete.` after `time`, and the repo is cached then,
+    /// `bytes` more used on the model-cache volume. An up of an engine that depends on it waits
+    /// for it (`service_completed_successfully`); an up of the downloader alone does not.
+    pub fn set_download(&self, repo: &str, time: Duration, bytes: u64) {
+        self.shared.state().faults.download = Some((repo.to_owned(), time, bytes));
+    }
+
     /// Immediate: appends `line` to the log of the container of `service` (ignored when the
     /// service has no container).
     pub fn emit_log_line(&self, service: &str, line: &str) {

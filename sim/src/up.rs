@@ -305,6 +305,22 @@ async fn run_up(job: UpJob, mut em: Emitter) -> Result<(), Gone> {
     } else {
         StartMode::Normal
     };
+    // An engine of the scope waits for its one-shot dependency to complete: a download the
+    // downloader makes happens inside this up's stream.
+    let downloads = steps.iter().any(|s| {
+        one_shot(&s.service)
+            && matches!(s.change, Change::Create | Change::Recreate | Change::Start)
+    });
+    let engine_waits = downloads && order.iter().any(|s| !one_shot(s));
+    if engine_waits && !fails {
+        let pending = super::engine::pending_download(&shared.state());
+        if let Some((repo, time, bytes)) = pending {
+            em.stderr(" model-downloader Started").await?;
+            tokio::time::sleep(time).await;
+            super::engine::cache_download(&mut shared.state(), &repo, bytes);
+            em.stderr(" model-downloader Exited").await?;
+        }
+    }
     apply_steps(&shared, file, &steps, &want, &job.record.tag, mode);
     let lines = up_lines(&steps, &one_shot, false);
     if fails {

@@ -53,6 +53,9 @@ pub struct ReleaseIn {
     pub max_parallel_hosts: Option<u32>,
     #[serde(default)]
     pub on_failure: Option<ReleaseOnFailure>,
+    /// Low-traffic windows for every target's rollout, instead of their hosts'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Vec<crate::domain::window::TrafficWindow>>,
 }
 
 /// A release as the API shows it.
@@ -326,6 +329,7 @@ pub fn validate(
             require_logs: input.require_logs.clone(),
             replaces: None,
             on_failure: Some(OnFailure::Rollback),
+            windows: input.windows.clone(),
         };
         let canary = plan::validate(spec, known).map_err(|e| target_error(i, t, e))?;
         runbook.clone_from(&canary.runbook);

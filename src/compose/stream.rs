@@ -38,6 +38,10 @@ pub struct StreamResult {
     pub transcript_tail: Vec<String>,
     /// How many stdout/stderr lines the stream carried.
     pub n_lines: usize,
+    /// When its last image pull or build line (`… Pulled`, `… Built`) arrived: an up's
+    /// stream is pull and build until then, create and start after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl StreamResult {
@@ -98,6 +102,7 @@ pub(crate) struct Transcript {
     n_lines: usize,
     plan: Option<(Value, RawPlan)>,
     staged: Option<Staged>,
+    pulled_at: Option<chrono::DateTime<chrono::Utc>>,
     error: Option<ComposeError>,
 }
 
@@ -112,6 +117,7 @@ impl Transcript {
             n_lines: 0,
             plan: None,
             staged: None,
+            pulled_at: None,
             error: None,
         }
     }
@@ -210,6 +216,12 @@ impl Transcript {
 
     fn record(&mut self, stream: &str, data: &str) {
         self.n_lines += 1;
+        if data
+            .split_whitespace()
+            .any(|w| w == "Pulled" || w == "Built")
+        {
+            self.pulled_at = Some(chrono::Utc::now());
+        }
         self.push_tail(format!("{stream}: {}", truncate(data, TAIL_LINE_CHARS)));
     }
 
@@ -239,6 +251,7 @@ impl Transcript {
                 outcome,
                 transcript_tail: self.tail.into(),
                 n_lines: self.n_lines,
+                pulled_at: self.pulled_at,
             },
             plan: self.plan,
             staged: self.staged,
@@ -371,12 +384,27 @@ mod tests {
         ])
         .expect("valid");
         assert!(streamed.result.succeeded());
+        assert_eq!(streamed.result.pulled_at, None, "no pull or build line");
         let staged = Staged {
             file: "prod/a.yaml".into(),
             file_sha256: "9df5".into(),
             tag: "v1".into(),
         };
         assert_eq!(streamed.staged, Some(staged));
+    }
+
+    #[test]
+    fn the_last_pull_or_build_line_is_timed() {
+        let before = chrono::Utc::now();
+        let streamed = judge(&[
+            r#"{"event":"stderr","data":" r2 Pulling"}"#,
+            r#"{"event":"stderr","data":" r2 Pulled"}"#,
+            r#"{"event":"stderr","data":" Container r2  Started"}"#,
+            r#"{"event":"done","success":true,"exit_code":0}"#,
+        ])
+        .expect("valid");
+        let at = streamed.result.pulled_at.expect("a pull line");
+        assert!(at >= before && at <= chrono::Utc::now());
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct StepTimes {
     pub calls: Vec<(String, DateTime<Utc>, Option<DateTime<Utc>>)>,
     /// A `wait_health`'s first healthy answer of the streak that passed it.
     pub healthy_since: Option<DateTime<Utc>>,
+    /// An `up`'s last image pull or build line (of its call's stream).
+    pub pulled_at: Option<DateTime<Utc>>,
 }
 
 /// A replica's time out of service in one rollout.
@@ -48,6 +50,10 @@ pub struct DowntimeParts {
     /// The up's stream: image pull, build, create and start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub up_ms: Option<i64>,
+    /// Of `up_ms`, the image pull and build: from the up sent to its stream's last pull or
+    /// build line (the rest is create and start); absent when the stream had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_ms: Option<i64>,
     /// Up ended → the first healthy answer: the engine's cold start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_start_ms: Option<i64>,
@@ -76,6 +82,7 @@ pub fn of(steps: &[StepTimes]) -> Option<Downtime> {
         Some((to? - from?).num_milliseconds().max(0))
     };
     let (up_at, up_end) = (up.map(|u| u.1), up.and_then(|u| u.2));
+    let pulled_at = up.and_then(|(i, _, _)| steps[i].pulled_at);
     Some(Downtime {
         down_at,
         back_at,
@@ -84,6 +91,7 @@ pub fn of(steps: &[StepTimes]) -> Option<Downtime> {
             down_ms: ms(Some(down_at), down_end),
             between_ms: ms(down_end, up_at),
             up_ms: ms(up_at, up_end),
+            pull_ms: ms(up_at, pulled_at),
             cold_start_ms: ms(up_end, back_at),
         },
     })

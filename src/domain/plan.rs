@@ -52,6 +52,9 @@ pub struct PlanSpec {
     /// The replica's former service, which the new file renames (docs/reference.md#renamed-replicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<ReplacesSpec>,
+    /// Low-traffic windows (UTC) for this rollout, instead of the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Vec<crate::domain::window::TrafficWindow>>,
 }
 
 /// A renamed replica's former service: `down` acts on it with the file and tag that deployed
@@ -114,6 +117,9 @@ pub struct CanaryPlan {
     pub on_failure: OnFailure,
     /// The former service a rename takes down (checked: a configured alias of `service`).
     pub replaces: Option<Replaces>,
+    /// Low-traffic windows for this rollout, instead of the host's; empty: the host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<crate::domain::window::TrafficWindow>,
 }
 
 /// A refused plan: a stable code, the field at fault, and a message that names it.
@@ -245,6 +251,7 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
         env,
         require_logs,
         on_failure: spec.on_failure.unwrap_or(OnFailure::Rollback),
+        windows: spec.windows.unwrap_or_default(),
     })
 }
 

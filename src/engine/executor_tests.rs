@@ -246,6 +246,7 @@ fn rollout() -> Rollout {
         deploy_as: None,
         replaces: None,
         downtime_ms: None,
+        windows: Vec::new(),
     }
 }
 

@@ -150,6 +150,8 @@ fn rollback_rollout(
     Ok(NewRollout {
         deploy_as: target.deployed_as.clone(),
         replaces: running.replaced_by(target),
+        // A rollback never waits for a window.
+        windows: Vec::new(),
         id: new_id("ro"),
         kind: RolloutKind::Rollback,
         host: target.host.clone(),

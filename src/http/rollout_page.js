@@ -54,7 +54,11 @@ function rolloutLink(rid) { return el("a", {href: "/rollouts/" + encodeURICompon
 // How long the replica was out of service, and its parts (`downtime` in the API).
 function downtimeText(d, ended) {
   const p = d.parts || {};
-  const parts = [["down call", p.down_ms], ["between", p.between_ms], ["up call (pull, build, create)", p.up_ms], ["cold start", p.cold_start_ms]]
+  const has = v => v !== undefined && v !== null;
+  const up = has(p.pull_ms) && has(p.up_ms)
+    ? "up call (pull and build " + duration(p.pull_ms) + ", create " + duration(Math.max(p.up_ms - p.pull_ms, 0)) + ")"
+    : "up call (pull, build, create)";
+  const parts = [["down call", p.down_ms], ["between", p.between_ms], [up, p.up_ms], ["cold start", p.cold_start_ms]]
     .filter(([, v]) => v !== undefined && v !== null)
     .map(([k, v]) => k + " " + duration(v));
   const total = d.total_ms !== undefined && d.total_ms !== null

@@ -2,6 +2,9 @@
 //! [`crate::domain::downtime`]'s step times.
 
 use crate::domain::downtime::{Downtime, StepTimes};
+use serde::Deserialize;
+
+use crate::domain::runbook::step::call::CallDetail;
 use crate::domain::runbook::step::{evidence, Up, WaitHealth};
 use crate::domain::runbook::Runbook;
 
@@ -32,6 +35,10 @@ pub fn of_rollout(
                     .map(|a| (a.endpoint.clone(), a.started_at, a.finished_at))
                     .collect(),
                 healthy_since: evidence::<WaitHealth>(&s.detail).and_then(|e| e.healthy_since),
+                pulled_at: attempts
+                    .iter()
+                    .filter(|a| a.step_id == s.id && a.endpoint == "compose/up")
+                    .find_map(|a| CallDetail::deserialize(&a.detail).ok()?.pulled_at),
             }
         })
         .collect();

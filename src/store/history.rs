@@ -57,7 +57,7 @@ fn csv_field_sql(column: &str) -> String {
 }
 
 /// The columns of `SELECT_ROLLOUT` (the fields of `RolloutRow`).
-const ROLLOUT_COLUMNS: [&str; 28] = [
+const ROLLOUT_COLUMNS: [&str; 29] = [
     "rollout_id",
     "kind",
     "status",
@@ -86,6 +86,7 @@ const ROLLOUT_COLUMNS: [&str; 28] = [
     "deploy_as",
     "replaces",
     "downtime_ms",
+    "windows",
 ];
 
 impl Store {

@@ -47,6 +47,8 @@ pub struct Rollout {
     pub replaces: Option<crate::domain::plan::Replaces>,
     /// How long its replica was out (ms), written with its end (`domain::downtime`).
     pub downtime_ms: Option<i64>,
+    /// Low-traffic windows its plan named (the `window` step's, before the host's).
+    pub windows: Vec<crate::domain::window::TrafficWindow>,
 }
 
 impl Rollout {

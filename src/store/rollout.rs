@@ -38,6 +38,8 @@ pub struct NewRollout {
     pub deploy_as: Option<ServiceName>,
     /// The former service `down` acts on (a rename).
     pub replaces: Option<Replaces>,
+    /// Low-traffic windows of the plan (the `window` step's, before the host's).
+    pub windows: Vec<crate::domain::window::TrafficWindow>,
 }
 
 /// One step copied from the runbook.
@@ -87,6 +89,7 @@ pub(super) struct RolloutRow {
     deploy_as: Option<String>,
     replaces: Option<String>,
     downtime_ms: Option<i64>,
+    windows: Option<String>,
 }
 
 pub(super) fn corrupt(message: impl std::fmt::Display) -> StoreError {
@@ -135,6 +138,10 @@ impl TryFrom<RolloutRow> for Rollout {
                 None => None,
             },
             downtime_ms: r.downtime_ms,
+            windows: match r.windows {
+                Some(text) => serde_json::from_str(&text).map_err(corrupt)?,
+                None => Vec::new(),
+            },
         })
     }
 }
@@ -142,7 +149,7 @@ impl TryFrom<RolloutRow> for Rollout {
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
-    abort_reason, deploy_as, replaces, downtime_ms from rollout";
+    abort_reason, deploy_as, replaces, downtime_ms, windows from rollout";
 
 impl Store {
     /// Creates a pending rollout and its steps, or fails `HostBusy` if the host has an active one.
@@ -378,11 +385,15 @@ pub(super) async fn insert_rollout(
         Some(r) => Some(serde_json::to_string(r).map_err(corrupt)?),
         None => None,
     };
+    let windows = match new.windows.as_slice() {
+        [] => None,
+        w => Some(serde_json::to_string(w).map_err(corrupt)?),
+    };
     db.query(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
-         expect_file_sha256, active_host, deploy_as, replaces) \
-         values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         expect_file_sha256, active_host, deploy_as, replaces, windows) \
+         values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&new.id)
     .bind(new.kind.as_str())
@@ -403,7 +414,8 @@ pub(super) async fn insert_rollout(
     .bind(&new.expect_file_sha256)
     .bind(&new.host)
     .bind(new.deploy_as.as_deref())
-    .bind(replaces);
+    .bind(replaces)
+    .bind(windows);
     for (position, step) in steps.iter().enumerate() {
         db.query(
             "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",

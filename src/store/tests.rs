@@ -59,6 +59,7 @@ pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewR
         created_at: at(created),
         deploy_as: None,
         replaces: None,
+        windows: Vec::new(),
     }
 }
 

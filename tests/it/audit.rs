@@ -82,6 +82,7 @@ pub async fn insert(store: &Store, row: &Row) -> String {
         created_at: row.created_at,
         deploy_as: None,
         replaces: None,
+        windows: Vec::new(),
     };
     let steps = [
         NewStep {

@@ -45,6 +45,11 @@ fn plan() -> serde_json::Value {
 async fn a_prestage_runs_the_downloader_alone_from_the_deployed_file_and_every_engine_keeps_its_container(
 ) {
     let app = app().await;
+    // The new tag's downloader fetches the W4AFP8 snapshot (300 ms here).
+    let download = std::time::Duration::from_millis(300);
+    app.sim
+        .faults()
+        .set_download("graphistry/GLM-5.3-Flash-W4AFP8", download, 165 * GIB);
     let before = app.sim.containers();
     let id = app.start_canary(&plan()).await;
     let r = app.wait_terminal(&id).await;
@@ -195,4 +200,58 @@ async fn weights_already_cached_end_the_prestage_at_once_as_already_staged() {
     );
     assert_eq!(r.steps[0].detail["already_staged"], true);
     assert_eq!(app.compose_calls(), [], "nothing sent");
+}
+
+#[tokio::test]
+async fn the_prestage_takes_the_weights_download_out_of_the_canarys_downtime() {
+    let download = std::time::Duration::from_secs(2);
+    let d_ms = download.as_millis() as i64;
+    let weights = "graphistry/GLM-5.3-Flash-W4AFP8";
+
+    // Without it, the canary's up waits for the downloader: the download is downtime.
+    let bare = app().await;
+    bare.sim.faults().set_download(weights, download, 165 * GIB);
+    let id = bare.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = bare.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let up = r
+        .downtime
+        .clone()
+        .and_then(|d| d.parts.up_ms)
+        .expect("the up's part");
+    assert!(
+        up >= d_ms,
+        "the up waited for the download ({up} ms): {:?}",
+        r.downtime
+    );
+
+    // With it, the download happens while r2 serves; the canary's up finds the weights.
+    let app = app().await;
+    app.sim.faults().set_download(weights, download, 165 * GIB);
+    let id = app.start_canary(&plan()).await;
+    let pre = app.wait_terminal(&id).await;
+    assert_eq!(pre.status, "succeeded", "{pre:#?}");
+    let waited = pre
+        .steps
+        .iter()
+        .find(|s| s.name == "downloaded")
+        .and_then(|s| Some((s.finished_at? - s.started_at?).num_milliseconds()))
+        .expect("the log wait ran");
+    assert!(
+        waited * 2 >= d_ms,
+        "followed the download to its end ({waited} ms)"
+    );
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let up = r
+        .downtime
+        .clone()
+        .and_then(|d| d.parts.up_ms)
+        .expect("the up's part");
+    assert!(
+        up < d_ms,
+        "the weights were cached ({up} ms): {:?}",
+        r.downtime
+    );
 }

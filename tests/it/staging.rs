@@ -98,6 +98,11 @@ async fn a_canary_stages_the_targets_image_before_the_down_and_its_up_pulls_noth
         up_ms < pull.as_millis() as i64,
         "the up pulled nothing ({up_ms} ms, a pull takes {pull:?}): {d:?}"
     );
+    let pull_ms = d
+        .parts
+        .pull_ms
+        .expect("the up's stream says when it pulled");
+    assert!(pull_ms <= up_ms, "{d:?}");
 }
 
 #[tokio::test]
@@ -113,6 +118,12 @@ async fn without_a_stage_the_up_pulls_the_image_while_the_replica_is_out() {
     assert!(
         up_ms >= pull.as_millis() as i64,
         "the up pulled the new image after the down ({up_ms} ms): {d:?}"
+    );
+    // The pull is the part of the up before its last `Pulled` line.
+    let pull_ms = d.parts.pull_ms.expect("the pull's part");
+    assert!(
+        pull_ms >= pull.as_millis() as i64 && pull_ms <= up_ms,
+        "{d:?}"
     );
 }
 

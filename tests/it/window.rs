@@ -147,3 +147,33 @@ async fn an_open_window_or_none_lets_a_canary_through_at_once() {
             .contains(&"approval_requested".to_owned()));
     }
 }
+
+#[tokio::test]
+async fn a_plans_own_windows_come_before_the_hosts_and_a_bad_one_is_refused() {
+    let window = format!("  - {{name: window, kind: window, timeout: 1h}}\n{SNAPSHOT}");
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(SNAPSHOT, window.as_str())])),
+        windows: vec![hours_from_now(2, 3)],
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let open = serde_json::to_value(vec![hours_from_now(0, 2)]).expect("json");
+    let mut plan = TestApp::plan("v0.0.452");
+    plan["windows"] = open;
+    let id = app.start_canary(&plan).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(
+        r.status, "succeeded",
+        "the plan's open window, not the host's closed one: {r:#?}"
+    );
+    let step = r.steps.iter().find(|s| s.name == "window").expect("step");
+    assert!(step.detail["opened_at"].is_string(), "{:#}", step.detail);
+
+    let mut bad = TestApp::plan("v0.0.452");
+    bad["windows"] = json!([{"start": "02:00", "end": "25:00"}]);
+    let (status, body) = app.post_plan(&bad).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_body", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("windows[0]: `end`: `25:00`"), "{body}");
+}

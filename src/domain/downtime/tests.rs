@@ -16,6 +16,7 @@ fn step(kind: StepKindName, on_replica: bool, calls: &[(&str, i64, Option<i64>)]
             .map(|(e, sent, ended)| (e.to_string(), t(*sent), ended.map(t)))
             .collect(),
         healthy_since: None,
+        pulled_at: None,
     }
 }
 
@@ -47,11 +48,14 @@ fn the_downtime_runs_from_the_replicas_down_to_its_first_healthy_answer_in_parts
             DowntimeParts::default(),
         ),
         (
-            "a canary: down 10 s, up 60 s (pull, create), cold start 1,200 s",
+            "a canary: down 10 s, up 60 s (pull 45 s, create), cold start 1,200 s",
             vec![
                 plan.clone(),
                 step(Down, true, &[("compose/down", 10, Some(20))]),
-                step(Up, true, &[("compose/up", 21, Some(81))]),
+                StepTimes {
+                    pulled_at: Some(t(66)),
+                    ..step(Up, true, &[("compose/up", 21, Some(81))])
+                },
                 health(Some(1281)),
             ],
             Some((10, Some(1281))),
@@ -59,6 +63,7 @@ fn the_downtime_runs_from_the_replicas_down_to_its_first_healthy_answer_in_parts
                 down_ms: Some(10 * s),
                 between_ms: Some(s),
                 up_ms: Some(60 * s),
+                pull_ms: Some(45 * s),
                 cold_start_ms: Some(1200 * s),
             },
         ),
@@ -76,6 +81,7 @@ fn the_downtime_runs_from_the_replicas_down_to_its_first_healthy_answer_in_parts
                 down_ms: Some(10 * s),
                 between_ms: Some(10 * s),
                 up_ms: Some(10 * s),
+                pull_ms: None,
                 cold_start_ms: Some(60 * s),
             },
         ),
@@ -91,6 +97,7 @@ fn the_downtime_runs_from_the_replicas_down_to_its_first_healthy_answer_in_parts
                 down_ms: Some(10 * s),
                 between_ms: Some(s),
                 up_ms: Some(60 * s),
+                pull_ms: None,
                 cold_start_ms: None,
             },
         ),

@@ -246,6 +246,7 @@ fn semantic_refusals_are_unprocessable_and_shape_problems_are_bad_requests() {
 #[test]
 fn a_plan_spec_built_by_the_cli_serialises_without_absent_fields() {
     let spec = PlanSpec {
+        windows: None,
         host: "gpu02".into(),
         file: FILE.into(),
         service: R2.into(),

@@ -150,6 +150,7 @@ async fn an_up_whose_stream_ends_failed_fails_with_its_exit_code_and_tail() {
         },
         transcript_tail: vec!["stderr: pull access denied".to_owned()],
         n_lines: 1,
+        pulled_at: None,
     };
     *bench.host.streams.lock().expect("streams") = VecDeque::from([Ok(failed)]);
     let end = bench.run(3, None).await;

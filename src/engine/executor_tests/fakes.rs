@@ -33,6 +33,7 @@ pub(super) fn done() -> StreamResult {
         outcome: StreamOutcome::Succeeded,
         transcript_tail: vec!["stdout: done".to_owned()],
         n_lines: 1,
+        pulled_at: None,
     }
 }
 
@@ -42,6 +43,7 @@ pub(super) fn cut() -> StreamResult {
         outcome: StreamOutcome::Unknown,
         transcript_tail: vec!["canaryd: the stream ended without `done`".to_owned()],
         n_lines: 0,
+        pulled_at: None,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The `window` step (docs/reference.md#low-traffic-windows): before the replica is taken
-//! out, wait until a low-traffic window of the host (or of the step) is open. The wait is an
+//! out, wait until a low-traffic window of the plan (or of the step, or of the host) is open. The wait is an
 //! approval wait (`approve.rs`): it is in the step's evidence and notified once, it survives a
 //! restart, and an operator's approval (with a reason, audited) starts the rollout now. A
 //! rollback never waits, nor a host without windows.
@@ -17,11 +17,11 @@ use crate::engine::step_run::{Evidence, Execute, Running, StepEnd, StepRun};
 
 impl Execute for Window {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        let windows = if self.windows.is_empty() {
-            &run.ctx.host.windows
-        } else {
-            &self.windows
-        };
+        // The plan's windows, else the step's, else the host's.
+        let windows = [&run.rollout.windows, &self.windows, &run.ctx.host.windows]
+            .into_iter()
+            .find(|w| !w.is_empty())
+            .unwrap_or(&run.ctx.host.windows);
         let shown = (!windows.is_empty()).then(|| window::shown(windows));
         let skipped = |why: &str| {
             let detail = WindowEvidence {
@@ -35,7 +35,7 @@ impl Execute for Window {
             return skipped("a rollback never waits for a low-traffic window");
         }
         if windows.is_empty() {
-            return skipped("no low-traffic window is configured for this host or runbook");
+            return skipped("no low-traffic window is configured for this plan, runbook or host");
         }
         let now = run.ctx.now();
         let opened = |at: DateTime<Utc>| {

@@ -125,7 +125,9 @@ async fn a_finished_canarys_page_shows_every_step_bar_with_its_duration_and_stat
     assert_eq!(down["ms"].as_i64(), Some(total), "{down}");
     let text = down["text"].as_str().unwrap_or_default();
     assert!(
-        text.contains("cold start") && text.contains("down call "),
+        text.contains("cold start")
+            && text.contains("down call ")
+            && text.contains("pull and build "),
         "{text}"
     );
     // The timeline shades the same span behind every step: from the down step's start to

@@ -14,6 +14,9 @@ pub struct CallDetail {
     /// Output lines the stream carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lines: Option<u64>,
+    /// When the stream's last image pull or build line arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulled_at: Option<chrono::DateTime<chrono::Utc>>,
     /// A dry run's plan; `null` when it answered without one.
     #[serde(
         default,

@@ -90,6 +90,7 @@ where
             let call = CallDetail {
                 endpoint: Some(endpoint.to_owned()),
                 lines: u64::try_from(value.n_lines).ok(),
+                pulled_at: value.pulled_at,
                 tail: Some(value.transcript_tail),
                 ..CallDetail::default()
             };
