@@ -333,6 +333,7 @@ impl Engine {
             deploy_as: None,
             replaces: plan.replaces,
             windows: plan.windows,
+            required_free: plan.required_free,
             id: new_id("ro"),
             kind: RolloutKind::Canary,
             env_sha256: merged_env_sha256(&host.config, &plan.env),

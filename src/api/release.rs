@@ -330,6 +330,7 @@ pub fn validate(
             replaces: None,
             on_failure: Some(OnFailure::Rollback),
             windows: input.windows.clone(),
+            required_free: None,
         };
         let canary = plan::validate(spec, known).map_err(|e| target_error(i, t, e))?;
         runbook.clone_from(&canary.runbook);

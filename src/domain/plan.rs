@@ -55,6 +55,9 @@ pub struct PlanSpec {
     /// Low-traffic windows (UTC) for this rollout, instead of the host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub windows: Option<Vec<crate::domain::window::TrafficWindow>>,
+    /// A weights pre-stage's free space required (`300GiB`), when more than its runbook's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_free: Option<String>,
 }
 
 /// A renamed replica's former service: `down` acts on it with the file and tag that deployed
@@ -120,6 +123,9 @@ pub struct CanaryPlan {
     /// Low-traffic windows for this rollout, instead of the host's; empty: the host's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<crate::domain::window::TrafficWindow>,
+    /// A weights pre-stage's free space required (bytes), raising its runbook's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_free: Option<u64>,
 }
 
 /// A refused plan: a stable code, the field at fault, and a message that names it.
@@ -240,6 +246,13 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
         Some(r) => Some(check_replaces(r, &spec.host, &service, known)?),
         None => None,
     };
+    let required_free = match &spec.required_free {
+        Some(text) => Some(
+            crate::domain::staging::parse_size(text)
+                .map_err(|e| PlanError::new("invalid_size", Some("required_free"), e))?,
+        ),
+        None => None,
+    };
     Ok(CanaryPlan {
         replaces,
         host: spec.host,
@@ -252,6 +265,7 @@ pub fn validate(spec: PlanSpec, known: &KnownTargets) -> Result<CanaryPlan, Plan
         require_logs,
         on_failure: spec.on_failure.unwrap_or(OnFailure::Rollback),
         windows: spec.windows.unwrap_or_default(),
+        required_free,
     })
 }
 

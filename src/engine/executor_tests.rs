@@ -247,6 +247,7 @@ fn rollout() -> Rollout {
         replaces: None,
         downtime_ms: None,
         windows: Vec::new(),
+        required_free: None,
     }
 }
 

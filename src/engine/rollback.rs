@@ -152,6 +152,7 @@ fn rollback_rollout(
         replaces: running.replaced_by(target),
         // A rollback never waits for a window.
         windows: Vec::new(),
+        required_free: None,
         id: new_id("ro"),
         kind: RolloutKind::Rollback,
         host: target.host.clone(),

@@ -82,6 +82,7 @@ pub const ERROR_CODES: &[(&str, u16)] = &[
     ("invalid_pattern", 422),
     ("invalid_on_failure", 422),
     ("invalid_replaces", 422),
+    ("invalid_size", 422),
     ("unknown_target", 422),
     ("companion_is_replica", 422),
     ("invalid_release", 422),

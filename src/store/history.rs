@@ -57,7 +57,7 @@ fn csv_field_sql(column: &str) -> String {
 }
 
 /// The columns of `SELECT_ROLLOUT` (the fields of `RolloutRow`).
-const ROLLOUT_COLUMNS: [&str; 29] = [
+const ROLLOUT_COLUMNS: [&str; 30] = [
     "rollout_id",
     "kind",
     "status",
@@ -87,6 +87,7 @@ const ROLLOUT_COLUMNS: [&str; 29] = [
     "replaces",
     "downtime_ms",
     "windows",
+    "required_free",
 ];
 
 impl Store {

@@ -49,6 +49,8 @@ pub struct Rollout {
     pub downtime_ms: Option<i64>,
     /// Low-traffic windows its plan named (the `window` step's, before the host's).
     pub windows: Vec<crate::domain::window::TrafficWindow>,
+    /// The free space its plan requires of a weights pre-stage (bytes), raising its runbook's.
+    pub required_free: Option<u64>,
 }
 
 impl Rollout {

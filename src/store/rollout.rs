@@ -40,6 +40,8 @@ pub struct NewRollout {
     pub replaces: Option<Replaces>,
     /// Low-traffic windows of the plan (the `window` step's, before the host's).
     pub windows: Vec<crate::domain::window::TrafficWindow>,
+    /// A weights pre-stage's free space required by its plan (bytes), raising its runbook's.
+    pub required_free: Option<u64>,
 }
 
 /// One step copied from the runbook.
@@ -90,6 +92,7 @@ pub(super) struct RolloutRow {
     replaces: Option<String>,
     downtime_ms: Option<i64>,
     windows: Option<String>,
+    required_free: Option<i64>,
 }
 
 pub(super) fn corrupt(message: impl std::fmt::Display) -> StoreError {
@@ -138,6 +141,11 @@ impl TryFrom<RolloutRow> for Rollout {
                 None => None,
             },
             downtime_ms: r.downtime_ms,
+            required_free: r
+                .required_free
+                .map(u64::try_from)
+                .transpose()
+                .map_err(corrupt)?,
             windows: match r.windows {
                 Some(text) => serde_json::from_str(&text).map_err(corrupt)?,
                 None => Vec::new(),
@@ -149,7 +157,7 @@ impl TryFrom<RolloutRow> for Rollout {
 pub(super) const SELECT_ROLLOUT: &str = "select rollout_id, kind, status, host, file, service, tag, runbook, \
     actor, reason, env_overrides, env_sha256, require_logs, on_failure, created_at, started_at, \
     finished_at, error_code, error_message, rollback_of, expect_commit, expect_file_sha256, rolled_back_by, touched_replica, \
-    abort_reason, deploy_as, replaces, downtime_ms, windows from rollout";
+    abort_reason, deploy_as, replaces, downtime_ms, windows, required_free from rollout";
 
 impl Store {
     /// Creates a pending rollout and its steps, or fails `HostBusy` if the host has an active one.
@@ -392,8 +400,8 @@ pub(super) async fn insert_rollout(
     db.query(
         "insert into rollout (rollout_id, kind, status, host, file, service, tag, runbook, actor, reason, \
          env_overrides, env_sha256, require_logs, on_failure, created_at, rollback_of, expect_commit, \
-         expect_file_sha256, active_host, deploy_as, replaces, windows) \
-         values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         expect_file_sha256, active_host, deploy_as, replaces, windows, required_free) \
+         values (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&new.id)
     .bind(new.kind.as_str())
@@ -415,7 +423,8 @@ pub(super) async fn insert_rollout(
     .bind(&new.host)
     .bind(new.deploy_as.as_deref())
     .bind(replaces)
-    .bind(windows);
+    .bind(windows)
+    .bind(new.required_free.and_then(|b| i64::try_from(b).ok()));
     for (position, step) in steps.iter().enumerate() {
         db.query(
             "insert into step (step_id, rollout_id, position, name, kind, status) values (?, ?, ?, ?, ?, 'pending')",

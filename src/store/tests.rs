@@ -60,6 +60,7 @@ pub(crate) fn rollout(id: &str, host: &str, service: &str, created: i64) -> NewR
         deploy_as: None,
         replaces: None,
         windows: Vec::new(),
+        required_free: None,
     }
 }
 

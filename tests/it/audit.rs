@@ -83,6 +83,7 @@ pub async fn insert(store: &Store, row: &Row) -> String {
         deploy_as: None,
         replaces: None,
         windows: Vec::new(),
+        required_free: None,
     };
     let steps = [
         NewStep {

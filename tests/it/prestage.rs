@@ -147,6 +147,30 @@ async fn the_gate_refuses_too_little_space_or_another_file_and_a_failed_download
     assert!(error.message.contains("nothing sent"), "{}", error.message);
     assert_eq!(app.compose_calls(), [], "nothing sent");
 
+    // A plan may raise the runbook's 250 GiB, never lower it.
+    app.sim.faults().set_cache(VOLUME, Some(180 * GIB), None);
+    let mut raised = plan();
+    raised["required_free"] = json!("900GiB");
+    let id = app.start_canary(&raised).await;
+    let error = app.wait_terminal(&id).await.error.expect("an error");
+    assert_eq!(error.code, "insufficient_space");
+    assert!(
+        error.message.contains("844.0 GiB free") && error.message.contains("900.0 GiB required"),
+        "{}",
+        error.message
+    );
+    app.sim.faults().set_cache(VOLUME, Some(900 * GIB), None);
+    let mut lowered = plan();
+    lowered["required_free"] = json!("100GiB");
+    let id = app.start_canary(&lowered).await;
+    let error = app.wait_terminal(&id).await.error.expect("an error");
+    assert!(
+        error.message.contains("250.0 GiB required"),
+        "{}",
+        error.message
+    );
+    assert_eq!(app.compose_calls(), [], "nothing sent");
+
     // A file the host does not run: refused before anything is sent.
     app.sim.faults().set_cache(VOLUME, Some(180 * GIB), None);
     let mut other = plan();

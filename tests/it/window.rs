@@ -177,3 +177,78 @@ async fn a_plans_own_windows_come_before_the_hosts_and_a_bad_one_is_refused() {
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("windows[0]: `end`: `25:00`"), "{body}");
 }
+
+/// Polls `GET /v1/releases/{id}` until target `position` runs its `window` step; its rollout.
+async fn waiting_at_window(app: &TestApp, id: &str, position: usize) -> String {
+    for _ in 0..200 {
+        let r: serde_json::Value = reqwest::get(format!("{}/v1/releases/{id}", app.url))
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("json");
+        let t = &r["targets"][position];
+        if t["current_step"] == "window" {
+            return t["rollout_id"].as_str().expect("a rollout").to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("target {position} of {id} never waited at its window");
+}
+
+#[tokio::test]
+async fn a_release_waits_for_the_window_before_each_target() {
+    let window = format!("  - {{name: window, kind: window, timeout: 1h}}\n{SNAPSHOT}");
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(SNAPSHOT, window.as_str())])),
+        windows: vec![hours_from_now(2, 3)],
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let body = json!({"file": crate::helpers::FILE, "tag": "v0.0.452", "reason": "release in the window",
+        "targets": [{"host": HOST, "service": R2}, {"host": HOST, "service": crate::helpers::R1}]});
+    let (status, out) = app.post("/v1/releases", &body).await;
+    assert_eq!(status, 201, "{out}");
+    let id = out["id"].as_str().expect("id").to_owned();
+    let start_now = |rollout: String| {
+        let app = &app;
+        async move {
+            let path = format!("/v1/rollouts/{rollout}/approve");
+            let (status, body) = app
+                .post(&path, &json!({"reason": "on call is watching"}))
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+    };
+    let first = waiting_at_window(&app, &id, 0).await;
+    assert_eq!(
+        app.compose_calls(),
+        [],
+        "the first target waits, nothing sent"
+    );
+    start_now(first).await;
+    // The second target waits for its own window, after the first is done.
+    let second = waiting_at_window(&app, &id, 1).await;
+    let sent_to_r1 = app
+        .compose_calls()
+        .iter()
+        .filter(|c| c.body["services"] == json!([crate::helpers::R1]))
+        .count();
+    assert_eq!(sent_to_r1, 0, "r1 waits at its window");
+    start_now(second).await;
+    let mut ended = String::new();
+    for _ in 0..200 {
+        let r: serde_json::Value = reqwest::get(format!("{}/v1/releases/{id}", app.url))
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("json");
+        ended = r["status"].as_str().unwrap_or_default().to_owned();
+        if ended == "succeeded" || ended == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(ended, "succeeded");
+}

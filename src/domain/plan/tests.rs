@@ -107,6 +107,7 @@ fn every_spec_refusal_has_its_code_and_names_the_field() {
         ("a missing host", without("host"), "unknown_host", "host", "is required"),
         ("a service that is not a replica of the host", with("service", json!("nginx")), "unknown_service", "service", "\"nginx\" is not a configured replica of gpu02"),
         ("an empty service", with("service", json!("")), "invalid_service", "service", "must name one compose service"),
+        ("a required free space without a unit", with("required_free", json!("300")), "invalid_size", "required_free", "is not a size"),
         ("a whitespace service", with("service", json!("   ")), "invalid_service", "service", "must name one compose service"),
         ("a service list", with("service", json!([R1, R2])), "invalid_service", "service", "expected a string (one replica name, not a list: a plan rolls exactly one replica)"),
         ("a service number", with("service", json!(2)), "invalid_service", "service", "invalid type: integer `2`, expected a string"),
@@ -247,6 +248,7 @@ fn semantic_refusals_are_unprocessable_and_shape_problems_are_bad_requests() {
 fn a_plan_spec_built_by_the_cli_serialises_without_absent_fields() {
     let spec = PlanSpec {
         windows: None,
+        required_free: None,
         host: "gpu02".into(),
         file: FILE.into(),
         service: R2.into(),

@@ -29,7 +29,8 @@ impl Execute for FreeSpace {
             return fail(ErrorCode::ModelCacheUnknown, msg, &detail);
         };
         let required = match staging::parse_size(&self.required) {
-            Ok(bytes) => bytes,
+            // A plan may raise the runbook's requirement, never lower it.
+            Ok(bytes) => bytes.max(run.rollout.required_free.unwrap_or(0)),
             Err(e) => {
                 return fail(
                     ErrorCode::InvalidRequest,
