@@ -106,7 +106,10 @@ async fn drive(
         }
         let statuses: Vec<StepStatus> = drive.steps.iter().map(|s| s.status).collect();
         let i = match rollout::next(&statuses) {
-            Next::Succeed => return finish_succeeded(engine, &drive.rollout).await,
+            Next::Succeed => {
+                let touched = drive.run.touched.load(std::sync::atomic::Ordering::Relaxed);
+                return finish_succeeded(engine, &drive.rollout, touched).await;
+            }
             Next::FinishFailed(i) => return drive.finish_recorded_failure(i).await,
             Next::Turn(i) => i,
         };
@@ -501,10 +504,15 @@ async fn skip_rest(
     Ok(())
 }
 
-async fn finish_succeeded(engine: &Engine, rollout: &Rollout) -> Result<(), super::EngineError> {
+/// `touched`: whether the rollout touched its replica (the drive's `StepRun` knows it, this
+/// drive's calls included).
+async fn finish_succeeded(
+    engine: &Engine,
+    rollout: &Rollout,
+    touched: bool,
+) -> Result<(), super::EngineError> {
     // A rollout that never touched its replica (a weights pre-stage) deployed nothing to it.
-    let fresh = engine.get(&rollout.id).await?;
-    if !fresh.touched_replica {
+    if !touched {
         let ch = change(
             RolloutEvent::Succeed,
             None,
