@@ -100,6 +100,15 @@ pub struct CallOut {
 }
 
 impl RolloutOut {
+    /// Its status as people read it: a rollout a rollback later undid says so
+    /// (`succeeded · rolled back by ro_…`).
+    pub fn shown_status(&self) -> String {
+        match &self.rolled_back_by {
+            Some(by) => format!("{} · rolled back by {by}", self.status),
+            None => self.status.clone(),
+        }
+    }
+
     pub fn new(r: Rollout, steps: Vec<Step>) -> Self {
         Self {
             kind: r.kind.as_str().to_owned(),

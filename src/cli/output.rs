@@ -90,7 +90,15 @@ pub fn timeline(r: &RolloutOut) -> String {
     let now = Utc::now();
     let mut out = format!(
         "{} {} of {} on {} to {} ({}): {}\n  reason: {}  actor: {}\n",
-        r.id, r.kind, r.service, r.host, r.tag, r.file, r.status, r.reason, r.actor
+        r.id,
+        r.kind,
+        r.service,
+        r.host,
+        r.tag,
+        r.file,
+        r.shown_status(),
+        r.reason,
+        r.actor
     );
     if let Some(of) = &r.rollback_of {
         out.push_str(&format!("  rollback of {of}\n"));

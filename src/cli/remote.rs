@@ -498,18 +498,29 @@ pub fn render_history(items: &[Value], format: &str) -> anyhow::Result<String> {
             Ok(out)
         }
         "table" => {
+            let rows: Vec<RolloutOut> = items
+                .iter()
+                .map(|item| serde_json::from_value(item.clone()))
+                .collect::<Result<_, _>>()?;
+            // A rollout a rollback undid says so: the column is as wide as its longest status.
+            let statuses: Vec<String> = rows.iter().map(RolloutOut::shown_status).collect();
+            let w = statuses
+                .iter()
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(9);
             let mut out = format!(
-                "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} REASON\n",
+                "{:<30} {:<8} {:<w$} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} REASON\n",
                 "ID", "KIND", "STATUS", "HOST", "SERVICE", "TAG", "ACTOR", "CREATED", "OUT"
             );
-            for item in items {
-                let r: RolloutOut = serde_json::from_value(item.clone())?;
+            for (r, status) in rows.iter().zip(&statuses) {
                 let reason = r.reason.replace(['\n', '\r'], " ");
                 out.push_str(&format!(
-                    "{:<30} {:<8} {:<9} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} {}\n",
+                    "{:<30} {:<8} {:<w$} {:<8} {:<32} {:<10} {:<12} {:<20} {:>7} {}\n",
                     r.id,
                     r.kind,
-                    r.status,
+                    status,
                     r.host,
                     r.service,
                     r.tag,

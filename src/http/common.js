@@ -41,6 +41,14 @@ function el(tag, attrs, ...children) {
 }
 function time(t) { return t ? t.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function terminal(r) { return r && ["succeeded", "failed", "aborted"].includes(r.status); }
+// A rollout's status as it tells the truth: a canary a rollback later undid says so, with a
+// link to the rollback ("succeeded · rolled back by ro_…").
+function rolloutStatus(r) {
+  const cell = el("span", {class: "status " + r.status, "data-status": r.status}, r.status);
+  if (!r.rolled_back_by) return cell;
+  return el("span", {"data-rolled-back-by": r.rolled_back_by}, cell, " · rolled back by ",
+    el("a", {href: "/rollouts/" + encodeURIComponent(r.rolled_back_by), class: "mono"}, r.rolled_back_by));
+}
 // Reads the SSE stream at `path` with fetch (EventSource cannot send Authorization). Any event
 // means "something changed": `onChange` runs after each read that brought one. `onOpen` runs
 // once the stream is open; `stop()` true cancels the read. Resolves to true when the server

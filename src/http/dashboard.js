@@ -193,7 +193,7 @@ async function loadHistory(more) {
   const rows = page.items.map(r => {
     const tr = el("tr", {"data-history": r.id, "data-status": r.status},
       el("td", {}, time(r.created_at)), el("td", {class: "mono"}, rolloutPage(r.id)), el("td", {}, r.kind),
-      el("td", {}, statusCell(r.status)), el("td", {}, r.host), el("td", {class: "mono"}, r.service),
+      el("td", {}, rolloutStatus(r)), el("td", {}, r.host), el("td", {class: "mono"}, r.service),
       el("td", {class: "mono"}, r.tag), el("td", {}, r.actor), el("td", {}, r.reason),
       el("td", {class: "failed"}, r.error ? r.error.code : ""));
     // The row opens the rollout's card here; its id is a link to the rollout's page.

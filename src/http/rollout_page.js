@@ -69,7 +69,7 @@ function downtimeText(d, ended) {
 
 function renderHeader(r) {
   document.title = "canaryd " + r.kind + " " + r.service + " → " + r.tag + " (" + r.status + ")";
-  document.getElementById("status").replaceChildren(statusText(r.status));
+  document.getElementById("status").replaceChildren(rolloutStatus(r));
   const rows = [];
   const row = (k, ...v) => rows.push(el("dt", {}, k), el("dd", {"data-field": k}, ...v));
   row("kind", r.kind);

@@ -639,6 +639,25 @@ async fn the_rollback_button_asks_for_a_reason_and_a_confirmation_then_starts_a_
             |v| v == "succeeded",
         )
         .await;
+    // The canary it undid says so in the history, and on its own page.
+    browser.click("#history-search").await;
+    browser
+        .wait_for(
+            "the canary marked rolled back in the history",
+            &format!("const e = document.querySelector('[data-history=\"{canary}\"] [data-rolled-back-by]'); return e && e.textContent;"),
+            |v| v.as_str() == Some(&format!("succeeded · rolled back by {rollback_id}")),
+        )
+        .await;
+    browser
+        .open(&format!("{}/rollouts/{canary}", daemon.url))
+        .await;
+    browser
+        .wait_for(
+            "the canary's page says it was rolled back",
+            "const e = document.querySelector('#status [data-rolled-back-by]'); return e && e.textContent;",
+            |v| v.as_str().is_some_and(|t| t.contains(&rollback_id)),
+        )
+        .await;
     browser.quit().await;
     daemon.stop().await;
 }

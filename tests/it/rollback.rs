@@ -36,6 +36,20 @@ async fn a_rollback_redeploys_the_prior_tag_to_r2_alone() {
     let r = app.wait_terminal(&id).await;
     assert_eq!(r.status, "succeeded", "{r:#?}");
     assert_eq!(r.runbook, "single-replica-rollback");
+    // The canary it undid says so, in the CLI's history and its timeline.
+    let said = format!("succeeded · rolled back by {id}");
+    let history = crate::helpers::canaryd_async(&["history", "--kind", "canary"], &app.url).await;
+    let history = String::from_utf8_lossy(&history.stdout).into_owned();
+    let line = history
+        .lines()
+        .find(|l| l.starts_with(&b.id))
+        .unwrap_or_else(|| panic!("{history}"));
+    assert!(line.contains(&said), "{history}");
+    let show = crate::helpers::canaryd_async(&["show", &b.id], &app.url).await;
+    assert!(
+        String::from_utf8_lossy(&show.stdout).contains(&said),
+        "{show:?}"
+    );
     assert_eq!(
         app.rollout(&b.id).await.rolled_back_by.as_deref(),
         Some(id.as_str())
