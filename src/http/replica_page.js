@@ -1,8 +1,9 @@
 "use strict";
 // One replica's page (/replicas/{host}/{service}): vanilla JS, DOM calls only. Reads
 // /v1/replicas (what runs now, its active rollout) and /v1/replicas/{host}/{service}/deployments
-// (newest first) and /v1/rollouts?kind=rollback (to mark the deployments rollbacks made), shows
-// each deployment with the rollout that made it, rollbacks marked, and
+// (newest first) and /v1/rollouts of the replica (to mark the deployments rollbacks made, and to
+// list between them every rollout that deployed nothing: a failed canary, an aborted one),
+// shows each deployment with the rollout that made it, rollbacks marked, and
 // posts /v1/rollbacks after a reason and a confirmation, naming what it would roll back to.
 const parts = location.pathname.split("/");
 const host = decodeURIComponent(parts[2] || "");
@@ -22,14 +23,15 @@ function priorOf(list) {
 
 async function load() {
   try {
-    const q = new URLSearchParams({kind: "rollback", host, service, limit: "100"});
-    const [replicas, list, rollbacks] = await Promise.all([
+    const q = new URLSearchParams({host, service, limit: "100"});
+    const [replicas, list, rollouts] = await Promise.all([
       api("/v1/replicas"),
       api("/v1/replicas/" + encodeURIComponent(host) + "/" + encodeURIComponent(service) + "/deployments"),
       api("/v1/rollouts?" + q.toString()),
     ]);
-    // A deployment a rollback made (its newest 100 rollbacks).
-    const back = new Set((rollbacks.items || []).map(x => x.id));
+    // A deployment a rollback made (of the replica's newest 100 rollouts).
+    const items = rollouts.items || [];
+    const back = new Set(items.filter(x => x.kind === "rollback").map(x => x.id));
     const isBack = d => back.has(d.rollout_id);
     const r = replicas.find(x => x.host === host && x.service === service) || {};
     const now = r.current_deployment || list[0] || null;
@@ -62,12 +64,22 @@ async function load() {
     // Oldest first: the replica's tags over time.
     document.getElementById("strip").replaceChildren(...list.slice().reverse().map(d =>
       el("span", {class: isBack(d) ? "rollback" : "", title: time(d.deployed_at) + " " + d.source}, d.tag + (isBack(d) ? " ↩" : ""))));
-    document.getElementById("deployments").replaceChildren(...list.map(d => el("tr",
+    const deployed = list.map(d => ({at: d.deployed_at, row: el("tr",
       {"data-deployment": d.id, "data-rollback": isBack(d) ? "true" : "false", class: isBack(d) ? "rollback" : ""},
       el("td", {}, time(d.deployed_at)), el("td", {class: "mono"}, d.tag), el("td", {class: "mono"}, d.file),
       el("td", {}, isBack(d) ? el("strong", {}, "rollback") : d.rollout_id ? "canary" : d.source),
       el("td", {}, d.rollout_id ? rolloutLink(d.rollout_id) : ""),
-      el("td", {class: "mono"}, Object.keys(d.env_overrides || {}).join(", ")))));
+      el("td", {class: "mono"}, Object.keys(d.env_overrides || {}).join(", ")))}));
+    // Every rollout that ended without deploying (a failed or aborted canary, a failed
+    // rollback), between the deployments, where it ended.
+    const made = new Set(list.map(d => d.rollout_id).filter(Boolean));
+    const attempts = items.filter(x => terminal(x) && !made.has(x.id)).map(x => ({at: x.finished_at || x.created_at, row: el("tr",
+      {"data-attempt": x.id, "data-status": x.status, class: "attempt"},
+      el("td", {}, time(x.finished_at || x.created_at)), el("td", {class: "mono"}, x.tag), el("td", {class: "mono"}, x.file),
+      el("td", {}, x.kind + " ", rolloutStatus(x), x.error ? " (" + x.error.code + ")" : ""),
+      el("td", {}, rolloutLink(x.id)), el("td", {class: "mono"}, (x.env_overrides || []).join(", ")))}));
+    const table = deployed.concat(attempts).sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
+    document.getElementById("deployments").replaceChildren(...table.map(x => x.row));
     say("");
   } catch (e) {
     say(e.message + tokenHint(e), true);

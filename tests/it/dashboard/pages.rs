@@ -425,6 +425,44 @@ async fn a_failed_analysis_is_drawn_with_the_canarys_line_above_its_threshold() 
         "{hint}"
     );
     screenshot(&browser, "rollout-failed-analysis").await;
+    // The replica's page lists the failed canary between the deployment before it and the one
+    // its rollback made, marked as rolled back.
+    let rb = r["rolled_back_by"]
+        .as_str()
+        .expect("rolled back")
+        .to_owned();
+    browser
+        .open(&format!("{}/replicas/{HOST}/{R2}", daemon.url))
+        .await;
+    let rows = browser
+        .wait_for(
+            "the failed canary among the deployments",
+            "const rows = [...document.querySelectorAll('#deployments tr')]; return rows.some(r => r.hasAttribute('data-attempt')) ? rows.map(r => [r.getAttribute('data-attempt') || r.getAttribute('data-deployment'), r.textContent]) : null;",
+            |v| v.is_array(),
+        )
+        .await;
+    let rows = rows.as_array().expect("rows");
+    let at = rows
+        .iter()
+        .position(|r| r[0] == id.as_str())
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert!(
+        at >= 1 && at + 1 < rows.len(),
+        "between two deployments: {rows:?}"
+    );
+    let text = rows[at][1].as_str().unwrap_or_default();
+    assert!(
+        text.contains("canary failed")
+            && text.contains(&format!("rolled back by {rb}"))
+            && text.contains("analysis_failed"),
+        "{text}"
+    );
+    assert!(
+        rows[at - 1][1]
+            .as_str()
+            .is_some_and(|t| t.contains("rollback") && t.contains(&rb)),
+        "the rollback's deployment above it: {rows:?}"
+    );
     // A rollout that does not exist, on a daemon without tokens: not found, no token asked.
     browser
         .open(&format!("{}/rollouts/ro_doesnotexist", daemon.url))
