@@ -35,6 +35,8 @@ pub(crate) struct FaultState {
     pub cold_start: Duration,
     /// Sticky: how long pulling an image the host does not hold takes.
     pub pull_time: Duration,
+    /// Sticky: the pull time of particular images (by reference), instead of `pull_time`.
+    pub pull_times: BTreeMap<String, Duration>,
     /// Sticky: the repo the downloader fetches when it runs (unless cached), how long that
     /// takes and the bytes it adds to the model cache.
     pub download: Option<(String, Duration, u64)>,

@@ -120,6 +120,14 @@ impl SimFaults {
         self.shared.state().faults.pull_time = pull_time;
     }
 
+    /// Sticky: how long pulling `image` (`lmsysorg/sglang:glm53-v452`) takes when the host
+    /// does not hold it, instead of [`Self::set_pull_time`]'s time (images pull in parallel:
+    /// an up waits for the slowest one it pulls).
+    pub fn set_image_pull_time(&self, image: &str, pull_time: Duration) {
+        let mut st = self.shared.state();
+        st.faults.pull_times.insert(image.to_owned(), pull_time);
+    }
+
     /// Sticky: from now on the one-shot downloader, when an up runs it, fetches `repo`
     /// (`org/repo`) in `time` unless the model cache holds it: its log says `Downloading
     /// {repo}...` at once and `Download complete.` after `time`, and the repo is cached then,

@@ -377,8 +377,8 @@ async fn finish_abandoned(
     apply_steps(&shared, parsed, &recreated, &want, &tag, StartMode::Normal);
 }
 
-/// Pulls the images the host does not hold (in parallel, as compose does: one
-/// [`pull_time`](crate::SimFaults::set_pull_time) for all of them); they stay on the host.
+/// Pulls the images the host does not hold (in parallel, as compose does: the slowest of
+/// their [pull times](crate::SimFaults::set_image_pull_time)); they stay on the host.
 async fn pull_missing<'a>(shared: &Shared, images: impl Iterator<Item = &'a str>) {
     let (missing, pull_time) = {
         let st = shared.state();
@@ -386,7 +386,14 @@ async fn pull_missing<'a>(shared: &Shared, images: impl Iterator<Item = &'a str>
             .filter(|i| !st.pulled_images.contains(*i))
             .map(str::to_owned)
             .collect();
-        (missing, st.faults.pull_time)
+        let time = |i: &String| {
+            let own = st.faults.pull_times.get(i);
+            own.copied().unwrap_or(st.faults.pull_time)
+        };
+        (
+            missing.clone(),
+            missing.iter().map(time).max().unwrap_or_default(),
+        )
     };
     if missing.is_empty() {
         return;

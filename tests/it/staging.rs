@@ -109,7 +109,10 @@ async fn a_canary_stages_the_targets_image_before_the_down_and_its_up_pulls_noth
 async fn without_a_stage_the_up_pulls_the_image_while_the_replica_is_out() {
     let pull = Duration::from_millis(700);
     let app = TestApp::spawn_with(sim_config()).await;
-    app.sim.faults().set_pull_time(pull);
+    // The new version's image is the slow one (the others on the host pull at once).
+    app.sim
+        .faults()
+        .set_image_pull_time("lmsysorg/sglang:glm53-v452", pull);
     let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
     let r = app.wait_terminal(&id).await;
     assert_eq!(r.status, "succeeded", "{r:#?}");
