@@ -390,10 +390,8 @@ async fn pull_missing<'a>(shared: &Shared, images: impl Iterator<Item = &'a str>
             let own = st.faults.pull_times.get(i);
             own.copied().unwrap_or(st.faults.pull_time)
         };
-        (
-            missing.clone(),
-            missing.iter().map(time).max().unwrap_or_default(),
-        )
+        let slowest = missing.iter().map(time).max().unwrap_or_default();
+        (missing, slowest)
     };
     if missing.is_empty() {
         return;
