@@ -116,6 +116,9 @@ string_enum!(
         // `approve`.
         /// Nobody approved before the step's timeout.
         NotApproved => "not_approved",
+        // `soak`'s `watch`.
+        /// More of a watched companion's lines naming the target than the soak allows.
+        CompanionLogLimit => "companion_log_limit",
         // `free_space`.
         /// Too little free space on the host's model cache for the weights.
         InsufficientSpace => "insufficient_space",

@@ -209,6 +209,40 @@ fn clip(line: &str) -> String {
     format!("{}…", &line[..end])
 }
 
+/// A companion's log read again (the proxy's): the lines after `cursor` (the [`line_id`] of
+/// the line the previous read ended on, found at its last occurrence; every line when it is
+/// absent or has rolled out of the tail) that match one of `patterns` and name `name`, and the
+/// cursor for the next read (this read's last line). The cursor is an id, not the line: a
+/// line kept in evidence is masked, and would no longer be found.
+pub fn new_lines_naming<'a>(
+    output: &'a str,
+    cursor: Option<&str>,
+    patterns: &[LogPattern],
+    name: &str,
+) -> (Vec<&'a str>, Option<String>) {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = cursor
+        .and_then(|c| lines.iter().rposition(|l| line_id(l) == c))
+        .map_or(0, |i| i + 1);
+    let found = lines[start..]
+        .iter()
+        .copied()
+        .filter(|l| l.contains(name) && patterns.iter().any(|p| p.matches(l)))
+        .collect();
+    let next = lines
+        .last()
+        .map(|l| line_id(l))
+        .or_else(|| cursor.map(str::to_owned));
+    (found, next)
+}
+
+/// A log line's id: the first 16 hex digits of its SHA-256.
+pub fn line_id(line: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(line.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -384,5 +418,38 @@ mod tests {
         assert_eq!(watch.observe(&long, at(0)), LogVerdict::Satisfied);
         let line = &watch.seen()[0].line;
         assert!(line.len() <= MAX_LINE_BYTES + "…".len() && line.ends_with('…'));
+    }
+
+    #[test]
+    fn a_companions_new_lines_naming_the_target_are_found_after_the_cursor() {
+        let patterns = [LogPattern::parse("Backend marked unhealthy").expect("pattern")];
+        let log = "t1 Backend marked unhealthy r2\nt2 Backend recovered r2\nt3 Backend marked unhealthy r1\nt4 Backend marked unhealthy r2\n";
+        let id = |l: &str| line_id(l);
+        let (t2, t4) = (
+            id("t2 Backend recovered r2"),
+            id("t4 Backend marked unhealthy r2"),
+        );
+        let gone = id("t0 gone");
+        // (cursor, lines found, next cursor)
+        let both = vec![
+            "t1 Backend marked unhealthy r2",
+            "t4 Backend marked unhealthy r2",
+        ];
+        let table: [(Option<&str>, Vec<&str>); 4] = [
+            (None, both.clone()),
+            (Some(&t2), vec!["t4 Backend marked unhealthy r2"]),
+            (Some(&t4), vec![]),
+            // A cursor rolled out of the tail: every line is new.
+            (Some(&gone), both),
+        ];
+        for (cursor, found) in table {
+            let (got, cur) = new_lines_naming(log, cursor, &patterns, "r2");
+            assert_eq!(got, found, "after {cursor:?}");
+            assert_eq!(cur.as_deref(), Some(t4.as_str()), "after {cursor:?}");
+        }
+        assert_eq!(
+            new_lines_naming("", Some("x"), &patterns, "r2"),
+            (vec![], Some("x".to_owned()))
+        );
     }
 }

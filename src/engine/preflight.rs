@@ -42,6 +42,8 @@ const BODY_EXCERPT: usize = 200;
 pub(super) struct Needs<'r> {
     /// The target's logs: a `wait_logs` of the target, or a `soak`.
     pub logs: bool,
+    /// The companions a `soak` watches (the proxy's log).
+    pub companions: BTreeSet<&'r crate::domain::names::ServiceName>,
     /// The target's OpenAI-compatible API: a `smoke`.
     pub api: bool,
     /// The families of the `analyze` steps that scrape the engines' pages.
@@ -52,7 +54,11 @@ pub(super) struct Needs<'r> {
 
 impl Needs<'_> {
     fn is_empty(&self) -> bool {
-        !self.logs && !self.api && self.pages.is_empty() && self.prometheus.is_empty()
+        !self.logs
+            && !self.api
+            && self.pages.is_empty()
+            && self.prometheus.is_empty()
+            && self.companions.is_empty()
     }
 }
 
@@ -65,7 +71,10 @@ pub(super) fn needs<'r>(later: &'r [runbook::Step], target: &str) -> Needs<'r> {
             StepKind::WaitLogs(w) => {
                 needs.logs |= w.service.as_ref().is_none_or(|s| s == target);
             }
-            StepKind::Soak(_) => needs.logs = true,
+            StepKind::Soak(s) => {
+                needs.logs = true;
+                needs.companions.extend(s.watch.iter().map(|w| &w.service));
+            }
             StepKind::Smoke(_) => needs.api = true,
             StepKind::Analyze(a) if a.source == AnalysisSource::Prometheus => {
                 needs.prometheus.push(a);
@@ -179,6 +188,18 @@ async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<SourceRead> {
         };
         let read = SourceRead {
             service: Some(target.to_string()),
+            lines: Some(lines),
+            ..SourceRead::of("logs")
+        };
+        reads.push(read.ended(error.map(|e| mask(&e, &secrets)), None));
+    }
+    for service in &needs.companions {
+        let (error, lines) = match run.fetch_logs(service).await {
+            Ok(text) => (None, Some(text.lines().count())),
+            Err(e) => (Some(format!("logs of {service}: {e}")), None),
+        };
+        let read = SourceRead {
+            service: Some(service.to_string()),
             lines: Some(lines),
             ..SourceRead::of("logs")
         };
@@ -300,6 +321,13 @@ mod tests {
                 logs: true,
                 ..Needs::default()
             }
+        );
+        // A soak watching the proxy reads its log before the touch too.
+        let watching = later("steps:\n  - {name: s, kind: soak, duration: 1s, interval: 100ms, watch: {service: proxy-glm53, patterns: [Backend marked unhealthy]}}\n");
+        let proxy: crate::domain::names::ServiceName = "proxy-glm53".parse().expect("name");
+        assert_eq!(
+            needs(&watching.steps, "r2").companions,
+            BTreeSet::from([&proxy])
         );
     }
 

@@ -36,6 +36,7 @@ mod owner;
 mod preflight;
 mod prestage;
 mod prometheus;
+mod proxy_watch;
 mod real_host;
 mod recovery;
 mod release;

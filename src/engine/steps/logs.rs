@@ -19,11 +19,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
+use crate::domain::log_watch::new_lines_naming;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
 use crate::domain::names::ServiceName;
 use crate::domain::pattern::LogPattern;
-use crate::domain::runbook::step::soak::{SoakEvidence, SoakProbes};
+use crate::domain::runbook::step::soak::{
+    CompanionLines, CompanionWatch, SeenLine, SoakEvidence, SoakProbes,
+};
 use crate::domain::runbook::step::wait_logs::{
     ForbiddenLine, LogReadError, LogReadsEvidence, WaitLogsEvidence,
 };
@@ -33,6 +36,9 @@ use crate::engine::step_run::{
 };
 use crate::engine::watched::{Watched, COUNTERS};
 use crate::store::Step;
+
+/// Lines of a watched companion kept in a soak's evidence (the count goes on past them).
+const KEPT_LINES: usize = 50;
 
 /// What a log-watching step knows about its reads of `compose/logs`.
 #[derive(Debug, Default)]
@@ -173,17 +179,7 @@ impl Execute for Soak {
             forbid: self.forbid.clone(),
             max_log_failures: self.max_log_failures,
         };
-        let max_misses = self.max_misses;
-        let end = run
-            .soak(
-                at.step,
-                at.deadline,
-                self.duration,
-                max_misses,
-                spec,
-                at.abort,
-            )
-            .await;
+        let end = run.soak(at.step, at.deadline, self, spec, at.abort).await;
         run.masked(end)
     }
 }
@@ -281,6 +277,50 @@ impl StepRun<'_> {
         }
     }
 
+    /// One read of a soak's watched companion (the proxy): its new lines naming the target are
+    /// counted into `lines` (kept in `evidence`); `Some` ends the soak, above the watch's
+    /// `max` or when the companion's log could not be read `max_log_failures` times in a row.
+    async fn watch_companion(
+        &self,
+        w: &CompanionWatch,
+        lines: &mut CompanionLines,
+        reads: &mut LogReads,
+        evidence: &mut SoakEvidence,
+    ) -> Option<StepEnd> {
+        let target = self.rollout.target().as_str();
+        if let Some(output) = reads.record(self.fetch_logs(&w.service).await) {
+            let (found, cursor) =
+                new_lines_naming(&output, lines.cursor.as_deref(), &w.patterns, target);
+            // The first read only places the cursor: its lines were printed before the soak.
+            if lines.read {
+                let at = self.ctx.now();
+                for line in found {
+                    lines.count += 1;
+                    if lines.lines.len() < KEPT_LINES {
+                        let line = line.to_owned();
+                        lines.lines.push(SeenLine { at, line });
+                    }
+                }
+            }
+            lines.read = true;
+            lines.cursor = cursor;
+        }
+        evidence.companion = Some(lines.clone());
+        if lines.count > u64::from(w.max) {
+            let first = lines.lines.first().map_or("", |l| l.line.as_str());
+            let msg = format!(
+                "{} line(s) of {} naming {target} during the soak (at most {} allowed), the first: {first}",
+                lines.count, w.service, w.max
+            );
+            let code = ErrorCode::CompanionLogLimit;
+            return Some(StepEnd::failed(code, msg, Evidence::of(&*evidence)));
+        }
+        if reads.exhausted() {
+            return Some(reads.unavailable(&w.service, Evidence::of(&*evidence)));
+        }
+        None
+    }
+
     /// Watches the target for `window` from the step's start, until `deadline`; resumed
     /// after a restart, for at least the part of the window nobody watched, past `deadline`
     /// if need be (`watched.rs`).
@@ -288,11 +328,11 @@ impl StepRun<'_> {
         &self,
         step: &Step,
         deadline: DateTime<Utc>,
-        window: Duration,
-        max_misses: u32,
+        soak: &Soak,
         spec: LogWait,
         abort: &CancellationToken,
     ) -> StepEnd {
+        let (window, max_misses) = (soak.duration, soak.max_misses);
         let url = match self.target_health_url() {
             Ok(url) => url,
             Err(end) => return end,
@@ -319,6 +359,22 @@ impl StepRun<'_> {
             first.map(|read| read.id)
         });
         let mut restarts = crate::engine::restart::RestartWatch::resuming(saved_container);
+        // The watched companion (the proxy): its lines naming the target, as saved.
+        let mut companion = soak.watch.as_ref().map(|w| {
+            let saved = saved
+                .companion
+                .clone()
+                .filter(|c| c.service == w.service.as_str());
+            let fresh = CompanionLines {
+                service: w.service.to_string(),
+                ..CompanionLines::default()
+            };
+            (
+                w,
+                saved.unwrap_or(fresh),
+                LogReads::new(spec.max_log_failures),
+            )
+        });
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();
@@ -363,13 +419,19 @@ impl StepRun<'_> {
                 }
             }
             evidence.reads = Some(reads.evidence());
+            if let Some((w, lines, creads)) = companion.as_mut() {
+                if let Some(end) = self.watch_companion(w, lines, creads, &mut evidence).await {
+                    return end;
+                }
+            }
             let detail = Evidence::of(&evidence);
             if reads.exhausted() {
                 return reads.unavailable(self.rollout.target(), detail);
             }
+            let companion_blind = companion.as_ref().is_some_and(|(_, _, r)| r.blind());
             // The soak ends only on a successful read: lines printed while the logs could
             // not be read are still to be checked.
-            if self.ctx.now() >= deadline && !reads.blind() {
+            if self.ctx.now() >= deadline && !reads.blind() && !companion_blind {
                 return StepEnd::Succeeded(detail);
             }
             progress

@@ -30,6 +30,24 @@ pub struct Soak {
     /// Log fetches that may fail in a row before the soak fails `logs_unavailable`.
     #[serde(default = "max_log_failures")]
     pub max_log_failures: u32,
+    /// Another compose service's log watched for lines naming the target (the proxy's view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<CompanionWatch>,
+}
+
+/// A companion's log (the proxy's) watched during a soak: its new lines that match one of
+/// `patterns` and name the target are counted and kept; more than `max` fail the soak
+/// `companion_log_limit`. Lines printed before the soak began are not counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompanionWatch {
+    /// The compose service whose log is read (`proxy-glm53`).
+    pub service: crate::domain::names::ServiceName,
+    /// The lines counted (`Backend marked unhealthy`), when they also name the target.
+    pub patterns: Vec<LogPattern>,
+    /// How many may appear during the soak.
+    #[serde(default)]
+    pub max: u32,
 }
 
 impl StepDef for Soak {
@@ -42,6 +60,7 @@ impl StepDef for Soak {
         "max_misses",
         "forbid",
         "max_log_failures",
+        "watch",
     ];
 
     fn check(&self) -> Checked {
@@ -49,6 +68,10 @@ impl StepDef for Soak {
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.duration, "duration")?;
         at_least_one("max_misses", self.max_misses)?;
+        if self.watch.as_ref().is_some_and(|w| w.patterns.is_empty()) {
+            let msg = "`watch.patterns` must name at least one line to count".to_owned();
+            return Err(("watch", msg));
+        }
         at_least_one("max_log_failures", self.max_log_failures)
     }
 
@@ -103,6 +126,31 @@ pub struct SoakEvidence {
     /// The reads of the target's container, when it restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartEvidence>,
+    /// The watched companion's lines naming the target (`watch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub companion: Option<CompanionLines>,
+}
+
+/// What a soak's `watch` saw: the lines counted, each with when canaryd first read it (the
+/// first 50 kept), how many, and where the next read of the log starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CompanionLines {
+    pub service: String,
+    pub count: u64,
+    pub lines: Vec<SeenLine>,
+    /// The last line read: lines after it are new (absent before the first read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Whether the log was read once (its lines then were before the soak).
+    #[serde(default)]
+    pub read: bool,
+}
+
+/// A line of a companion's log, with when canaryd first read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeenLine {
+    pub at: DateTime<Utc>,
+    pub line: String,
 }
 
 /// A soak's health probes.

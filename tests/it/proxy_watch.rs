@@ -1,0 +1,82 @@
+//! The proxy's view of the replica (issue: read out like the seeds): a soak watching
+//! `proxy-glm53`'s log counts its new lines that name the target (`Backend marked unhealthy`),
+//! fails above its `max` with the lines and their times in evidence, ignores lines printed
+//! before the soak and lines naming another replica, and reads that log before the first touch.
+
+use serde_json::json;
+
+use crate::helpers::{canary_with, sim_config, TestApp, TestOptions, R1, R2};
+
+const PROXY: &str = "proxy-glm53";
+const SOAK: &str = r#"  - {name: soak, kind: soak, duration: 300ms, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]", "CUDA error"]}"#;
+
+async fn app(max: u32) -> TestApp {
+    let watched = format!(
+        r#"  - {{name: soak, kind: soak, duration: 2s, interval: 50ms, max_misses: 3, forbid: ["CUDA error"], watch: {{service: {PROXY}, patterns: ["Backend marked unhealthy"], max: {max}}}}}"#
+    );
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(SOAK, watched.as_str())])),
+        ..TestOptions::default()
+    };
+    TestApp::spawn_custom(sim_config(), opts).await
+}
+
+#[tokio::test]
+async fn a_proxy_transition_naming_the_canary_during_the_soak_fails_it_with_the_lines_kept() {
+    let app = app(0).await;
+    let faults = app.sim.faults();
+    // Before the soak (r2 is taken down and comes back): not counted.
+    faults.emit_log_line(
+        PROXY,
+        &format!("2026-12-06T05:00:00Z Backend marked unhealthy: {R2}"),
+    );
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "soak", "running").await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    faults.emit_log_line(
+        PROXY,
+        &format!("2026-12-06T05:10:00Z Backend marked unhealthy: {R1}"),
+    );
+    let line = format!("2026-12-06T05:10:01Z Backend marked unhealthy: {R2} (3 misses)");
+    faults.emit_log_line(PROXY, &line);
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    let error = r.error.clone().expect("an error");
+    assert_eq!(error.code, "companion_log_limit", "{error:?}");
+    assert!(
+        error.message.contains(PROXY) && error.message.contains("(3 misses)"),
+        "{}",
+        error.message
+    );
+    let soak = r.steps.iter().find(|s| s.name == "soak").expect("soak");
+    let seen = &soak.detail["companion"];
+    assert_eq!(seen["count"], 1, "{seen:#}");
+    assert_eq!(seen["service"], PROXY);
+    let kept = seen["lines"][0]["line"].as_str().unwrap_or_default();
+    assert!(kept.ends_with(&line), "{seen:#}");
+    assert!(
+        seen["lines"][0]["at"].is_string(),
+        "kept with its time: {seen:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_quiet_proxy_passes_the_soak_and_its_log_is_read_before_the_down() {
+    let app = app(0).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "succeeded", "{r:#?}");
+    let soak = r.steps.iter().find(|s| s.name == "soak").expect("soak");
+    assert_eq!(soak.detail["companion"]["count"], 0, "{:#}", soak.detail);
+    let down = r.steps.iter().find(|s| s.name == "down").expect("down");
+    let sources = down.detail["signals"]["sources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["source"] == "logs" && s["service"] == json!(PROXY) && s["ok"] == true),
+        "the proxy's log was read before the first touch: {sources:#?}"
+    );
+}
