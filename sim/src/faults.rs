@@ -145,6 +145,24 @@ impl SimFaults {
         }
     }
 
+    /// Immediate: appends an event-loop stall dump to the log of `service`'s container, as the
+    /// engine prints it: a stamped `[event-loop-stall]` line, then the stacks, unstamped.
+    pub fn emit_stall_block(&self, service: &str) {
+        let now = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S");
+        let lines = [
+            format!("[{now} TP0] [event-loop-stall] loop stalled 31.2s; dumping stacks (pid 1, loop thread 0x7f3a)"),
+            "Thread 0x7f3a (most recent call first):".to_owned(),
+            "  File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 812 in event_loop_overlap".to_owned(),
+            "  File \"/sgl-workspace/sglang/python/sglang/srt/managers/tp_worker.py\", line 190 in forward_batch_generation".to_owned(),
+            "  File \"/usr/lib/python3.12/threading.py\", line 355 in wait".to_owned(),
+        ];
+        if let Some(c) = self.shared.state().containers.get_mut(service) {
+            for line in lines {
+                c.push_log(line);
+            }
+        }
+    }
+
     /// Sticky: behave like an older server (`/docker/evict` is 404, `dry_run` and
     /// `materialize_only` are ignored, so a dry run deploys for real).
     pub fn set_legacy(&self, legacy: bool) {

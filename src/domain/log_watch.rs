@@ -209,6 +209,35 @@ fn clip(line: &str) -> String {
     format!("{}…", &line[..end])
 }
 
+/// Lines of a block kept at most (an event-loop stall dump is tens of lines).
+pub const MAX_BLOCK_LINES: usize = 200;
+
+/// The whole multi-line block a forbidden `line` (as the watch reported it) begins in
+/// `output`: that line and the lines after it up to the next log record (a message that
+/// starts with a timestamp, `[2026-…` or `2026-…`) or a blank line, at most
+/// [`MAX_BLOCK_LINES`], prefixes stripped. Just the line when it is not found.
+pub fn block_at(output: &str, line: &str) -> Vec<String> {
+    let messages: Vec<String> = output
+        .lines()
+        .map(|raw| strip_compose_prefix(&strip_ansi(raw.trim_end_matches('\r'))).to_owned())
+        .collect();
+    let Some(start) = messages.iter().position(|m| clip(m) == line) else {
+        return vec![line.to_owned()];
+    };
+    let starts_record = |m: &str| {
+        let m = m.strip_prefix('[').unwrap_or(m);
+        m.len() >= 5 && m.as_bytes()[..4].iter().all(u8::is_ascii_digit) && m.as_bytes()[4] == b'-'
+    };
+    let mut block = vec![clip(&messages[start])];
+    for m in messages[start + 1..].iter().take(MAX_BLOCK_LINES - 1) {
+        if m.trim().is_empty() || starts_record(m) {
+            break;
+        }
+        block.push(clip(m));
+    }
+    block
+}
+
 /// A companion's log read again (the proxy's): the lines after `cursor` (the [`line_id`] of
 /// the line the previous read ended on, found at its last occurrence; every line when it is
 /// absent or has rolled out of the tail) that match one of `patterns` and name `name`, and the
@@ -450,6 +479,40 @@ mod tests {
         assert_eq!(
             new_lines_naming("", Some("x"), &patterns, "r2"),
             (vec![], Some("x".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_forbidden_line_keeps_its_whole_block_up_to_the_next_record() {
+        let log = "r2  | [2026-12-06 05:00:00] decode batch\n\
+r2  | [2026-12-06 05:00:01] [event-loop-stall] loop stalled 31.2s; dumping stacks\n\
+r2  | Thread 0x7f01 (most recent call first):\n\
+r2  |   File \"scheduler.py\", line 812 in event_loop\n\
+r2  |   File \"tp_worker.py\", line 90 in forward\n\
+r2  | [2026-12-06 05:00:02] decode batch\n";
+        let line = "[2026-12-06 05:00:01] [event-loop-stall] loop stalled 31.2s; dumping stacks";
+        assert_eq!(
+            block_at(log, line),
+            [
+                line,
+                "Thread 0x7f01 (most recent call first):",
+                "  File \"scheduler.py\", line 812 in event_loop",
+                "  File \"tp_worker.py\", line 90 in forward",
+            ]
+        );
+        assert_eq!(
+            block_at(log, "absent"),
+            ["absent"],
+            "just the line when not found"
+        );
+        let last = "r2  | 2026-12-06T05:00:03Z Traceback (most recent call last):\nr2  |   x\n";
+        assert_eq!(
+            block_at(
+                last,
+                "2026-12-06T05:00:03Z Traceback (most recent call last):"
+            )
+            .len(),
+            2
         );
     }
 }

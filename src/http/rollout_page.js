@@ -210,7 +210,25 @@ function tick() {
 // ---- evidence -------------------------------------------------------------------------
 // Evidence keys drawn in their own sections (keys of the evidence, not step kinds: a dry run's
 // buckets are under `plan` whatever step made it).
-const SHOWN_APART = new Set("error plan allow tail checks series replicas target_logs approval".split(" "));
+const SHOWN_APART = new Set("error plan allow tail checks series replicas target_logs approval forbidden".split(" "));
+// A link that downloads `text` as a file `name` (an investigation keeps the block).
+function download(name, text) {
+  return el("a", {href: "data:text/plain;charset=utf-8," + encodeURIComponent(text), download: name, "data-download": name}, "Download " + name);
+}
+// A forbidden line, the whole block it begins (a stall dump's stacks) and what the watched
+// companion (the proxy) said of the target around then.
+function forbiddenLine(s, f) {
+  const out = [el("h3", {}, "Forbidden line"), el("p", {}, el("code", {}, f.pattern), " matched: ", el("span", {class: "mono"}, f.line))];
+  if (Array.isArray(f.block)) {
+    const text = f.block.join("\n");
+    out.push(el("pre", {"data-block": s.name}, text), download(s.name + "-block.txt", text));
+  }
+  if (Array.isArray(f.companion_lines)) {
+    out.push(el("h3", {}, "The watched service's lines naming the target, then"),
+      el("pre", {"data-companion-lines": s.name}, f.companion_lines.join("\n")));
+  }
+  return out;
+}
 function evidence(s, r) {
   const d = s.detail || {};
   const box = el("div", {class: "evidence", "data-evidence": s.name});
@@ -228,6 +246,7 @@ function evidence(s, r) {
     box.append(el("h3", {}, "Stream tail" + (d.lines !== undefined ? " (" + d.lines + " lines)" : "")), el("pre", {"data-tail": s.name}, d.tail.join("\n")));
   }
   if (Array.isArray(d.checks) && d.checks.length) box.append(el("h3", {}, "Analysis"), analysis(s, d));
+  if (d.forbidden && typeof d.forbidden === "object") box.append(...forbiddenLine(s, d.forbidden));
   const rest = {};
   for (const [k, v] of Object.entries(d)) if (!SHOWN_APART.has(k)) rest[k] = v;
   if (Object.keys(rest).length) box.append(el("h3", {}, "Evidence"), fields(rest, s.name));

@@ -80,3 +80,45 @@ async fn a_quiet_proxy_passes_the_soak_and_its_log_is_read_before_the_down() {
         "the proxy's log was read before the first touch: {sources:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_stall_block_is_kept_whole_with_the_proxys_lines_around_it() {
+    let watched = format!(
+        r#"  - {{name: soak, kind: soak, duration: 3s, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]"], watch: {{service: {PROXY}, patterns: ["Backend marked unhealthy"], max: 5}}}}"#
+    );
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(SOAK, watched.as_str())])),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "soak", "running").await;
+    let faults = app.sim.faults();
+    let proxy_line = format!("2026-12-06T05:10:01Z Backend marked unhealthy: {R2} (3 misses)");
+    faults.emit_log_line(PROXY, &proxy_line);
+    faults.emit_stall_block(R2);
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(r.status, "failed", "{r:#?}");
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("forbidden_log_line")
+    );
+    let soak = r.steps.iter().find(|s| s.name == "soak").expect("soak");
+    let forbidden = &soak.detail["forbidden"];
+    let block: Vec<&str> = forbidden["block"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|l| l.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        block.len(),
+        5,
+        "the stamped line and its four stack lines: {forbidden:#}"
+    );
+    assert!(block[0].contains("[event-loop-stall]") && block[1].starts_with("Thread 0x7f3a"));
+    assert!(block[4].contains("threading.py"), "{forbidden:#}");
+    let around = forbidden["companion_lines"].to_string();
+    assert!(
+        around.contains("(3 misses)"),
+        "the proxy's transition kept with it: {forbidden:#}"
+    );
+}

@@ -37,6 +37,12 @@ use crate::engine::step_run::{
 use crate::engine::watched::{Watched, COUNTERS};
 use crate::store::Step;
 
+/// The block a forbidden line begins, when it has more than the line.
+fn block_of(output: &str, line: &str) -> Option<Vec<String>> {
+    let block = crate::domain::log_watch::block_at(output, line);
+    (block.len() > 1).then_some(block)
+}
+
 /// Lines of a watched companion kept in a soak's evidence (the count goes on past them).
 const KEPT_LINES: usize = 50;
 
@@ -245,7 +251,12 @@ impl StepRun<'_> {
                     LogVerdict::Forbidden { pattern, line } => {
                         let msg = format!("forbidden line matched {pattern:?}: {line}");
                         let mut detail = log_detail(&watch, &reads);
-                        detail.forbidden = Some(ForbiddenLine { pattern, line });
+                        detail.forbidden = Some(ForbiddenLine {
+                            block: block_of(&output, &line),
+                            pattern,
+                            line,
+                            companion_lines: None,
+                        });
                         return StepEnd::failed(
                             ErrorCode::ForbiddenLogLine,
                             msg,
@@ -275,6 +286,16 @@ impl StepRun<'_> {
                 return StepEnd::Aborted(detail);
             }
         }
+    }
+
+    /// The watched companion's last lines naming the target (the last 20), read now: what the
+    /// proxy said of the replica around a forbidden line. `None` when its log cannot be read.
+    async fn companion_lines_now(&self, w: &CompanionWatch) -> Option<Vec<String>> {
+        let output = self.fetch_logs(&w.service).await.ok()?;
+        let target = self.rollout.target().as_str();
+        let naming: Vec<&str> = output.lines().filter(|l| l.contains(target)).collect();
+        let from = naming.len().saturating_sub(20);
+        Some(naming[from..].iter().map(|l| (*l).to_owned()).collect())
     }
 
     /// One read of a soak's watched companion (the proxy): its new lines naming the target are
@@ -410,7 +431,18 @@ impl StepRun<'_> {
                     watch.observe(&output, self.ctx.now())
                 {
                     let msg = format!("forbidden line matched {pattern:?} during the soak: {line}");
-                    evidence.forbidden = Some(ForbiddenLine { pattern, line });
+                    // The whole block (a stall dump's stacks), with what the watched
+                    // companion (the proxy) said of the target around then.
+                    let companion_lines = match &soak.watch {
+                        Some(w) => self.companion_lines_now(w).await,
+                        None => None,
+                    };
+                    evidence.forbidden = Some(ForbiddenLine {
+                        block: block_of(&output, &line),
+                        pattern,
+                        line,
+                        companion_lines,
+                    });
                     return StepEnd::failed(
                         ErrorCode::ForbiddenLogLine,
                         msg,

@@ -522,3 +522,69 @@ async fn a_running_rollouts_timeline_grows_while_the_test_watches() {
     browser.quit().await;
     daemon.stop().await;
 }
+
+#[tokio::test]
+async fn a_stall_block_is_shown_whole_downloadable_and_with_the_proxys_lines() {
+    let Some(slot) = browser_slot("the stall block test").await else {
+        return;
+    };
+    let soak = r#"  - {name: soak, kind: soak, duration: 300ms, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]", "CUDA error"]}"#;
+    let watched = r#"  - {name: soak, kind: soak, duration: 5s, interval: 50ms, max_misses: 3, forbid: ["[event-loop-stall]"], watch: {service: proxy-glm53, patterns: ["Backend marked unhealthy"], max: 5}}"#;
+    let daemon = Daemon::start_with_canary(Vec::new(), |t| {
+        assert!(t.contains(soak), "the canary has its soak");
+        t.replace(soak, watched)
+    })
+    .await;
+    let id = daemon.start_canary("v0.0.452", None).await;
+    daemon
+        .wait_rollout(&id, None, |r| {
+            r["steps"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["name"] == "soak" && s["status"] == "running")
+            })
+        })
+        .await;
+    let faults = daemon.sim.faults();
+    faults.emit_log_line(
+        "proxy-glm53",
+        &format!("Backend marked unhealthy: {R2} (3 misses)"),
+    );
+    faults.emit_stall_block(R2);
+    daemon
+        .wait_rollout(&id, None, |r| r["status"] == "failed")
+        .await;
+
+    let browser = slot.browser().await;
+    browser.open(&format!("{}/rollouts/{id}", daemon.url)).await;
+    let block = browser
+        .wait_for(
+            "the stall block",
+            "const e = document.querySelector('[data-block=\"soak\"]'); return e && e.textContent;",
+            |v| v.is_string(),
+        )
+        .await;
+    let block = block.as_str().unwrap_or_default();
+    assert!(
+        block.contains("[event-loop-stall]")
+            && block.contains("Thread 0x7f3a")
+            && block.contains("threading.py"),
+        "{block}"
+    );
+    let href = browser
+        .eval("const a = document.querySelector('[data-download=\"soak-block.txt\"]'); return a && a.getAttribute('href');")
+        .await;
+    assert!(
+        href.as_str()
+            .is_some_and(|h| h.starts_with("data:text/plain") && h.contains("event-loop-stall")),
+        "{href}"
+    );
+    let around = browser
+        .eval("const e = document.querySelector('[data-companion-lines=\"soak\"]'); return e && e.textContent;")
+        .await;
+    assert!(
+        around.as_str().is_some_and(|t| t.contains("(3 misses)")),
+        "{around}"
+    );
+    browser.quit().await;
+    daemon.stop().await;
+}

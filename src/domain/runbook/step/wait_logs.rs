@@ -111,6 +111,13 @@ pub struct ForbiddenLine {
     pub pattern: String,
     /// The line.
     pub line: String,
+    /// The whole multi-line block the line begins (a stall dump's stacks), when it has more
+    /// than the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<Vec<String>>,
+    /// A soak's watched companion's lines naming the target, read when the line was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub companion_lines: Option<Vec<String>>,
 }
 
 fn timeout() -> Duration {
