@@ -35,6 +35,9 @@ pub(crate) struct FaultState {
     pub cold_start: Duration,
     /// Sticky: how long pulling an image the host does not hold takes.
     pub pull_time: Duration,
+    /// Sticky: the proxy flap's generation; a flap task whose generation is no longer this one
+    /// stops.
+    pub proxy_flap: u64,
     /// Sticky: the pull time of particular images (by reference), instead of `pull_time`.
     pub pull_times: BTreeMap<String, Duration>,
     /// Sticky: the repo the downloader fetches when it runs (unless cached), how long that

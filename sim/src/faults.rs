@@ -145,6 +145,43 @@ impl SimFaults {
         }
     }
 
+    /// Sticky: every `every`, the proxy `proxy`'s log says `Backend marked unhealthy: {replica}`
+    /// then, `every` later, `Backend recovered: {replica}`, and so on (at most 1,000 lines),
+    /// until the host stops or `None` ends it: a proxy that ejects the canary now and then.
+    pub fn set_proxy_flap(&self, proxy: &str, replica: &str, every: Option<Duration>) {
+        let generation = {
+            let mut st = self.shared.state();
+            st.faults.proxy_flap += 1;
+            st.faults.proxy_flap
+        };
+        let Some(every) = every else {
+            return;
+        };
+        let (shared, proxy, replica) = (self.shared.clone(), proxy.to_owned(), replica.to_owned());
+        tokio::spawn(async move {
+            let mut shutdown = shared.shutdown.clone();
+            for n in 0..1_000u32 {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                }
+                let mut st = shared.state();
+                if st.faults.proxy_flap != generation {
+                    return;
+                }
+                let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ");
+                let what = if n % 2 == 0 {
+                    "Backend marked unhealthy"
+                } else {
+                    "Backend recovered"
+                };
+                if let Some(c) = st.containers.get_mut(&proxy) {
+                    c.push_log(format!("{now} {what}: {replica}"));
+                }
+            }
+        });
+    }
+
     /// Immediate: appends an event-loop stall dump to the log of `service`'s container, as the
     /// engine prints it: a stamped `[event-loop-stall]` line, then the stacks, unstamped.
     pub fn emit_stall_block(&self, service: &str) {

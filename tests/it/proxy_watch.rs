@@ -122,3 +122,18 @@ async fn a_stall_block_is_kept_whole_with_the_proxys_lines_around_it() {
         "the proxy's transition kept with it: {forbidden:#}"
     );
 }
+
+#[tokio::test]
+async fn a_proxy_that_ejects_the_canary_now_and_then_fails_the_soak() {
+    let app = app(0).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "soak", "running").await;
+    let every = std::time::Duration::from_millis(200);
+    app.sim.faults().set_proxy_flap(PROXY, R2, Some(every));
+    let r = app.wait_terminal(&id).await;
+    app.sim.faults().set_proxy_flap(PROXY, R2, None);
+    assert_eq!(
+        r.error.map(|e| e.code).as_deref(),
+        Some("companion_log_limit")
+    );
+}
