@@ -55,8 +55,8 @@ pub enum RolloutCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Approve the step a rollout waits on (an `approve` step, or an analysis check that
-    /// asks): the rollout goes on.
+    /// Approve the step a rollout waits on (an `approve` step, an analysis check that asks,
+    /// or a `window` step waiting for a low-traffic window): the rollout goes on now.
     #[command(after_help = super::CLIENT_ENV_HELP)]
     Approve {
         /// The rollout's id (`ro_...`).
