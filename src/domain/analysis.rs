@@ -69,6 +69,10 @@ pub struct AnalyzeSpec {
     /// How long an inconclusive check with `on_inconclusive: ask` waits for an approval.
     #[serde(with = "serde_duration", default = "default_approve_timeout")]
     pub approve_timeout: Duration,
+    /// Another compose service's log (the proxy's) watched for lines naming the target; the
+    /// lines of the warm-up are not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<crate::domain::log_watch::CompanionWatch>,
 }
 
 fn default_approve_timeout() -> Duration {

@@ -82,6 +82,9 @@ pub(super) fn needs<'r>(later: &'r [runbook::Step], target: &str) -> Needs<'r> {
             StepKind::Analyze(a) => needs.pages.extend(a.checks.iter().map(Check::family)),
             _ => {}
         }
+        if let StepKind::Analyze(a) = &step.kind {
+            needs.companions.extend(a.watch.iter().map(|w| &w.service));
+        }
     }
     needs
 }

@@ -137,3 +137,44 @@ async fn a_proxy_that_ejects_the_canary_now_and_then_fails_the_soak() {
         Some("companion_log_limit")
     );
 }
+
+#[tokio::test]
+async fn an_analysis_watching_the_proxy_counts_only_past_its_warmup() {
+    let analysis = format!(
+        "  - name: analysis\n    kind: analyze\n    warmup: 1s\n    duration: 1500ms\n    interval: 100ms\n    watch: {{service: {PROXY}, patterns: [\"Backend marked unhealthy\"], max: 0}}\n    checks:\n      - {{name: took_traffic, counter: \"sglang:num_requests_total\", min: 1}}\n"
+    );
+    let soak_and_analysis = format!("{SOAK}\n{analysis}");
+    let opts = TestOptions {
+        runbooks: Some(canary_with(&[(SOAK, soak_and_analysis.trim_end())])),
+        ..TestOptions::default()
+    };
+    let app = TestApp::spawn_custom(sim_config(), opts).await;
+    let id = app.start_canary(&TestApp::plan("v0.0.452")).await;
+    app.wait_step(&id, "analysis", "running").await;
+    let faults = app.sim.faults();
+    // During the warm-up: not counted.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    faults.emit_log_line(PROXY, &format!("warm Backend marked unhealthy: {R2}"));
+    // Past it: counted, and the analysis fails.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    faults.emit_log_line(PROXY, &format!("judged Backend marked unhealthy: {R2}"));
+    let r = app.wait_terminal(&id).await;
+    assert_eq!(
+        r.error.as_ref().map(|e| e.code.as_str()),
+        Some("companion_log_limit"),
+        "{r:#?}"
+    );
+    let step = r
+        .steps
+        .iter()
+        .find(|s| s.name == "analysis")
+        .expect("analysis");
+    let lines = &step.detail["companion"];
+    assert_eq!(lines["count"], 1, "{lines:#}");
+    assert!(
+        lines["lines"][0]["line"]
+            .as_str()
+            .is_some_and(|l| l.contains("judged")),
+        "{lines:#}"
+    );
+}

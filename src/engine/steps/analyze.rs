@@ -30,6 +30,7 @@ use crate::domain::runbook::step::signals::SourceRead;
 use crate::domain::runbook::step::{evidence, Analyze};
 use crate::engine::restart::RestartWatch;
 use crate::engine::step_run::{pause, Evidence, Execute, Progress, Running, StepEnd, StepRun};
+use crate::engine::steps::logs::CompanionRead;
 use crate::engine::watched::Watched;
 use crate::store::Step;
 
@@ -246,7 +247,12 @@ fn failures(verdicts: &[CheckVerdict]) -> String {
 
 impl Execute for AnalyzeSpec {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        run.analyze(at.step, self, at.abort).await
+        let end = run.analyze(at.step, self, at.abort).await;
+        // A watched companion's lines are text read from the host: env values masked.
+        if self.watch.is_some() {
+            return run.masked(end);
+        }
+        end
     }
 }
 
@@ -353,6 +359,11 @@ impl StepRun<'_> {
         let families: Vec<&str> = spec.checks.iter().map(Check::family).collect();
         let mut restarts = RestartWatch::resuming(saved_container(step));
         let mut progress = Progress::new(self.ctx.timings.progress_every);
+        // The watched companion (the proxy); a resumed analysis gathers again, this too.
+        let mut companion = spec
+            .watch
+            .as_ref()
+            .map(|w| CompanionRead::new(w, None, crate::domain::defaults::MAX_LOG_FAILURES));
         let evidence = |replicas: &[Replica],
                         restarts: &RestartWatch,
                         watched: &Watched,
@@ -391,6 +402,16 @@ impl StepRun<'_> {
                 replica.record(now, page, in_window, &spec.checks);
             }
             watched.observe(now);
+            if let Some(c) = companion.as_mut() {
+                // Lines of the warm-up move the cursor, uncounted.
+                let failed = self.read_companion(c, in_window, "after the warm-up").await;
+                if let Some((code, msg)) = failed {
+                    let mut e = evidence(&replicas, &restarts, &watched, None);
+                    e.companion = Some(c.lines.clone());
+                    e.ended_early = Some(true);
+                    return StepEnd::failed(code, msg, Evidence::of(&e));
+                }
+            }
             if let Some(lost) = self.lost_early(spec, &replicas) {
                 let verdicts = verdicts(spec, &replicas);
                 let msg = format!("analysis failed before the window ended: {lost}");
@@ -402,24 +423,23 @@ impl StepRun<'_> {
             if now >= end {
                 break;
             }
+            let mut saved = evidence(&replicas, &restarts, &watched, None);
+            saved.companion = companion.as_ref().map(|c| c.lines.clone());
             progress
-                .save(
-                    self.ctx.store,
-                    &step.id,
-                    &Evidence::of(&evidence(&replicas, &restarts, &watched, None)),
-                )
+                .save(self.ctx.store, &step.id, &Evidence::of(&saved))
                 .await;
             if pause(next_wait(now, warm_end, end, spec.interval), abort).await {
                 let e = evidence(&replicas, &restarts, &watched, None);
                 return StepEnd::Aborted(Evidence::of(&e));
             }
         }
-        let e = evidence(
+        let mut e = evidence(
             &replicas,
             &restarts,
             &watched,
             Some(verdicts(spec, &replicas)),
         );
+        e.companion = companion.map(|c| c.lines);
         self.conclude(step, spec, e, abort).await
     }
 

@@ -20,13 +20,12 @@ use tokio_util::sync::CancellationToken;
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::new_lines_naming;
+use crate::domain::log_watch::CompanionWatch;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
 use crate::domain::names::ServiceName;
 use crate::domain::pattern::LogPattern;
-use crate::domain::runbook::step::soak::{
-    CompanionLines, CompanionWatch, SeenLine, SoakEvidence, SoakProbes,
-};
+use crate::domain::runbook::step::soak::{CompanionLines, SeenLine, SoakEvidence, SoakProbes};
 use crate::domain::runbook::step::wait_logs::{
     ForbiddenLine, LogReadError, LogReadsEvidence, WaitLogsEvidence,
 };
@@ -36,6 +35,35 @@ use crate::engine::step_run::{
 };
 use crate::engine::watched::{Watched, COUNTERS};
 use crate::store::Step;
+
+/// A step's watched companion (`watch`): its settings, what it saw, how its reads went.
+pub(crate) struct CompanionRead<'w> {
+    pub watch: &'w CompanionWatch,
+    pub lines: CompanionLines,
+    pub reads: LogReads,
+}
+
+impl<'w> CompanionRead<'w> {
+    /// The watch's reads, resuming from `saved` (a step's evidence) when it is of the same
+    /// service.
+    pub(crate) fn new(
+        watch: &'w CompanionWatch,
+        saved: Option<CompanionLines>,
+        limit: u32,
+    ) -> Self {
+        let lines = saved
+            .filter(|c| c.service == watch.service.as_str())
+            .unwrap_or_else(|| CompanionLines {
+                service: watch.service.to_string(),
+                ..CompanionLines::default()
+            });
+        Self {
+            watch,
+            lines,
+            reads: LogReads::new(limit),
+        }
+    }
+}
 
 /// The block a forbidden line begins, when it has more than the line.
 fn block_of(output: &str, line: &str) -> Option<Vec<String>> {
@@ -115,15 +143,20 @@ impl LogReads {
 
     /// The failure of a step that could not read the logs it watches.
     fn unavailable(&self, service: &str, detail: Evidence) -> StepEnd {
+        let msg = self.unavailable_message(service);
+        StepEnd::failed(ErrorCode::LogsUnavailable, msg, detail)
+    }
+
+    /// Why the logs of `service` count as unavailable.
+    fn unavailable_message(&self, service: &str) -> String {
         let last = self
             .last_error
             .as_ref()
             .map_or("unknown error", |(_, m)| m.as_str());
-        let msg = format!(
+        format!(
             "could not read the logs of {service}: {} fetches failed in a row; last error: {last}",
             self.in_a_row
-        );
-        StepEnd::failed(ErrorCode::LogsUnavailable, msg, detail)
+        )
     }
 }
 
@@ -298,22 +331,23 @@ impl StepRun<'_> {
         Some(naming[from..].iter().map(|l| (*l).to_owned()).collect())
     }
 
-    /// One read of a soak's watched companion (the proxy): its new lines naming the target are
-    /// counted into `lines` (kept in `evidence`); `Some` ends the soak, above the watch's
-    /// `max` or when the companion's log could not be read `max_log_failures` times in a row.
-    async fn watch_companion(
+    /// One read of a step's watched companion (the proxy): its new lines naming the target
+    /// are counted into `c.lines` when `counting` (an analysis's warm-up reads without
+    /// counting; the first read of all only places the cursor: its lines came before the
+    /// step). `Some` fails the step, with its code and message: above the watch's `max`, or
+    /// when the companion's log could not be read `max_log_failures` times in a row.
+    pub(crate) async fn read_companion(
         &self,
-        w: &CompanionWatch,
-        lines: &mut CompanionLines,
-        reads: &mut LogReads,
-        evidence: &mut SoakEvidence,
-    ) -> Option<StepEnd> {
+        c: &mut CompanionRead<'_>,
+        counting: bool,
+        during: &str,
+    ) -> Option<(ErrorCode, String)> {
         let target = self.rollout.target().as_str();
-        if let Some(output) = reads.record(self.fetch_logs(&w.service).await) {
+        let (w, lines) = (c.watch, &mut c.lines);
+        if let Some(output) = c.reads.record(self.fetch_logs(&w.service).await) {
             let (found, cursor) =
                 new_lines_naming(&output, lines.cursor.as_deref(), &w.patterns, target);
-            // The first read only places the cursor: its lines were printed before the soak.
-            if lines.read {
+            if lines.read && counting {
                 let at = self.ctx.now();
                 for line in found {
                     lines.count += 1;
@@ -326,18 +360,19 @@ impl StepRun<'_> {
             lines.read = true;
             lines.cursor = cursor;
         }
-        evidence.companion = Some(lines.clone());
         if lines.count > u64::from(w.max) {
             let first = lines.lines.first().map_or("", |l| l.line.as_str());
             let msg = format!(
-                "{} line(s) of {} naming {target} during the soak (at most {} allowed), the first: {first}",
+                "{} line(s) of {} naming {target} {during} (at most {} allowed), the first: {first}",
                 lines.count, w.service, w.max
             );
-            let code = ErrorCode::CompanionLogLimit;
-            return Some(StepEnd::failed(code, msg, Evidence::of(&*evidence)));
+            return Some((ErrorCode::CompanionLogLimit, msg));
         }
-        if reads.exhausted() {
-            return Some(reads.unavailable(&w.service, Evidence::of(&*evidence)));
+        if c.reads.exhausted() {
+            return Some((
+                ErrorCode::LogsUnavailable,
+                c.reads.unavailable_message(&w.service),
+            ));
         }
         None
     }
@@ -381,21 +416,10 @@ impl StepRun<'_> {
         });
         let mut restarts = crate::engine::restart::RestartWatch::resuming(saved_container);
         // The watched companion (the proxy): its lines naming the target, as saved.
-        let mut companion = soak.watch.as_ref().map(|w| {
-            let saved = saved
-                .companion
-                .clone()
-                .filter(|c| c.service == w.service.as_str());
-            let fresh = CompanionLines {
-                service: w.service.to_string(),
-                ..CompanionLines::default()
-            };
-            (
-                w,
-                saved.unwrap_or(fresh),
-                LogReads::new(spec.max_log_failures),
-            )
-        });
+        let mut companion = soak
+            .watch
+            .as_ref()
+            .map(|w| CompanionRead::new(w, saved.companion.clone(), spec.max_log_failures));
         let mut rhythm = Rhythm::new(spec.interval);
         loop {
             rhythm.begin();
@@ -451,16 +475,18 @@ impl StepRun<'_> {
                 }
             }
             evidence.reads = Some(reads.evidence());
-            if let Some((w, lines, creads)) = companion.as_mut() {
-                if let Some(end) = self.watch_companion(w, lines, creads, &mut evidence).await {
-                    return end;
+            if let Some(c) = companion.as_mut() {
+                let failed = self.read_companion(c, true, "during the soak").await;
+                evidence.companion = Some(c.lines.clone());
+                if let Some((code, msg)) = failed {
+                    return StepEnd::failed(code, msg, Evidence::of(&evidence));
                 }
             }
             let detail = Evidence::of(&evidence);
             if reads.exhausted() {
                 return reads.unavailable(self.rollout.target(), detail);
             }
-            let companion_blind = companion.as_ref().is_some_and(|(_, _, r)| r.blind());
+            let companion_blind = companion.as_ref().is_some_and(|c| c.reads.blind());
             // The soak ends only on a successful read: lines printed while the logs could
             // not be read are still to be checked.
             if self.ctx.now() >= deadline && !reads.blind() && !companion_blind {

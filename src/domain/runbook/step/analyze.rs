@@ -105,6 +105,7 @@ impl super::StepDef for AnalyzeSpec {
         "interval",
         "checks",
         "approve_timeout",
+        "watch",
     ];
 
     fn check(&self) -> Checked {
@@ -112,6 +113,16 @@ impl super::StepDef for AnalyzeSpec {
         positive_duration("interval", self.interval)?;
         interval_within(self.interval, self.duration, "duration")?;
         positive_duration("approve_timeout", self.approve_timeout)?;
+        if let Some(w) = &self.watch {
+            if w.patterns.is_empty() {
+                let msg = "`watch.patterns` must name at least one line to count".to_owned();
+                return Err(("watch", msg));
+            }
+            if self.source == AnalysisSource::Prometheus {
+                let msg = "`watch` reads a companion's log at each scrape of the engines: with `source: prometheus` there are none (watch it in a `soak`)".to_owned();
+                return Err(("watch", msg));
+            }
+        }
         if self.checks.is_empty() {
             let message = "`checks` is empty: an analysis needs at least one check";
             return Err(("checks", message.to_string()));
@@ -227,6 +238,9 @@ pub struct AnalyzeEvidence {
     /// The end of that wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DateTime<Utc>>,
+    /// The watched companion's lines naming the target (`watch`), past the warm-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub companion: Option<super::soak::CompanionLines>,
     /// The operator's approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApproveEvidence>,
@@ -463,7 +477,8 @@ mod tests {
             ("duplicate check", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1}, {name: t, counter: c, min: 1}]}".to_owned(), "duplicate check name \"t\""),
             ("bad on_inconclusive", "{name: a, kind: analyze, checks: [{name: t, counter: c, min: 1, on_inconclusive: maybe}]}".to_owned(), "`checks[0].on_inconclusive`: unknown variant `maybe`, expected one of `fail`, `pass`, `ask`"),
             ("interval over duration", "{name: a, kind: analyze, duration: 1s, interval: 5s, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "`interval` (5s) is longer than `duration` (1s)"),
-            ("unknown step field", "{name: a, kind: analyze, timeout: 5m, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "unknown field `timeout` (a `analyze` step takes: source, warmup, duration, interval, checks, approve_timeout)"),
+            ("unknown step field", "{name: a, kind: analyze, timeout: 5m, checks: [{name: t, counter: c, min: 1}]}".to_owned(), "unknown field `timeout` (a `analyze` step takes: source, warmup, duration, interval, checks, approve_timeout, watch)"),
+            ("a watch of prometheus's analysis", "{name: a, kind: analyze, source: prometheus, watch: {service: proxy, patterns: [x]}, checks: [{name: t, query: q, max: 1}]}".to_owned(), "`watch` reads a companion's log at each scrape"),
         ];
         for (case, step, expected) in cases {
             let err = one(&step).expect_err(case);

@@ -32,22 +32,7 @@ pub struct Soak {
     pub max_log_failures: u32,
     /// Another compose service's log watched for lines naming the target (the proxy's view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watch: Option<CompanionWatch>,
-}
-
-/// A companion's log (the proxy's) watched during a soak: its new lines that match one of
-/// `patterns` and name the target are counted and kept; more than `max` fail the soak
-/// `companion_log_limit`. Lines printed before the soak began are not counted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompanionWatch {
-    /// The compose service whose log is read (`proxy-glm53`).
-    pub service: crate::domain::names::ServiceName,
-    /// The lines counted (`Backend marked unhealthy`), when they also name the target.
-    pub patterns: Vec<LogPattern>,
-    /// How many may appear during the soak.
-    #[serde(default)]
-    pub max: u32,
+    pub watch: Option<crate::domain::log_watch::CompanionWatch>,
 }
 
 impl StepDef for Soak {
