@@ -72,7 +72,7 @@ pub struct AnalyzeSpec {
     /// Another compose service's log (the proxy's) watched for lines naming the target; the
     /// lines of the warm-up are not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watch: Option<crate::domain::log_watch::CompanionWatch>,
+    pub watch: Option<crate::domain::pattern::CompanionWatch>,
 }
 
 fn default_approve_timeout() -> Duration {

@@ -209,22 +209,6 @@ fn clip(line: &str) -> String {
     format!("{}…", &line[..end])
 }
 
-/// A companion's log (the proxy's) watched by a `soak` or an `analyze` step: its new lines
-/// that match one of `patterns` and name the target are counted and kept; more than `max`
-/// fail the step `companion_log_limit`. Lines printed before the step began (or, in an
-/// analysis, during its warm-up) are not counted.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompanionWatch {
-    /// The compose service whose log is read (`proxy-glm53`).
-    pub service: crate::domain::names::ServiceName,
-    /// The lines counted (`Backend marked unhealthy`), when they also name the target.
-    pub patterns: Vec<LogPattern>,
-    /// How many may appear during the soak.
-    #[serde(default)]
-    pub max: u32,
-}
-
 /// Lines of a block kept at most (an event-loop stall dump is tens of lines).
 pub const MAX_BLOCK_LINES: usize = 200;
 

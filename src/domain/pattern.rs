@@ -129,6 +129,22 @@ impl<'de> Deserialize<'de> for LogPattern {
     }
 }
 
+/// A companion's log (the proxy's) watched by a `soak` or an `analyze` step: its new lines
+/// that match one of `patterns` and name the target are counted and kept; more than `max`
+/// fail the step `companion_log_limit`. Lines printed before the step began (or, in an
+/// analysis, during its warm-up) are not counted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompanionWatch {
+    /// The compose service whose log is read (`proxy-glm53`).
+    pub service: crate::domain::names::ServiceName,
+    /// The lines counted (`Backend marked unhealthy`), when they also name the target.
+    pub patterns: Vec<LogPattern>,
+    /// How many may appear during the step (an analysis: past its warm-up).
+    #[serde(default)]
+    pub max: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 use crate::compose::ComposeError;
 use crate::domain::error_code::ErrorCode;
 use crate::domain::log_watch::new_lines_naming;
-use crate::domain::log_watch::CompanionWatch;
 use crate::domain::log_watch::{LogVerdict, LogWatch};
 use crate::domain::mask::mask;
 use crate::domain::names::ServiceName;
+use crate::domain::pattern::CompanionWatch;
 use crate::domain::pattern::LogPattern;
 use crate::domain::runbook::step::soak::{CompanionLines, SeenLine, SoakEvidence, SoakProbes};
 use crate::domain::runbook::step::wait_logs::{

@@ -32,7 +32,7 @@ pub struct Soak {
     pub max_log_failures: u32,
     /// Another compose service's log watched for lines naming the target (the proxy's view).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watch: Option<crate::domain::log_watch::CompanionWatch>,
+    pub watch: Option<crate::domain::pattern::CompanionWatch>,
 }
 
 impl StepDef for Soak {
