@@ -183,20 +183,9 @@ async fn read(run: &StepRun<'_>, needs: &Needs<'_>) -> Vec<SourceRead> {
             .map(|t| t.expose().to_owned()),
     );
     let mut reads = Vec::new();
-    if needs.logs {
-        let target = run.rollout.target();
-        let (error, lines) = match run.fetch_logs(target).await {
-            Ok(text) => (None, Some(text.lines().count())),
-            Err(e) => (Some(format!("logs of {target}: {e}")), None),
-        };
-        let read = SourceRead {
-            service: Some(target.to_string()),
-            lines: Some(lines),
-            ..SourceRead::of("logs")
-        };
-        reads.push(read.ended(error.map(|e| mask(&e, &secrets)), None));
-    }
-    for service in &needs.companions {
+    // The target's logs, and those of every companion a soak or analysis watches.
+    let target = needs.logs.then(|| run.rollout.target());
+    for service in target.into_iter().chain(needs.companions.iter().copied()) {
         let (error, lines) = match run.fetch_logs(service).await {
             Ok(text) => (None, Some(text.lines().count())),
             Err(e) => (Some(format!("logs of {service}: {e}")), None),

@@ -95,7 +95,11 @@ async fn drive(
     };
     loop {
         // A step that ended the rollout's work (weights already staged): the rest is skipped.
-        if let Some(done) = drive.steps.iter().find(|s| completes_rollout(s)) {
+        let done = drive
+            .steps
+            .iter()
+            .find(|s| s.status == StepStatus::Succeeded && completes_rollout(s.kind, &s.detail));
+        if let Some(done) = done {
             let position = done.position;
             skip_rest(engine, &drive.steps, position).await?;
             for s in drive.steps.iter_mut().filter(|s| s.position > position) {
@@ -108,7 +112,7 @@ async fn drive(
         let i = match rollout::next(&statuses) {
             Next::Succeed => {
                 let touched = drive.run.touched.load(std::sync::atomic::Ordering::Relaxed);
-                return finish_succeeded(engine, &drive.rollout, touched).await;
+                return finish_succeeded(engine, &drive.rollout, &drive.steps, touched).await;
             }
             Next::FinishFailed(i) => return drive.finish_recorded_failure(i).await,
             Next::Turn(i) => i,
@@ -308,11 +312,7 @@ impl<'e> Drive<'e> {
                 // (it resumes there at next start) or the runbook no longer has it (its turn
                 // fails it `runbook_changed`).
                 let now = engine.inner.clock.now();
-                let completes = completes_rollout(&Step {
-                    status: StepStatus::Succeeded,
-                    detail: detail.clone(),
-                    ..step.clone()
-                });
+                let completes = completes_rollout(step.kind, &detail);
                 let next = self
                     .steps
                     .get(i + 1)
@@ -468,15 +468,16 @@ async fn rollout_abort_requested(engine: &Engine, id: &str) -> Result<bool, supe
     Ok(engine.get(id).await?.abort_reason.is_some())
 }
 
-/// Whether `step` succeeded having found nothing left to do: a weights pre-stage's gate that
-/// found the weights cached (`already_staged`). The steps after it are skipped.
-fn completes_rollout(step: &Step) -> bool {
-    step.status == StepStatus::Succeeded
-        && step.kind == crate::domain::runbook::StepKindName::FreeSpace
-        && crate::domain::runbook::step::evidence::<crate::domain::runbook::step::FreeSpace>(
-            &step.detail,
-        )
-        .is_some_and(|e| e.already_staged == Some(true))
+/// Whether a step of `kind` that succeeded with `detail` found nothing left to do: a weights
+/// pre-stage's gate that found the weights cached (`already_staged`). The steps after it are
+/// skipped.
+fn completes_rollout(
+    kind: crate::domain::runbook::StepKindName,
+    detail: &serde_json::Value,
+) -> bool {
+    use crate::domain::runbook::step::{evidence, FreeSpace};
+    kind == crate::domain::runbook::StepKindName::FreeSpace
+        && evidence::<FreeSpace>(detail).is_some_and(|e| e.already_staged == Some(true))
 }
 
 /// Marks every step after `from` (exclusive) that never ran as skipped.
@@ -509,6 +510,7 @@ async fn skip_rest(
 async fn finish_succeeded(
     engine: &Engine,
     rollout: &Rollout,
+    steps: &[Step],
     touched: bool,
 ) -> Result<(), super::EngineError> {
     // A rollout that never touched its replica (a weights pre-stage) deployed nothing to it.
@@ -560,7 +562,7 @@ async fn finish_succeeded(
         tag: Some(rollout.tag.to_string()),
         commit: Some(deployment.commit.clone()),
         image: Some(deployment.image.clone()),
-        downtime_ms: downtime_ms(engine, rollout).await,
+        downtime_ms: downtime_ms(engine, rollout, steps).await,
         ..ChangeDetail::default()
     };
     engine
@@ -622,7 +624,7 @@ async fn finish_failed(
         ChangeDetail {
             step: Some(failed.name.clone()),
             code: Some(code.to_owned()),
-            downtime_ms: downtime_ms(engine, rollout).await,
+            downtime_ms: downtime_ms(engine, rollout, steps).await,
             ..ChangeDetail::default()
         },
         engine.inner.clock.now(),
@@ -630,16 +632,13 @@ async fn finish_failed(
     rollback::finish_failed_canary(engine, rollout, ch).await
 }
 
-/// How long the rollout's replica was out (ms), from its stored steps and calls, written with
-/// its end; `None` when it was not taken down or did not answer healthy again.
-async fn downtime_ms(engine: &Engine, rollout: &Rollout) -> Option<i64> {
-    let store = &engine.inner.store;
-    let (steps, attempts) = (
-        store.steps(&rollout.id).await.ok()?,
-        store.attempts(&rollout.id).await.ok()?,
-    );
+/// How long the rollout's replica was out (ms), from its `steps` (as the caller holds them)
+/// and its stored calls, written with its end; `None` when it was not taken down or did not
+/// answer healthy again.
+async fn downtime_ms(engine: &Engine, rollout: &Rollout, steps: &[Step]) -> Option<i64> {
+    let attempts = engine.inner.store.attempts(&rollout.id).await.ok()?;
     let runbook = engine.runbook(&rollout.runbook);
-    crate::store::downtime::of_rollout(&steps, &attempts, runbook.ok())?.total_ms
+    crate::store::downtime::of_rollout(steps, &attempts, runbook.ok())?.total_ms
 }
 
 /// The evidence operators keep when a step fails after the target was touched: the target's
@@ -692,13 +691,14 @@ async fn finish_aborted(
             )
             .await?;
     }
-    skip_rest(engine, &store.steps(&rollout.id).await?, -1).await?;
+    let steps = store.steps(&rollout.id).await?;
+    skip_rest(engine, &steps, -1).await?;
     let ch = change(
         RolloutEvent::Abort,
         Some((ErrorCode::Aborted.as_str(), &reason)),
         ChangeDetail {
             reason: Some(reason.clone()),
-            downtime_ms: downtime_ms(engine, rollout).await,
+            downtime_ms: downtime_ms(engine, rollout, &steps).await,
             ..ChangeDetail::default()
         },
         engine.inner.clock.now(),

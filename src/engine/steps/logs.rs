@@ -211,14 +211,7 @@ impl Execute for WaitLogs {
 
 impl Execute for Soak {
     async fn execute(&self, run: &mut StepRun<'_>, at: &mut Running<'_>) -> StepEnd {
-        let spec = LogWait {
-            service: run.rollout.target().clone(),
-            interval: self.interval,
-            require: Vec::new(),
-            forbid: self.forbid.clone(),
-            max_log_failures: self.max_log_failures,
-        };
-        let end = run.soak(at.step, at.deadline, self, spec, at.abort).await;
+        let end = run.soak(at.step, at.deadline, self, at.abort).await;
         run.masked(end)
     }
 }
@@ -385,7 +378,6 @@ impl StepRun<'_> {
         step: &Step,
         deadline: DateTime<Utc>,
         soak: &Soak,
-        spec: LogWait,
         abort: &CancellationToken,
     ) -> StepEnd {
         let (window, max_misses) = (soak.duration, soak.max_misses);
@@ -406,8 +398,8 @@ impl StepRun<'_> {
         );
         let deadline = watched.end(deadline);
         self.extend_deadline(step, deadline).await;
-        let mut watch = LogWatch::new(Vec::new(), spec.forbid);
-        let mut reads = LogReads::new(spec.max_log_failures);
+        let mut watch = LogWatch::new(Vec::new(), soak.forbid.clone());
+        let mut reads = LogReads::new(soak.max_log_failures);
         let (mut probes, mut misses, mut worst) = (0u64, 0u32, 0u32);
         let mut progress = Progress::new(self.ctx.timings.progress_every);
         let saved_container = saved.probes.and_then(|p| p.container_id).or_else(|| {
@@ -419,8 +411,8 @@ impl StepRun<'_> {
         let mut companion = soak
             .watch
             .as_ref()
-            .map(|w| CompanionRead::new(w, saved.companion.clone(), spec.max_log_failures));
-        let mut rhythm = Rhythm::new(spec.interval);
+            .map(|w| CompanionRead::new(w, saved.companion.clone(), soak.max_log_failures));
+        let mut rhythm = Rhythm::new(soak.interval);
         loop {
             rhythm.begin();
             if let Some(restarted) = restarts.check(self).await {
@@ -450,7 +442,7 @@ impl StepRun<'_> {
                 let msg = format!("{url} missed {misses} health probes in a row during the soak");
                 return StepEnd::failed(ErrorCode::SoakHealth, msg, Evidence::of(&evidence));
             }
-            if let Some(output) = reads.record(self.fetch_logs(&spec.service).await) {
+            if let Some(output) = reads.record(self.fetch_logs(self.rollout.target()).await) {
                 if let LogVerdict::Forbidden { pattern, line } =
                     watch.observe(&output, self.ctx.now())
                 {
